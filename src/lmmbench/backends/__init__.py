@@ -1,0 +1,1 @@
+"""lmmbench.backends (see docs/architecture.md)."""

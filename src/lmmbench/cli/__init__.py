@@ -1,0 +1,1 @@
+"""The ``lmmbench`` command: thin wrappers over the packages below it."""

@@ -1,0 +1,1 @@
+"""lmmbench.config (see docs/architecture.md)."""

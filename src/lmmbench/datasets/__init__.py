@@ -1,0 +1,1 @@
+"""lmmbench.datasets (see docs/architecture.md)."""

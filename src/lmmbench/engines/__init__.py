@@ -1,0 +1,1 @@
+"""lmmbench.engines (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""lmmbench.episodes (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""lmmbench.executors (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""lmmbench.loadgen (see docs/architecture.md)."""

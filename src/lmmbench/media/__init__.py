@@ -1,0 +1,1 @@
+"""lmmbench.media (see docs/architecture.md)."""

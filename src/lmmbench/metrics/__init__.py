@@ -1,0 +1,1 @@
+"""lmmbench.metrics (see docs/architecture.md)."""

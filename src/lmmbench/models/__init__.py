@@ -1,0 +1,1 @@
+"""lmmbench.models (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""lmmbench.profiling (see docs/architecture.md)."""

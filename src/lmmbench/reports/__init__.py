@@ -1,0 +1,1 @@
+"""lmmbench.reports (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""lmmbench.serve (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""lmmbench.specs (see docs/architecture.md)."""

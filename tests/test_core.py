@@ -1,0 +1,68 @@
+"""Core pieces: the registry, the CLI face, config-derived options."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+import typer
+from pydantic import BaseModel, Field
+from typer.testing import CliRunner
+
+from lmmbench.cli.main import main
+from lmmbench.config.cli_options import command_from_model
+from lmmbench.core import Registry, RegistryError, UserError
+
+
+def test_registry_registers_lists_and_rejects_collisions() -> None:
+    reg: Registry[int] = Registry("numbers")
+    reg.add("one", 1)
+
+    @reg.register("two")
+    def _two() -> int:
+        return 2
+
+    assert reg.get("one") == 1
+    assert reg.names() == ["one", "two"]
+    assert "one" in reg and "three" not in reg
+    with pytest.raises(RegistryError, match="already registered"):
+        reg.add("one", 11)
+    with pytest.raises(RegistryError, match="known: one, two"):
+        reg.get("three")
+
+
+def test_cli_version_and_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert "lmmbench" in capsys.readouterr().out
+    assert main(["no-such-command"]) == 2
+
+
+class _Cfg(BaseModel):
+    """Demo command."""
+
+    rate: float = Field(1.0, description="Requests per second.")
+    mode: Literal["a", "b"] = "a"
+    tags: list[str] = Field(default_factory=list)
+    slo: dict[str, float] = Field(default_factory=dict)
+    stream: bool = True
+
+
+def test_command_from_model_derives_options_and_validates() -> None:
+    app = typer.Typer()
+    seen: list[_Cfg] = []
+    command_from_model(app, "demo", _Cfg, seen.append)
+
+    @app.command("other")
+    def _other() -> None:
+        """Keeps typer in multi-command mode."""
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["demo", "--rate", "2.5", "--mode", "b", "--tags", "x,y", "--slo", "ttft_ms=5",
+                              "--no-stream"])
+    assert res.exit_code == 0, res.output
+    assert seen[-1] == _Cfg(rate=2.5, mode="b", tags=["x", "y"], slo={"ttft_ms": 5.0}, stream=False)
+    res = runner.invoke(app, ["demo", "--mode", "c"])
+    assert isinstance(res.exception, UserError)
+    assert "mode" in str(res.exception)
+    help_text = runner.invoke(app, ["demo", "--help"]).output
+    assert "Requests per second" in help_text and "one of: a, b" in help_text
