@@ -1,1 +1,17 @@
-"""lmmbench.models (see docs/architecture.md)."""
+"""Built-in tiny models and model loading. Importing this package does not import torch."""
+
+from lmmbench.models.loading import FAMILIES, LoadedModel, ModelRef, build_processor, load_model, resolve_model
+from lmmbench.models.tiny import TINY_MODEL_NAMES, build_tiny_model, lmmbench_home, tiny_model_dir
+
+__all__ = [
+    "FAMILIES",
+    "TINY_MODEL_NAMES",
+    "LoadedModel",
+    "ModelRef",
+    "build_processor",
+    "build_tiny_model",
+    "lmmbench_home",
+    "load_model",
+    "resolve_model",
+    "tiny_model_dir",
+]
