@@ -66,3 +66,17 @@ def test_command_from_model_derives_options_and_validates() -> None:
     assert "mode" in str(res.exception)
     help_text = runner.invoke(app, ["demo", "--help"]).output
     assert "Requests per second" in help_text and "one of: a, b" in help_text
+
+
+def test_cli_import_pulls_no_heavy_library() -> None:
+    """`pip install lmmbench` is a load-testing client: the CLI must start without torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lmmbench.cli.main as m; m.build_app(); "
+        "heavy = [x for x in ('torch', 'transformers', 'av', 'matplotlib', 'fastapi') if x in sys.modules]; "
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"imported at CLI start-up: {out.stdout.strip()}"

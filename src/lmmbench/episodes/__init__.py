@@ -1,1 +1,0 @@
-"""lmmbench.episodes (see docs/architecture.md)."""

@@ -1,1 +1,0 @@
-"""lmmbench.executors (see docs/architecture.md)."""
