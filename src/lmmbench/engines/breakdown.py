@@ -1,0 +1,76 @@
+"""Time one ``generate(max_new_tokens=1)`` stage by stage (the seed's run_generate_with_breakdown).
+
+TTFT here is the wall time of moving the packed inputs to the model device plus
+``generate(max_new_tokens=1)``, synchronised once at the end on CUDA. The stage hooks
+(``profiling.hooks.StageHooks``) put spans on a ``Timeline``; ``profiling.stages`` folds them
+into the seed's fields plus the split of ``others_ms``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lmmbench.core.clock import now_ns, ns_to_ms
+from lmmbench.profiling.hooks import StageHooks
+from lmmbench.profiling.stages import stage_breakdown
+from lmmbench.profiling.timeline import Timeline
+
+__all__ = ["BreakdownResult", "run_generate_with_breakdown"]
+
+
+@dataclass
+class BreakdownResult:
+    """Stage fields (ms), the wall TTFT, the timer used, and the generated ids."""
+
+    fields: dict[str, float]
+    ttft_wall_ms: float
+    timer: str
+    output_ids: Any
+    hook_errors: list[str]
+
+
+def _to_device(inputs: Any, device: Any) -> Any:
+    if hasattr(inputs, "to"):
+        return inputs.to(device)
+    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.items()}
+
+
+def run_generate_with_breakdown(
+    model: Any,
+    inputs: Any,
+    device: Any,
+    hooks: StageHooks | None = None,
+    generate_kwargs: dict[str, Any] | None = None,
+) -> BreakdownResult:
+    """Run ``generate(max_new_tokens=1)`` once with ``hooks`` active and return its breakdown.
+
+    ``model`` is the model ``generate`` is called on (``hooks.modules.generation_model`` when
+    hooks are given). With ``hooks=None`` only the TTFT (root span) is measured.
+    """
+    gm = hooks.modules.generation_model if hooks is not None else model
+    use_cuda = getattr(device, "type", str(device)) == "cuda"
+    timeline = Timeline(use_cuda=use_cuda)
+    kwargs = {"max_new_tokens": 1, "do_sample": False, **(generate_kwargs or {})}
+    if hooks is not None:
+        hooks.activate(timeline)
+    t0 = now_ns()
+    try:
+        root = timeline.open("ttft")
+        sid = timeline.open("input_transfer")
+        dev_inputs = _to_device(inputs, device)
+        timeline.close(sid)
+        sid = timeline.open("generate")
+        output_ids = gm.generate(**dev_inputs, **kwargs)
+        timeline.close(sid)
+        timeline.close(root)
+    finally:
+        if hooks is not None:
+            hooks.deactivate()
+        timeline.close_all()
+    spans = timeline.resolve()  # the one synchronisation of the measurement
+    wall_ms = ns_to_ms(now_ns() - t0)
+    merge_in_forward = hooks is not None and hooks.modules.multimodal and hooks.modules.wrapper is None
+    fields = stage_breakdown(spans, merge_in_forward=merge_in_forward)
+    errors = list(hooks.errors) if hooks is not None else []
+    return BreakdownResult(fields, wall_ms, timeline.timer_kind, output_ids, errors)
