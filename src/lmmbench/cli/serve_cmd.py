@@ -1,10 +1,19 @@
-"""`lmmbench` commands for this feature (placeholder until the feature lands)."""
+"""`lmmbench serve`: the built-in OpenAI-compatible server (options derived from ``ServeConfig``)."""
 
 from __future__ import annotations
 
 import typer
 
+from lmmbench.config.cli_options import command_from_model
+from lmmbench.serve.server import ServeConfig
+
+
+def _serve(cfg: ServeConfig) -> None:
+    from lmmbench.serve.server import serve
+
+    serve(cfg)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this feature's commands to ``app``."""
-    del app
+    """Add ``lmmbench serve``."""
+    command_from_model(app, "serve", ServeConfig, _serve)

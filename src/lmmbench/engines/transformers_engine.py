@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from lmmbench.engines.inputs import InputPreparer
+from lmmbench.engines.inputs import InputError, InputPreparer
 from lmmbench.engines.kv_cache import BatchKVCache
 from lmmbench.engines.requests import GenerationRequest, PreparedInput, RequestState
 
@@ -92,8 +92,12 @@ class TransformersEngine:
 
     # -- inputs -----------------------------------------------------------------------------
     def prepare(self, request: GenerationRequest) -> PreparedInput:
-        """Model input of ``request`` (see ``InputPreparer``)."""
-        return self.preparer.prepare(request)
+        """Model input of ``request`` (see ``InputPreparer``); token ids must be in the vocabulary."""
+        prepared = self.preparer.prepare(request)
+        vocab = int(self.model.get_input_embeddings().num_embeddings)
+        if any(t < 0 or t >= vocab for t in prepared.input_ids):
+            raise InputError(f"prompt: token ids must be in [0, {vocab})")
+        return prepared
 
     def _new_cache(self) -> Any:
         from transformers import DynamicCache

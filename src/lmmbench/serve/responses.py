@@ -1,0 +1,126 @@
+"""OpenAI response bodies and SSE chunks for chat completions and completions, plus ``metrics``.
+
+Streaming follows OpenAI exactly: (chat) a role chunk, content chunks, a chunk with
+``finish_reason``; with ``stream_options.include_usage`` a last chunk with empty ``choices`` and
+``usage`` (``usage: null`` on the others); with ``continuous_usage_stats`` usage on every chunk;
+then ``data: [DONE]``. The server-side ``metrics`` object rides on the last chunk before ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from lmmbench.engines.requests import GenerationOutput
+
+__all__ = ["ResponseBuilder", "sse", "usage_of"]
+
+Kind = Literal["chat", "completion"]
+
+
+def sse(data: dict[str, Any] | str) -> str:
+    """One server-sent event line pair."""
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {payload}\n\n"
+
+
+def usage_of(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """The OpenAI ``usage`` object."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def _finish_reason(output: GenerationOutput) -> str:
+    return "length" if output.finish_reason == "length" else "stop"
+
+
+@dataclass
+class ResponseBuilder:
+    """Builds the bodies of one request's response."""
+
+    kind: Kind
+    request_id: str
+    model: str
+    created: int
+    include_usage: bool = False
+    continuous_usage: bool = False
+
+    @property
+    def _object(self) -> str:
+        if self.kind == "chat":
+            return "chat.completion.chunk"
+        return "text_completion"
+
+    def _chunk(self, choice: dict[str, Any] | None, usage: dict[str, int] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": self.request_id,
+            "object": self._object,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice] if choice is not None else [],
+        }
+        if self.include_usage or self.continuous_usage or usage is not None:
+            body["usage"] = usage
+        return body
+
+    def _choice(self, text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+        if self.kind == "chat":
+            delta: dict[str, Any] = {}
+            if role:
+                delta = {"role": "assistant", "content": ""}
+            elif text is not None:
+                delta = {"content": text}
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+
+    def role_chunk(self, prompt_tokens: int) -> dict[str, Any]:
+        """The first chat chunk (role, empty content)."""
+        usage = usage_of(prompt_tokens, 0) if self.continuous_usage else None
+        return self._chunk(self._choice(None, None, role=True), usage)
+
+    def content_chunk(self, text: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+        """A chunk carrying newly released text."""
+        usage = usage_of(prompt_tokens, completion_tokens) if self.continuous_usage else None
+        return self._chunk(self._choice(text, None), usage)
+
+    def final_chunks(self, output: GenerationOutput) -> list[dict[str, Any]]:
+        """The finish chunk, and the usage chunk when asked for; ``metrics`` on the last one."""
+        m = output.metrics
+        usage = usage_of(m.prompt_tokens, m.completion_tokens)
+        finish = self._chunk(
+            self._choice("" if self.kind == "completion" else None, _finish_reason(output)),
+            usage if self.continuous_usage else None,
+        )
+        chunks = [finish]
+        if self.include_usage:
+            chunks.append(self._chunk(None, usage))
+        chunks[-1]["metrics"] = m.as_dict()
+        return chunks
+
+    def full(self, output: GenerationOutput) -> dict[str, Any]:
+        """The non-streaming response body."""
+        m = output.metrics
+        if self.kind == "chat":
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": output.text},
+                "logprobs": None,
+                "finish_reason": _finish_reason(output),
+            }
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": output.text, "logprobs": None, "finish_reason": _finish_reason(output)}
+            obj = "text_completion"
+        return {
+            "id": self.request_id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": usage_of(m.prompt_tokens, m.completion_tokens),
+            "metrics": m.as_dict(),
+        }
