@@ -1,10 +1,70 @@
-"""`lmmbench` commands for this feature (placeholder until the feature lands)."""
+"""`lmmbench eval`, `lmmbench tasks` and `lmmbench reference dump|compare` (accuracy)."""
 
 from __future__ import annotations
 
 import typer
 
+from lmmbench.config.cli_options import command_from_model
+
+
+def _eval(cfg: object) -> None:
+    from lmmbench.evaluation.modes import EvalConfig, run_eval
+
+    assert isinstance(cfg, EvalConfig)
+    run = run_eval(cfg)
+    for s in run.infer:
+        typer.echo(
+            f"infer {s['task']}: {s['done']} run, {s['skipped']} resumed, {s['errors']} failed, {s['wall_s']:.2f} s"
+        )
+    for r in run.results:
+        parts = []
+        for name, mv in r["metrics"].items():
+            err = "" if mv["stderr"] is None else f" ± {mv['stderr']:.4f}"
+            parts.append(f"{name}={mv['value']:.4f}{err}")
+        typer.echo(f"{r['task']} ({r['n_samples']} samples, {r['n_errors']} failed): " + ", ".join(parts))
+    typer.echo(f"run folder: {run.run_dir}")
+
+
+def _tasks() -> None:
+    """List the tasks lmmbench knows (shipped, in $LMMBENCH_HOME/tasks, and plugins)."""
+    from lmmbench.evaluation.task_registry import list_tasks
+
+    for t in list_tasks():
+        if t.error:
+            typer.echo(f"{t.name:20s} BROKEN  {t.error}")
+            continue
+        typer.echo(f"{t.name:20s} {t.kind:22s} {t.samples!s:>5} samples  metrics: {', '.join(t.metrics)}  [{t.path}]")
+
 
 def register(app: typer.Typer) -> None:
-    """Add this feature's commands to ``app``."""
-    del app
+    """Add the accuracy commands to ``app``."""
+    from lmmbench.evaluation.modes import EvalConfig
+    from lmmbench.evaluation.reference_config import CompareConfig, DumpConfig
+
+    command_from_model(app, "eval", EvalConfig, _eval)
+    app.command(name="tasks", help="List the evaluation tasks lmmbench knows.")(_tasks)
+
+    ref = typer.Typer(
+        help="Logits / token diff against a reference device or backend (seed 001).", no_args_is_help=True
+    )
+
+    def _dump(cfg: DumpConfig) -> None:
+        from lmmbench.evaluation.reference import dump_reference
+
+        path = dump_reference(cfg)
+        typer.echo(f"reference written: {path}")
+
+    def _compare(cfg: CompareConfig) -> None:
+        from lmmbench.evaluation.reference import compare_reference
+
+        report = compare_reference(cfg)
+        acc = report["Accuracy"]
+        typer.echo(
+            f"logits max diff {acc['Logits Diff']['Max Difference']:.3g}, cosine "
+            f"{acc['Logits Diff']['Cosine Similarity']:.8f}; token max diff {acc['Token Diff']['Max Difference']:.3g}"
+        )
+        typer.echo(f"report: {report['_path']}")
+
+    command_from_model(ref, "dump", DumpConfig, _dump)
+    command_from_model(ref, "compare", CompareConfig, _compare)
+    app.add_typer(ref, name="reference")

@@ -1,0 +1,302 @@
+"""In-process scoring for accuracy evaluation: log-likelihoods, rolling log-likelihoods, greedy generation.
+
+The numerics are lm-evaluation-harness 0.4.13's ``HFLM`` (see docs/eval.md): trailing whitespace of a
+context moves to the continuation; continuation tokens are ``tokens(ctx + cont)`` minus the count of
+``tokens(ctx)``; the model sees ``(ctx + cont)[-(max_length + 1):][:-1]`` with no attention mask;
+``log_softmax`` over the vocabulary in the model's dtype, gathered at the continuation and summed.
+Batches hold only inputs of equal length (no padding), which on CPU gives bit-identical log-probs to
+one forward per input (measured: max difference 0.0), so the numbers are those of lm-eval at batch size
+1. ``pad_batches=True`` right-pads mixed lengths like lm-eval at batch size > 1 (faster, differences up
+to ~4e-6 measured). Requests with identical inputs share one forward (lm-eval does the same for
+one-token continuations), which changes nothing numerically.
+
+Images and audio (VL and omni models) are fed through the model's processor, one sample per forward.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = [
+    "GenRequest",
+    "InProcessScorer",
+    "LLRequest",
+    "ScoringBackend",
+    "disjoint_rolling_windows",
+    "resolve_max_length",
+]
+
+log = logging.getLogger(__name__)
+_TOKENIZER_INFINITY = 1000000000000000019884624838656
+Progress = Callable[[int], None]
+
+
+@dataclass
+class LLRequest:
+    """Log-likelihood of ``continuation`` given ``context`` (media paths are optional)."""
+
+    context: str
+    continuation: str
+    images: list[str] = field(default_factory=list)
+    audio: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GenRequest:
+    """Greedy generation from ``prompt`` until a stop string or ``max_tokens``."""
+
+    prompt: str
+    max_tokens: int = 32
+    stop: list[str] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
+    audio: list[str] = field(default_factory=list)
+    chat: bool = False
+    system: str | None = None
+
+
+class ScoringBackend(Protocol):
+    """What the evaluation runner needs from a model."""
+
+    model_id: str
+    supports_media: bool
+
+    def loglikelihood(
+        self, requests: Sequence[LLRequest], progress: Progress | None = None
+    ) -> list[tuple[float, bool]]:
+        """(sum log-prob of the continuation, whether greedy decoding produces it) per request."""
+        ...
+
+    def loglikelihood_rolling(self, texts: Sequence[str], progress: Progress | None = None) -> list[float]:
+        """Total log-likelihood of each text over disjoint windows."""
+        ...
+
+    def generate(self, requests: Sequence[GenRequest], progress: Progress | None = None) -> list[str]:
+        """Greedy continuation of each prompt, cut at the first stop string."""
+        ...
+
+
+def resolve_max_length(config: Any, tokenizer: Any, default: int = 2048) -> int:
+    """The model's context length: text_config, then config, then tokenizer, then ``default``."""
+    cfg = getattr(config, "text_config", None) or config
+    for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+        value = getattr(cfg, attr, None)
+        if value is not None:
+            return int(value)
+    mml = getattr(tokenizer, "model_max_length", None)
+    if mml is not None and mml != _TOKENIZER_INFINITY:
+        return int(mml)
+    return default
+
+
+def disjoint_rolling_windows(tokens: list[int], prefix_token: int, max_len: int) -> list[tuple[list[int], list[int]]]:
+    """lm-eval's rolling windows (context_len 1), made disjoint: (context tokens, predicted tokens)."""
+    out: list[tuple[list[int], list[int]]] = []
+    if not tokens:
+        return out
+    pred_len = max_len
+    first = min(max_len, len(tokens))
+    windows = [([prefix_token, *tokens[: first - 1]], tokens[:first])]
+    predicted = first
+    while predicted < len(tokens):
+        wlen = min(len(tokens) - predicted, pred_len)
+        end = predicted + wlen
+        windows.append((tokens[end - max_len - 1 : end - 1], tokens[end - wlen : end]))
+        predicted += wlen
+    for a, b in windows:
+        out.append((a[: len(a) - (len(b) - 1)], b))
+    return out
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """The text before the first occurrence of any stop string (lm-eval's ``until``)."""
+    for s in stop:
+        if s:
+            text = text.split(s)[0]
+    return text
+
+
+class InProcessScorer:
+    """Scores requests with a transformers model loaded in this process."""
+
+    supports_media = True
+
+    def __init__(
+        self, loaded: Any, batch_size: int = 16, max_length: int | None = None, pad_batches: bool = False
+    ) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.processor = loaded.processor
+        self.device = loaded.device
+        self.batch_size = max(1, int(batch_size))
+        self.pad_batches = pad_batches
+        self.model_id = f"{loaded.ref.name}@{loaded.ref.path}:{loaded.dtype}"
+        self.max_length = max_length or resolve_max_length(self.model.config, self.tokenizer)
+        tok = self.tokenizer
+        self.prefix_token_id: int = int(tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id)
+        self._prefix_str = tok.decode(self.prefix_token_id)
+
+    # ------------------------------------------------------------------ tokenisation (lm-eval's rules)
+    def tok_encode(self, text: str, add_special_tokens: bool | None = None) -> list[int]:
+        """Encode like HFLM.tok_encode (no BOS doubling when the text already starts with it)."""
+        kwargs: dict[str, Any] = {}
+        if add_special_tokens is not None:
+            kwargs["add_special_tokens"] = add_special_tokens
+        elif self._prefix_str and text.startswith(self._prefix_str):
+            kwargs["add_special_tokens"] = False
+        return list(self.tokenizer.encode(text, **kwargs))
+
+    def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """Context and continuation tokens, trailing context whitespace moved to the continuation."""
+        if context == "":
+            cont = self.tok_encode(continuation, add_special_tokens=False)
+            if cont and cont[0] == self.prefix_token_id:
+                return cont[:1], cont[1:]
+            return [self.prefix_token_id], cont
+        n_spaces = len(context) - len(context.rstrip())
+        if n_spaces > 0:
+            continuation = context[-n_spaces:] + continuation
+            context = context[:-n_spaces]
+        whole = self.tok_encode(context + continuation)
+        ctx = self.tok_encode(context)
+        return ctx, whole[len(ctx) :]
+
+    # ------------------------------------------------------------------ token-level scoring
+    def _forward_logprobs(self, batch: list[list[int]]) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        width = max(len(x) for x in batch)
+        pad = int(self.tokenizer.pad_token_id or 0)
+        rows = [x + [pad] * (width - len(x)) for x in batch]
+        inp = torch.tensor(rows, dtype=torch.long, device=self.device)
+        with torch.no_grad():
+            logits = self.model(inp).logits
+        return F.log_softmax(logits, dim=-1)
+
+    def _batches(self, keys: list[tuple[int, ...]]) -> list[list[tuple[int, ...]]]:
+        """Batches of inputs: only equal lengths (no padding, exact) unless ``pad_batches``."""
+        batches: list[list[tuple[int, ...]]] = []
+        for key in keys:
+            last = batches[-1] if batches else None
+            if last is not None and len(last) < self.batch_size and (self.pad_batches or len(last[0]) == len(key)):
+                last.append(key)
+            else:
+                batches.append([key])
+        return batches
+
+    def score_tokens(
+        self, pairs: Sequence[tuple[list[int], list[int]]], progress: Progress | None = None
+    ) -> list[tuple[float, bool]]:
+        """(LL, is_greedy) of each (context tokens, continuation tokens) pair."""
+        import torch
+
+        inputs: dict[tuple[int, ...], list[int]] = {}
+        for i, (ctx, cont) in enumerate(pairs):
+            if not cont:
+                raise ValueError("empty continuation")
+            key = tuple((ctx + cont)[-(self.max_length + 1) :][:-1])
+            inputs.setdefault(key, []).append(i)
+        # longest first, as lm-eval orders its requests
+        keys = sorted(inputs, key=lambda k: (-len(k), k))
+        out: list[tuple[float, bool] | None] = [None] * len(pairs)
+        for chunk in self._batches(keys):
+            logprobs = self._forward_logprobs([list(k) for k in chunk])
+            for row, key in zip(logprobs, chunk, strict=True):
+                inplen = len(key)
+                for i in inputs[key]:
+                    cont = pairs[i][1]
+                    sel = row[inplen - len(cont) : inplen].unsqueeze(0)
+                    greedy = sel.argmax(dim=-1)
+                    cont_t = torch.tensor(cont, dtype=torch.long, device=self.device).unsqueeze(0)
+                    max_equal = bool((greedy[:, -len(cont) :] == cont_t).all())
+                    ll = torch.gather(sel, 2, cont_t.unsqueeze(-1)).squeeze(-1)
+                    out[i] = (float(ll.sum()), max_equal)
+                if progress is not None:
+                    progress(len(inputs[key]))
+        return [x for x in out if x is not None]
+
+    # ------------------------------------------------------------------ the ScoringBackend protocol
+    def loglikelihood(
+        self, requests: Sequence[LLRequest], progress: Progress | None = None
+    ) -> list[tuple[float, bool]]:
+        """Log-likelihood per request; media requests go one by one through the processor."""
+        results: list[tuple[float, bool] | None] = [None] * len(requests)
+        text_idx = [i for i, r in enumerate(requests) if not r.images and not r.audio]
+        if text_idx:
+            pairs = [self.encode_pair(requests[i].context, requests[i].continuation) for i in text_idx]
+            for i, res in zip(text_idx, self.score_tokens(pairs, progress), strict=True):
+                results[i] = res
+        media_idx = [i for i, r in enumerate(requests) if r.images or r.audio]
+        if media_idx:
+            from lmmbench.backends.scoring_media import media_loglikelihood
+
+            for i in media_idx:
+                results[i] = media_loglikelihood(self, requests[i])
+                if progress is not None:
+                    progress(1)
+        return [r for r in results if r is not None]
+
+    def loglikelihood_rolling(self, texts: Sequence[str], progress: Progress | None = None) -> list[float]:
+        """Sum of window log-likelihoods per text (lm-eval's disjoint rolling windows)."""
+        pairs: list[tuple[list[int], list[int]]] = []
+        owner: list[int] = []
+        for i, text in enumerate(texts):
+            for ctx, cont in disjoint_rolling_windows(self.tok_encode(text), self.prefix_token_id, self.max_length):
+                pairs.append((ctx, cont))
+                owner.append(i)
+        scores = self.score_tokens(pairs)
+        totals: list[list[float]] = [[] for _ in texts]
+        for i, (ll, _) in zip(owner, scores, strict=True):
+            totals[i].append(ll)
+        if progress is not None:
+            progress(len(texts))
+        return [sum(t) for t in totals]
+
+    def generate(self, requests: Sequence[GenRequest], progress: Progress | None = None) -> list[str]:
+        """Greedy generation; text prompts in left-padded batches of ``batch_size``, media one by one."""
+        from lmmbench.backends.scoring_media import generate_one, prompt_text
+
+        out: list[str] = [""] * len(requests)
+        text_idx = [i for i, r in enumerate(requests) if not r.images and not r.audio]
+        for start in range(0, len(text_idx), self.batch_size):
+            idx = text_idx[start : start + self.batch_size]
+            for i, text in zip(idx, self._generate_text([requests[i] for i in idx]), strict=True):
+                out[i] = text
+            if progress is not None:
+                progress(len(idx))
+        for i, r in enumerate(requests):
+            if r.images or r.audio:
+                out[i] = generate_one(self, r, prompt_text(self, r))
+                if progress is not None:
+                    progress(1)
+        return out
+
+    def _generate_text(self, reqs: Sequence[GenRequest]) -> list[str]:
+        import torch
+
+        from lmmbench.backends.scoring_media import prompt_text
+
+        tok = self.tokenizer
+        prompts = [self.tok_encode(prompt_text(self, r)) for r in reqs]
+        width = max(len(p) for p in prompts)
+        pad = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        max_new = max(r.max_tokens for r in reqs)
+        with torch.no_grad():
+            gen = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_new,
+                do_sample=False,
+                pad_token_id=pad,
+            )
+        texts = []
+        for row, r in zip(gen[:, width:], reqs, strict=True):
+            text = tok.decode(row[: r.max_tokens].tolist(), skip_special_tokens=True)
+            texts.append(cut_at_stop(text, r.stop))
+        return texts

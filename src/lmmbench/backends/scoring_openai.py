@@ -1,0 +1,222 @@
+"""Scoring and generation against an OpenAI-compatible endpoint.
+
+Log-likelihoods use ``/v1/completions`` with the prompt as token ids, ``echo: true``,
+``logprobs: 1`` and ``max_tokens: 1`` (lm-evaluation-harness's ``local-completions`` request): the
+continuation's log-prob is the sum of the echoed ``token_logprobs`` over its tokens, greedy when each
+equals the best of ``top_logprobs``. A server that does not echo prompt log-probs gets one clear error.
+Generation uses ``/v1/chat/completions`` (chat tasks, images as data URLs) or ``/v1/completions``.
+Tokenisation follows the same rules as the in-process scorer, with a local tokenizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import mimetypes
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lmmbench.backends.scoring import GenRequest, LLRequest, Progress, cut_at_stop, disjoint_rolling_windows
+from lmmbench.core.errors import UserError
+
+__all__ = ["OpenAIScorer", "lmeval_encode_pair"]
+
+
+def lmeval_encode_pair(tokenizer: Any, prefix_id: int, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """lm-eval's context/continuation split with a bare tokenizer (see ``InProcessScorer.encode_pair``)."""
+    prefix_str = tokenizer.decode(prefix_id)
+
+    def enc(text: str) -> list[int]:
+        if prefix_str and text.startswith(prefix_str):
+            return list(tokenizer.encode(text, add_special_tokens=False))
+        return list(tokenizer.encode(text))
+
+    if context == "":
+        cont = list(tokenizer.encode(continuation, add_special_tokens=False))
+        return ([cont[0]], cont[1:]) if cont and cont[0] == prefix_id else ([prefix_id], cont)
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces > 0:
+        continuation = context[-n_spaces:] + continuation
+        context = context[:-n_spaces]
+    whole = enc(context + continuation)
+    ctx = enc(context)
+    return ctx, whole[len(ctx) :]
+
+
+def _data_url(path: str) -> str:
+    mime = mimetypes.guess_type(path)[0] or "application/octet-stream"
+    return f"data:{mime};base64," + base64.b64encode(Path(path).read_bytes()).decode()
+
+
+class OpenAIScorer:
+    """A model behind an OpenAI-compatible HTTP endpoint."""
+
+    supports_media = True
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        tokenizer: Any,
+        max_length: int = 2048,
+        concurrency: int = 8,
+        timeout_s: float = 300.0,
+        api_key: str | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        if not self.base_url.endswith("/v1"):
+            self.base_url += "/v1"
+        self.model = model
+        self.model_id = f"{model}@{self.base_url}"
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        tok = tokenizer
+        self.prefix_token_id = int(tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id)
+
+    # ------------------------------------------------------------------ HTTP
+    async def _post(self, session: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        url = f"{self.base_url}{path}"
+        async with session.post(url, json=body, headers=self.headers) as resp:
+            text = await resp.text()
+            if resp.status != 200:
+                raise RuntimeError(f"{url} answered HTTP {resp.status}: {text[:200]}")
+        import json
+
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            raise RuntimeError(f"{url} did not answer JSON: {text[:200]}") from None
+        if not isinstance(data, dict):
+            raise RuntimeError(f"{url} answered {type(data).__name__}, not an object")
+        return data
+
+    def _run_all(self, jobs: Sequence[Callable[[Any], Awaitable[Any]]], progress: Progress | None) -> list[Any]:
+        import aiohttp
+
+        async def main() -> list[Any]:
+            sem = asyncio.Semaphore(self.concurrency)
+            timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+
+                async def one(job: Callable[[Any], Awaitable[Any]]) -> Any:
+                    async with sem:
+                        try:
+                            return await job(session)
+                        finally:
+                            if progress is not None:
+                                progress(1)
+
+                return await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True)
+
+        try:
+            return asyncio.run(main())
+        except aiohttp.ClientConnectorError as exc:
+            raise UserError(f"cannot reach {self.base_url}: {exc}; is the server running?") from None
+
+    # ------------------------------------------------------------------ log-likelihood
+    def _echo_logprobs(self, data: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+        try:
+            lp = data["choices"][0]["logprobs"]
+            tokens = lp["token_logprobs"]
+            tops = lp.get("top_logprobs") or [None] * len(tokens)
+        except (KeyError, IndexError, TypeError):
+            raise UserError(
+                f"{self.base_url}/completions does not return prompt log-probs (echo + logprobs); "
+                "log-likelihood tasks need a server that supports them (e.g. vLLM); "
+                "run generate tasks against this server instead"
+            ) from None
+        return list(tokens), list(tops)
+
+    async def _score_tokens(self, session: Any, ctx: list[int], cont: list[int]) -> tuple[float, bool]:
+        toks = (ctx + cont)[-(self.max_length + 1) :]
+        ctxlen = len(toks) - len(cont)
+        body = {"model": self.model, "prompt": toks, "max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": 1}
+        data = await self._post(session, "/completions", body)
+        lps, tops = self._echo_logprobs(data)
+        if len(lps) < len(toks):
+            raise UserError(f"{self.base_url}/completions echoed {len(lps)} prompt log-probs for {len(toks)} tokens")
+        window = lps[ctxlen : ctxlen + len(cont)]
+        if any(x is None for x in window):
+            raise UserError(f"{self.base_url}/completions returned null log-probs inside the prompt")
+        greedy = True
+        for value, top in zip(window, tops[ctxlen : ctxlen + len(cont)], strict=True):
+            if isinstance(top, dict) and top and value < max(top.values()):
+                greedy = False
+        return float(sum(window)), greedy
+
+    def loglikelihood(
+        self, requests: Sequence[LLRequest], progress: Progress | None = None
+    ) -> list[tuple[float, bool]]:
+        """Log-likelihood per request through echo + logprobs."""
+        for r in requests:
+            if r.images or r.audio:
+                raise UserError("log-likelihood with images or audio is not available over HTTP; use --model <dir>")
+        pairs = [lmeval_encode_pair(self.tokenizer, self.prefix_token_id, r.context, r.continuation) for r in requests]
+        jobs = [(lambda s, c=c, x=x: self._score_tokens(s, c, x)) for c, x in pairs]
+        results = self._run_all(jobs, progress)
+        for r in results:
+            if isinstance(r, UserError):
+                raise r
+        return [r if not isinstance(r, BaseException) else (float("nan"), False) for r in results]
+
+    def loglikelihood_rolling(self, texts: Sequence[str], progress: Progress | None = None) -> list[float]:
+        """Sum of disjoint-window log-likelihoods per text."""
+        jobs = []
+        owner = []
+        for i, text in enumerate(texts):
+            for ctx, cont in disjoint_rolling_windows(
+                list(self.tokenizer.encode(text)), self.prefix_token_id, self.max_length
+            ):
+                jobs.append(lambda s, c=ctx, x=cont: self._score_tokens(s, c, x))
+                owner.append(i)
+        results = self._run_all(jobs, None)
+        totals = [0.0] * len(texts)
+        for i, r in zip(owner, results, strict=True):
+            if isinstance(r, UserError):
+                raise r
+            totals[i] += float("nan") if isinstance(r, BaseException) else r[0]
+        if progress is not None:
+            progress(len(texts))
+        return totals
+
+    # ------------------------------------------------------------------ generation
+    async def _generate(self, session: Any, r: GenRequest) -> str:
+        if r.chat or r.images or r.audio:
+            content: list[dict[str, Any]] = [
+                {"type": "image_url", "image_url": {"url": _data_url(p)}} for p in r.images
+            ]
+            for p in r.audio:
+                fmt = Path(p).suffix.lstrip(".") or "wav"
+                b64 = base64.b64encode(Path(p).read_bytes()).decode()
+                content.append({"type": "input_audio", "input_audio": {"data": b64, "format": fmt}})
+            content.append({"type": "text", "text": r.prompt})
+            messages: list[dict[str, Any]] = []
+            if r.system:
+                messages.append({"role": "system", "content": r.system})
+            messages.append({"role": "user", "content": content if (r.images or r.audio) else r.prompt})
+            body: dict[str, Any] = {
+                "model": self.model,
+                "messages": messages,
+                "max_tokens": r.max_tokens,
+                "temperature": 0.0,
+            }
+            if r.stop:
+                body["stop"] = r.stop[:4]
+            answer = await self._post(session, "/chat/completions", body)
+            text = answer["choices"][0]["message"].get("content") or ""
+        else:
+            body = {"model": self.model, "prompt": r.prompt, "max_tokens": r.max_tokens, "temperature": 0.0}
+            if r.stop:
+                body["stop"] = r.stop[:4]
+            answer = await self._post(session, "/completions", body)
+            text = answer["choices"][0].get("text") or ""
+        return cut_at_stop(str(text), r.stop)
+
+    def generate(self, requests: Sequence[GenRequest], progress: Progress | None = None) -> list[str]:
+        """Greedy generation per request; a failed request raises its error for the runner to record."""
+        jobs = [(lambda s, r=r: self._generate(s, r)) for r in requests]
+        return self._run_all(jobs, progress)

@@ -1,0 +1,131 @@
+"""Scoring existing predictions (AISBench's `eval` mode): per-sample metrics and task aggregates.
+
+Writes ``results/<task>_metrics.csv`` (one row per sample: doc id, group columns, every metric, the
+error if the sample failed) and ``results/<task>.json`` (aggregates with standard errors, and the
+same per group of every ``group_by`` column).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lmmbench.core.errors import UserError
+from lmmbench.evaluation.runner import read_predictions
+from lmmbench.evaluation.task_config import TaskConfig
+from lmmbench.metrics.accuracy import AccuracyMetric, MetricValue, aggregate_metric, get_metric
+
+__all__ = ["TaskResult", "evaluate_task", "extract_answer"]
+
+
+@dataclass
+class TaskResult:
+    """Aggregated metrics of one task, overall and per group."""
+
+    task: str
+    version: int | str
+    kind: str
+    model: str
+    n_samples: int
+    n_errors: int
+    metrics: dict[str, MetricValue]
+    groups: dict[str, dict[str, dict[str, MetricValue]]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+def extract_answer(task: TaskConfig, output: str) -> str:
+    """The answer in a generated text: the regex group if configured, stripped if asked."""
+    g = task.generation
+    text = output
+    if g.answer_regex:
+        m = re.search(g.answer_regex, text)
+        text = (m.group(g.regex_group) if m else g.regex_fallback) or ""
+    return text.strip() if g.strip else text
+
+
+def _scalar(metric: AccuracyMetric, value: Any) -> float:
+    """A per-sample number for metrics.csv (perplexities per document, BLEU per sentence is blank)."""
+    if isinstance(value, tuple):
+        if metric.name == "bleu":
+            return float("nan")
+        ll, weight = float(value[0]), float(value[1])
+        if metric.name == "bits_per_byte":
+            return -ll / weight / math.log(2)
+        return math.exp(-ll / weight)
+    return float(value)
+
+
+def evaluate_task(task: TaskConfig, pred_path: Path, results_dir: Path, model: str | None = None) -> TaskResult:
+    """Score the predictions of ``task`` and write its per-sample and aggregate results."""
+    rows = list(read_predictions(pred_path).values())
+    if not rows:
+        raise UserError(f"{pred_path}: no predictions for task '{task.task}'; run with --mode infer or all first")
+    if model is not None:
+        rows = [r for r in rows if r.get("model") == model] or rows
+    by_doc: dict[int, dict[str, Any]] = {}
+    for r in rows:  # the last prediction of a sample wins
+        by_doc[int(r["doc_id"])] = r
+    rows = [by_doc[k] for k in sorted(by_doc)]
+    specs = task.default_metrics()
+    metrics = [(s, get_metric(s.name, task.kind, f"{task.source_file}: metrics")) for s in specs]
+    results_dir.mkdir(parents=True, exist_ok=True)
+    values: dict[str, list[Any]] = {s.name: [] for s, _ in metrics}
+    kept: list[dict[str, Any]] = []
+    n_errors = 0
+    csv_path = results_dir / f"{task.task}_metrics.csv"
+    with csv_path.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["doc_id", *task.group_by, *(s.name for s, _ in metrics), "prediction", "error"])
+        for r in rows:
+            meta = r.get("meta") or {}
+            err = r.get("error")
+            sample = dict(r)
+            if task.kind == "generate" and not err:
+                sample["prediction"] = extract_answer(task, str(r.get("output", "")))
+            per: dict[str, Any] = {}
+            if not err:
+                try:
+                    for s, m in metrics:
+                        per[s.name] = m.score(sample, s.options)
+                except (ValueError, KeyError, TypeError, IndexError) as exc:
+                    err = f"scoring failed: {type(exc).__name__}: {exc}"
+            if err:
+                n_errors += 1
+                writer.writerow([r["doc_id"], *(meta.get(c) for c in task.group_by), *([""] * len(metrics)), "", err])
+                continue
+            for s, _m in metrics:
+                values[s.name].append(per[s.name])
+            kept.append({"meta": meta, "values": per})
+            shown = sample.get("prediction", "")
+            writer.writerow(
+                [
+                    r["doc_id"],
+                    *(meta.get(c) for c in task.group_by),
+                    *(_scalar(m, per[s.name]) for s, m in metrics),
+                    shown,
+                    "",
+                ]
+            )
+    agg = {s.name: aggregate_metric(m, values[s.name]) for s, m in metrics}
+    groups: dict[str, dict[str, dict[str, MetricValue]]] = {}
+    for col in task.group_by:
+        members: dict[str, list[dict[str, Any]]] = {}
+        for k in kept:
+            members.setdefault(str(k["meta"].get(col)), []).append(k)
+        groups[col] = {
+            g: {s.name: aggregate_metric(m, [k["values"][s.name] for k in ks], bootstrap_iters=200) for s, m in metrics}
+            for g, ks in sorted(members.items())
+        }
+    result = TaskResult(
+        task.task, task.version, task.kind, str(rows[0].get("model", model or "")), len(rows), n_errors, agg, groups
+    )
+    (results_dir / f"{task.task}.json").write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n")
+    return result

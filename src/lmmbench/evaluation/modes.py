@@ -1,0 +1,207 @@
+"""`lmmbench eval`: the config, the backends, and AISBench's modes all / infer / eval.
+
+A run lives in ``<out_dir>/<timestamp>/`` with ``logs/``, ``predictions/`` (one jsonl per task),
+``results/`` (per-sample metrics and aggregates per task) and ``summary/``. ``--resume latest`` (or a
+timestamp) reuses a run folder: `infer` skips samples already predicted, `eval` rescored them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import platform
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lmmbench.backends.scoring import ScoringBackend
+from lmmbench.core.errors import UserError
+from lmmbench.evaluation.aggregate import write_summary
+from lmmbench.evaluation.evaluate import TaskResult, evaluate_task
+from lmmbench.evaluation.runner import InferStats, run_infer
+from lmmbench.evaluation.task_config import TaskConfig
+from lmmbench.evaluation.task_registry import resolve_task
+
+__all__ = ["EvalConfig", "EvalRun", "make_backend", "run_eval"]
+
+log = logging.getLogger(__name__)
+runlog = logging.getLogger("lmmbench.evaluation.runlog")  # the run's own log file, never the console
+runlog.propagate = False
+runlog.setLevel(logging.INFO)
+
+
+class EvalConfig(BaseModel):
+    """Evaluate a model on accuracy tasks (modes: all = infer + eval + summary; infer; eval)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(None, description="tiny model name, local model dir, or http(s):// endpoint URL")
+    tasks: list[str] = Field(description="task names (see `lmmbench tasks`) or task YAML files")
+    mode: Literal["all", "infer", "eval"] = "all"
+    out_dir: Path = Field(Path("outputs/eval"), description="runs go to <out-dir>/<timestamp>/")
+    resume: str | None = Field(None, description="'latest' or a run folder name to resume / re-score")
+    batch_size: int = Field(16, ge=1, description="requests per forward (equal lengths only unless --pad-batches)")
+    pad_batches: bool = Field(False, description="right-pad mixed lengths into one batch (faster, ~1e-6 drift)")
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    limit: int | None = Field(None, ge=1, description="only the first N samples of each task")
+    num_fewshot: int | None = Field(None, ge=0, description="override the tasks' few-shot count")
+    group_by: list[str] = Field(default_factory=list, description="extra metadata columns to aggregate by")
+    served_model: str | None = Field(None, description="model name on the endpoint (default: first of /v1/models)")
+    tokenizer: str | None = Field(None, description="local tokenizer (model name or dir) for an endpoint")
+    max_length: int | None = Field(None, ge=8, description="context length (default: from the model config)")
+    concurrency: int = Field(8, ge=1, description="parallel requests to an endpoint")
+
+
+class EvalRun(BaseModel):
+    """Where a run went and what it produced."""
+
+    run_dir: Path
+    infer: list[dict[str, Any]] = Field(default_factory=list)
+    results: list[dict[str, Any]] = Field(default_factory=list)
+
+
+def _served_model(url: str) -> str:
+    import urllib.request
+
+    base = url.rstrip("/")
+    if not base.endswith("/v1"):
+        base += "/v1"
+    try:
+        with urllib.request.urlopen(f"{base}/models", timeout=10) as resp:
+            data = json.loads(resp.read())
+        return str(data["data"][0]["id"])
+    except Exception as exc:
+        raise UserError(f"{base}/models: cannot list the served models ({exc}); pass --served-model") from None
+
+
+def make_backend(cfg: EvalConfig) -> ScoringBackend:
+    """The scoring backend for ``cfg.model``: an endpoint URL or an in-process model."""
+    if cfg.model is None:
+        raise UserError("--model is required for modes all and infer")
+    if cfg.model.startswith(("http://", "https://")):
+        from lmmbench.backends.scoring_openai import OpenAIScorer
+
+        if cfg.tokenizer is None:
+            raise UserError("--tokenizer <model name or dir> is required with an endpoint URL (token-level scoring)")
+        from transformers import AutoTokenizer
+
+        from lmmbench.models import resolve_model
+
+        tok = AutoTokenizer.from_pretrained(str(resolve_model(cfg.tokenizer).path))
+        return OpenAIScorer(
+            cfg.model,
+            cfg.served_model or _served_model(cfg.model),
+            tok,
+            max_length=cfg.max_length or 2048,
+            concurrency=cfg.concurrency,
+        )
+    from lmmbench.backends.scoring import InProcessScorer
+    from lmmbench.models import load_model
+
+    loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    return InProcessScorer(loaded, batch_size=cfg.batch_size, max_length=cfg.max_length, pad_batches=cfg.pad_batches)
+
+
+def _run_dir(cfg: EvalConfig) -> Path:
+    if cfg.resume is None:
+        if cfg.mode == "eval":
+            raise UserError("--mode eval scores an existing run: pass --resume latest or --resume <run folder>")
+        stamp = _dt.datetime.now().strftime("%Y%m%d_%H%M%S")
+        run = cfg.out_dir / stamp
+        n = 1
+        while run.exists():
+            n += 1
+            run = cfg.out_dir / f"{stamp}_{n}"
+        return run
+    if cfg.resume == "latest":
+        runs = sorted(p for p in cfg.out_dir.glob("*") if (p / "predictions").is_dir())
+        if not runs:
+            raise UserError(f"{cfg.out_dir}: no earlier run to resume; run without --resume first")
+        return runs[-1]
+    run = cfg.out_dir / cfg.resume
+    if not run.is_dir():
+        raise UserError(f"{run}: no such run folder to resume")
+    return run
+
+
+def _tasks(cfg: EvalConfig) -> list[TaskConfig]:
+    if not cfg.tasks:
+        raise UserError("--tasks: give at least one task name or YAML file (see `lmmbench tasks`)")
+    out = []
+    for name in cfg.tasks:
+        task = resolve_task(name)
+        updates: dict[str, Any] = {}
+        if cfg.limit is not None:
+            updates["data"] = task.data.model_copy(update={"limit": cfg.limit})
+        if cfg.num_fewshot is not None:
+            updates["fewshot"] = task.fewshot.model_copy(update={"num": cfg.num_fewshot})
+        if cfg.group_by:
+            updates["group_by"] = list(dict.fromkeys([*task.group_by, *cfg.group_by]))
+        out.append(task.model_copy(update=updates))
+    return out
+
+
+def _environment() -> dict[str, Any]:
+    import importlib.metadata as md
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": platform.processor(),
+    }
+    for pkg in ("lmmbench", "torch", "transformers"):
+        try:
+            env[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            env[pkg] = None
+    return env
+
+
+def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
+    """Run ``cfg.mode`` on every task; returns the run folder and what was done."""
+    tasks = _tasks(cfg)
+    run_dir = _run_dir(cfg)
+    for sub in ("logs", "predictions", "results", "summary"):
+        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(run_dir / "logs" / f"{cfg.mode}.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("lmmbench")
+    root.addHandler(handler)  # warnings of the run go to its log file too
+    runlog.addHandler(handler)
+    try:
+        (run_dir / "logs" / f"config_{cfg.mode}.json").write_text(
+            json.dumps({"config": cfg.model_dump(mode="json"), "environment": _environment()}, indent=2) + "\n"
+        )
+        run = EvalRun(run_dir=run_dir)
+        if cfg.mode in ("all", "infer"):
+            backend = make_backend(cfg)
+            for task in tasks:
+                stats = _infer_one(task, backend, run_dir, show_progress)
+                runlog.info("infer %s: %s", task.task, stats)
+                run.infer.append(stats.__dict__)
+        if cfg.mode in ("all", "eval"):
+            results: list[TaskResult] = []
+            for task in tasks:
+                pred = run_dir / "predictions" / f"{task.task}.jsonl"
+                results.append(evaluate_task(task, pred, run_dir / "results"))
+            write_summary(results, run_dir / "summary", title=f"lmmbench eval — {run_dir.name}")
+            run.results = [r.to_json() for r in results]
+        return run
+    finally:
+        root.removeHandler(handler)
+        runlog.removeHandler(handler)
+        handler.close()
+
+
+def _infer_one(task: TaskConfig, backend: ScoringBackend, run_dir: Path, show_progress: bool) -> InferStats:
+    pred = run_dir / "predictions" / f"{task.task}.jsonl"
+    if not show_progress:
+        return run_infer(task, backend, pred)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        tid = bar.add_task(f"{task.task}", total=None)
+        return run_infer(task, backend, pred, progress=lambda n: bar.advance(tid, n))

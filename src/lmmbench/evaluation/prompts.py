@@ -1,0 +1,162 @@
+"""Prompt rendering in sandboxed Jinja2 and few-shot contexts, with lm-evaluation-harness semantics.
+
+``doc_to_text`` / ``doc_to_target`` / ``doc_to_choice`` are a column name or a Jinja2 template.
+A target that renders to digits is an index into the choices; a choice template must render to a
+Python list literal. The few-shot context is
+``description + Σ(text_i + target_delimiter + answer_i + fewshot_delimiter) + text``, the examples
+drawn with one ``random.Random(seed)`` walked over the samples in order (n + 1 drawn and the
+evaluated sample removed when the pool is the evaluated set), exactly as lm-evaluation-harness 0.4.13.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from lmmbench.core.errors import UserError
+from lmmbench.evaluation.task_config import TaskConfig
+
+__all__ = ["PromptRenderer", "RenderedSample"]
+
+
+def _regex_replace(value: str, pattern: str, repl: str, count: int = 0) -> str:
+    return re.sub(pattern, repl, value, count=count)
+
+
+@dataclass
+class RenderedSample:
+    """Everything the model is asked for one sample, before tokenisation."""
+
+    doc_id: int
+    context: str
+    target: Any  # str, int index (MC) or list of str
+    choices: list[str] | None
+    gold: int | None
+    references: list[str]
+
+
+class PromptRenderer:
+    """Renders the prompts of one task over its samples."""
+
+    def __init__(self, task: TaskConfig, columns: set[str]) -> None:
+        from jinja2 import StrictUndefined
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        self.task = task
+        self.columns = columns
+        self.env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)
+        self.env.filters["regex_replace"] = _regex_replace
+        self._compiled: dict[str, Any] = {}
+
+    def _render(self, field: str, template: str, doc: dict[str, Any], doc_id: int) -> str:
+        from jinja2 import TemplateError
+
+        try:
+            tpl = self._compiled.get(template)
+            if tpl is None:
+                tpl = self.env.from_string(template)
+                self._compiled[template] = tpl
+            return str(tpl.render(**doc))
+        except TemplateError as exc:
+            line = getattr(exc, "lineno", None)
+            where = f" (template line {line})" if line else ""
+            raise UserError(
+                f"{self.task.source_file}: field '{field}'{where}, sample {doc_id}: template error: {exc}"
+            ) from None
+
+    def text(self, doc: dict[str, Any], doc_id: int) -> str:
+        """The prompt of one sample (lm-eval's ``doc_to_text``)."""
+        t = self.task.doc_to_text
+        if t in self.columns:
+            return str(doc[t])
+        return self._render("doc_to_text", t, doc, doc_id)
+
+    def choices(self, doc: dict[str, Any], doc_id: int) -> list[str] | None:
+        """The answer choices (lm-eval's ``doc_to_choice``)."""
+        c = self.task.doc_to_choice
+        if c is None:
+            return None
+        if isinstance(c, list):
+            return [str(x) for x in c]
+        if c in self.columns:
+            value: Any = doc[c]
+        else:
+            rendered = self._render("doc_to_choice", c, doc, doc_id)
+            try:
+                value = ast.literal_eval(rendered)
+            except (ValueError, SyntaxError):
+                raise UserError(
+                    f"{self.task.source_file}: field 'doc_to_choice', sample {doc_id}: "
+                    f"must render to a list literal, got {rendered[:60]!r}"
+                ) from None
+        if isinstance(value, dict):
+            value = list(value.values())
+        if not isinstance(value, (list, tuple)) or not value:
+            raise UserError(f"{self.task.source_file}: field 'doc_to_choice', sample {doc_id}: not a list of choices")
+        return [str(x) for x in value]
+
+    def target(self, doc: dict[str, Any], doc_id: int) -> Any:
+        """The answer (lm-eval's ``doc_to_target``): an index for MC, else text or a list of texts."""
+        t = self.task.doc_to_target
+        if t in self.columns:
+            return doc[t]
+        s = self._render("doc_to_target", t, doc, doc_id)
+        if s.isdigit() and self.task.doc_to_choice is not None:
+            return ast.literal_eval(s)
+        if len(s) >= 2 and s[0] == "[" and s[-1] == "]":
+            try:
+                return ast.literal_eval(s)
+            except (ValueError, SyntaxError):
+                return s
+        return s
+
+    def answer_text(self, target: Any, choices: list[str] | None) -> str:
+        """The answer as text, as it appears after a few-shot example."""
+        if choices and isinstance(target, int):
+            return choices[target]
+        if isinstance(target, list):
+            return str(target[0])
+        return str(target)
+
+    def render_all(self, docs: list[dict[str, Any]], pool: list[dict[str, Any]] | None = None) -> list[RenderedSample]:
+        """Render every sample in order; few-shot examples come from ``pool`` (default: ``docs``)."""
+        fs = self.task.fewshot
+        rnd = random.Random(fs.seed)
+        same_pool = pool is None
+        fs_docs = docs if pool is None else pool
+        out: list[RenderedSample] = []
+        for i, doc in enumerate(docs):
+            prefix = self.task.description
+            if fs.num > 0:
+                if same_pool:
+                    drawn = [x for x in rnd.sample(fs_docs, fs.num + 1) if x != doc][: fs.num]
+                    if len(drawn) < fs.num:
+                        drawn = rnd.sample([x for x in fs_docs if x != doc], fs.num)
+                else:
+                    drawn = rnd.sample(fs_docs, fs.num)
+                for ex in drawn:
+                    ex_choices = self.choices(ex, i)
+                    ans = self.answer_text(self.target(ex, i), ex_choices)
+                    prefix += self.text(ex, i)
+                    if ans != "":
+                        prefix += self.task.target_delimiter + ans + self.task.fewshot_delimiter
+            choices = self.choices(doc, i)
+            target = self.target(doc, i)
+            gold: int | None = None
+            if choices is not None and self.task.kind == "multiple_choice":
+                if isinstance(target, str):
+                    if target not in choices:
+                        raise UserError(
+                            f"{self.task.source_file}: sample {i}: target {target!r} is not one of the choices"
+                        )
+                    gold = choices.index(target)
+                elif isinstance(target, int) and 0 <= target < len(choices):
+                    gold = target
+                else:
+                    raise UserError(f"{self.task.source_file}: sample {i}: target {target!r} is not a choice index")
+            refs = [str(x) for x in target] if isinstance(target, list) else [self.answer_text(target, choices)]
+            out.append(RenderedSample(i, prefix + self.text(doc, i), target, choices, gold, refs))
+        return out

@@ -1,0 +1,212 @@
+"""Inference (AISBench's `infer` mode): turn samples into requests, run them, append predictions.
+
+Every sample becomes one prediction line in ``predictions/<task>.jsonl``, written and flushed as soon
+as its chunk returns. A prediction's ``key`` hashes the model, the task's name, version and
+fingerprint, the rendered prompt and the generation parameters; a rerun skips samples whose key is
+already there without an error, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lmmbench.backends.scoring import GenRequest, LLRequest, ScoringBackend
+from lmmbench.core.errors import UserError
+from lmmbench.evaluation.prompts import PromptRenderer, RenderedSample
+from lmmbench.evaluation.task_config import TaskConfig
+from lmmbench.evaluation.task_data import load_samples, read_source
+
+__all__ = ["InferStats", "SampleJob", "build_jobs", "read_predictions", "run_infer"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SampleJob:
+    """The requests of one sample and the prediction row they fill in."""
+
+    key: str
+    row: dict[str, Any]
+    ll: list[LLRequest] = field(default_factory=list)
+    rolling: str | None = None
+    gen: GenRequest | None = None
+
+
+@dataclass
+class InferStats:
+    """What one infer pass did."""
+
+    task: str
+    total: int
+    skipped: int
+    done: int
+    errors: int
+    wall_s: float
+
+
+def _media(task: TaskConfig, doc: dict[str, Any], column: str | None, doc_id: int) -> list[str]:
+    if column is None:
+        return []
+    if column not in doc:
+        raise UserError(f"{task.source_file}: sample {doc_id}: media column '{column}' is missing")
+    value = doc[column]
+    values = value if isinstance(value, list) else [value]
+    base = task.resolve(task.data.path).parent
+    out = []
+    for v in values:
+        p = Path(str(v)).expanduser()
+        out.append(str(p if p.is_absolute() else base / p))
+    return out
+
+
+def _key(model_id: str, task: TaskConfig, payload: Any) -> str:
+    blob = json.dumps([model_id, task.task, task.version, task.fingerprint(), payload], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def build_jobs(task: TaskConfig, model_id: str) -> list[SampleJob]:
+    """Render every sample of ``task`` into its requests."""
+    docs = load_samples(task)
+    columns = set().union(*(d.keys() for d in docs))
+    pool = read_source(task.fewshot.source, task) if task.fewshot.source is not None else None
+    rendered = PromptRenderer(task, columns).render_all(docs, pool)
+    jobs: list[SampleJob] = []
+    for doc, r in zip(docs, rendered, strict=True):
+        jobs.append(_job(task, model_id, doc, r))
+    return jobs
+
+
+def _job(task: TaskConfig, model_id: str, doc: dict[str, Any], r: RenderedSample) -> SampleJob:
+    images = _media(task, doc, task.image_column, r.doc_id)
+    audio = _media(task, doc, task.audio_column, r.doc_id)
+    meta = {c: doc.get(c) for c in task.group_by}
+    row: dict[str, Any] = {
+        "task": task.task,
+        "task_version": task.version,
+        "doc_id": r.doc_id,
+        "kind": task.kind,
+        "model": model_id,
+        "prompt": r.context,
+        "meta": meta,
+    }
+    if task.kind == "multiple_choice":
+        choices = r.choices or []
+        row.update(choices=choices, gold=r.gold)
+        reqs = [LLRequest(r.context, task.target_delimiter + c, images, audio) for c in choices]
+        return SampleJob(_key(model_id, task, [r.context, choices, images, audio]), row, ll=reqs)
+    if task.kind == "loglikelihood_rolling":
+        text = r.references[0] if r.references else ""
+        row.update(words=len(re.split(r"\s+", text)), bytes=len(text.encode("utf-8")))
+        return SampleJob(_key(model_id, task, [text]), row, rolling=text)
+    g = task.generation
+    gen = GenRequest(r.context, g.max_tokens, list(g.stop), images, audio, task.chat_template, task.system_prompt)
+    row.update(references=r.references)
+    payload = [r.context, images, audio, g.max_tokens, g.stop, task.chat_template, task.system_prompt]
+    return SampleJob(_key(model_id, task, payload), row, gen=gen)
+
+
+def read_predictions(path: Path) -> dict[str, dict[str, Any]]:
+    """Prediction rows by key (the last line of a key wins); unreadable lines are skipped with a warning."""
+    out: dict[str, dict[str, Any]] = {}
+    if not path.is_file():
+        return out
+    with path.open(encoding="utf-8") as fh:
+        for i, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                log.warning("%s:%d: not valid JSON, ignored (a run killed mid-write?)", path, i)
+                continue
+            if isinstance(row, dict) and "key" in row:
+                out[str(row["key"])] = row
+    return out
+
+
+def _run_chunk(backend: ScoringBackend, jobs: Sequence[SampleJob]) -> list[dict[str, Any] | BaseException]:
+    """Fill in the results of ``jobs``; one failing request fails only its own sample."""
+    out: list[dict[str, Any] | BaseException] = []
+    ll_reqs = [r for j in jobs for r in j.ll]
+    rolling = [j.rolling for j in jobs if j.rolling is not None]
+    gens = [j.gen for j in jobs if j.gen is not None]
+    ll_res: list[Any] = backend.loglikelihood(ll_reqs) if ll_reqs else []
+    roll_res: list[Any] = backend.loglikelihood_rolling(rolling) if rolling else []
+    gen_res: list[Any] = backend.generate(gens) if gens else []
+    li = ri = gi = 0
+    for j in jobs:
+        if j.ll:
+            part = ll_res[li : li + len(j.ll)]
+            li += len(j.ll)
+            bad = [x for x in part if isinstance(x, BaseException)]
+            out.append(bad[0] if bad else {"loglikelihoods": [p[0] for p in part], "is_greedy": [p[1] for p in part]})
+        elif j.rolling is not None:
+            x = roll_res[ri]
+            ri += 1
+            out.append(x if isinstance(x, BaseException) else {"loglikelihood": float(x)})
+        else:
+            x = gen_res[gi]
+            gi += 1
+            out.append(x if isinstance(x, BaseException) else {"output": str(x)})
+    return out
+
+
+def run_infer(
+    task: TaskConfig,
+    backend: ScoringBackend,
+    pred_path: Path,
+    chunk_size: int = 64,
+    progress: Callable[[int], None] | None = None,
+) -> InferStats:
+    """Run every pending sample of ``task`` and append its prediction to ``pred_path``."""
+    t0 = time.perf_counter_ns()
+    jobs = build_jobs(task, backend.model_id)
+    existing = read_predictions(pred_path)
+    pending = [j for j in jobs if j.key not in existing or existing[j.key].get("error")]
+    skipped = len(jobs) - len(pending)
+    if progress is not None and skipped:
+        progress(skipped)
+    pred_path.parent.mkdir(parents=True, exist_ok=True)
+    done = errors = 0
+    with pred_path.open("a", encoding="utf-8") as fh:
+        for start in range(0, len(pending), chunk_size):
+            chunk = pending[start : start + chunk_size]
+            c0 = time.perf_counter_ns()
+            try:
+                results = _run_chunk(backend, chunk)
+            except UserError:
+                raise
+            except Exception as exc:  # isolate the failing sample(s)
+                log.info("chunk failed (%s); retrying sample by sample", exc)
+                results = []
+                for j in chunk:
+                    try:
+                        results.extend(_run_chunk(backend, [j]))
+                    except UserError:
+                        raise
+                    except Exception as one_exc:
+                        results.append(one_exc)
+            per_ms = (time.perf_counter_ns() - c0) / 1e6 / max(1, len(chunk))
+            for j, res in zip(chunk, results, strict=True):
+                row = dict(j.row, key=j.key, elapsed_ms=round(per_ms, 3))
+                if isinstance(res, BaseException):
+                    row["error"] = f"{type(res).__name__}: {res}"
+                    errors += 1
+                else:
+                    row.update(res)
+                    row["error"] = None
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                fh.flush()
+                done += 1
+            if progress is not None:
+                progress(len(chunk))
+    wall_s = (time.perf_counter_ns() - t0) / 1e9
+    return InferStats(task.task, len(jobs), skipped, done, errors, wall_s)

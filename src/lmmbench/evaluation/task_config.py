@@ -1,0 +1,155 @@
+"""The task file: a YAML mapping validated into ``TaskConfig``.
+
+Field names follow lm-evaluation-harness (``doc_to_text``, ``doc_to_target``, ``doc_to_choice``,
+``target_delimiter``, ``fewshot_delimiter``) so that a task reads the same in both tools.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from lmmbench.core.errors import UserError
+
+__all__ = ["DataSource", "FewShot", "GenerationParams", "MetricSpec", "TaskConfig", "load_task_file"]
+
+RequestKind = Literal["generate", "multiple_choice", "loglikelihood_rolling"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataSource(_Strict):
+    """Where the samples come from."""
+
+    path: str = Field(description="jsonl/json/csv/parquet file or a `datasets` folder, relative to the YAML")
+    format: Literal["auto", "jsonl", "json", "csv", "parquet", "hf_disk"] = "auto"
+    split: str | None = Field(None, description="split of a saved DatasetDict")
+    limit: int | None = Field(None, ge=1, description="use only the first N samples")
+
+
+class FewShot(_Strict):
+    """Few-shot examples drawn with a seed (lm-evaluation-harness's sampler semantics)."""
+
+    num: int = Field(0, ge=0)
+    seed: int = 1234
+    source: DataSource | None = Field(None, description="separate few-shot pool; default: the task's samples")
+
+
+class GenerationParams(_Strict):
+    """Greedy generation settings for `generate` tasks."""
+
+    max_tokens: int = Field(32, ge=1)
+    stop: list[str] = Field(default_factory=lambda: ["\n\n"])
+    answer_regex: str | None = Field(None, description="extract the answer: first match, group `regex_group`")
+    regex_group: int = 0
+    regex_fallback: str = "[invalid]"
+    strip: bool = True
+
+
+class MetricSpec(_Strict):
+    """A metric of the registry and its options."""
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskConfig(_Strict):
+    """One evaluation task."""
+
+    task: str = Field(description="task name")
+    version: int | str = 1
+    kind: RequestKind
+    description: str = ""
+    licence: str | None = None
+    data: DataSource
+    doc_to_text: str = Field("", description="Jinja2 template or column of the prompt")
+    doc_to_target: str = Field("", description="Jinja2 template or column of the answer (index or text for MC)")
+    doc_to_choice: str | list[str] | None = Field(None, description="column, template rendering a list, or list")
+    target_delimiter: str = " "
+    fewshot_delimiter: str = "\n\n"
+    fewshot: FewShot = Field(default_factory=lambda: FewShot.model_validate({}))
+    chat_template: bool = Field(False, description="wrap the prompt in the model's chat template (generate only)")
+    system_prompt: str | None = None
+    image_column: str | None = Field(None, description="column holding an image path (relative to the data)")
+    audio_column: str | None = Field(None, description="column holding an audio path (relative to the data)")
+    generation: GenerationParams = Field(default_factory=lambda: GenerationParams.model_validate({}))
+    metrics: list[MetricSpec] = Field(default_factory=list)
+    group_by: list[str] = Field(default_factory=list, description="metadata columns to aggregate by")
+    base_dir: Path = Field(Path("."), exclude=True)
+    source_file: str = Field("<inline>", exclude=True)
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _metric_names(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [{"name": m} if isinstance(m, str) else m for m in v]
+        return v
+
+    def default_metrics(self) -> list[MetricSpec]:
+        """The metrics to compute: the configured ones, or the kind's defaults."""
+        if self.metrics:
+            return self.metrics
+        defaults = {
+            "multiple_choice": ["acc", "acc_norm"],
+            "loglikelihood_rolling": ["word_perplexity", "byte_perplexity", "bits_per_byte"],
+            "generate": ["exact_match"],
+        }[self.kind]
+        return [MetricSpec(name=n) for n in defaults]
+
+    def fingerprint(self) -> str:
+        """A short hash of everything that changes what is asked of the model."""
+        blob = json.dumps(self.model_dump(mode="json", exclude={"metrics", "group_by"}), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def resolve(self, rel: str) -> Path:
+        """A data path relative to the task file."""
+        p = Path(rel).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p)
+
+
+def _yaml_line(path: Path, text: str, loc: tuple[Any, ...]) -> str:
+    """`file:line` for the first key of ``loc`` found in the YAML text (best effort)."""
+    if loc:
+        key = str(loc[-1] if not isinstance(loc[-1], int) else loc[0])
+        for i, line in enumerate(text.splitlines(), 1):
+            if line.lstrip().startswith(f"{key}:"):
+                return f"{path}:{i}"
+    return str(path)
+
+
+def load_task_file(path: Path) -> TaskConfig:
+    """Read and validate a task YAML; every problem is one error naming the file and line or field."""
+    if not path.is_file():
+        raise UserError(f"{path}: task file not found")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{where}: not valid YAML ({problem}); fix the syntax") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a task file must be a mapping with 'task', 'kind' and 'data'")
+    data.setdefault("task", path.stem)
+    try:
+        cfg = TaskConfig.model_validate({**data, "base_dir": path.parent, "source_file": str(path)})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
+        more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise UserError(f"{_yaml_line(path, text, tuple(err['loc']))}: field '{loc}': {err['msg']}{more}") from None
+    from lmmbench.metrics.accuracy import get_metric
+
+    for m in cfg.default_metrics():
+        get_metric(m.name, cfg.kind, f"{path}: metrics")
+    if cfg.kind == "multiple_choice" and cfg.doc_to_choice is None:
+        raise UserError(f"{path}: field 'doc_to_choice' is required for multiple_choice tasks")
+    return cfg

@@ -1,0 +1,116 @@
+"""Reading task samples from local files: jsonl, json, csv, parquet, or a `datasets` folder."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from lmmbench.core.errors import UserError
+from lmmbench.evaluation.task_config import DataSource, TaskConfig
+
+__all__ = ["load_samples"]
+
+
+def _detect(path: Path) -> str:
+    if path.is_dir():
+        return "hf_disk"
+    suffix = path.suffix.lower()
+    return {".jsonl": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(suffix, "jsonl")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as fh:
+        for i, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path}:{i}: not valid JSON ({exc.msg}); one JSON object per line") from None
+            if not isinstance(row, dict):
+                raise UserError(f"{path}:{i}: expected a JSON object per line")
+            rows.append(row)
+    return rows
+
+
+def _read_json(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if isinstance(data, dict):
+        for key in ("data", "samples", "rows"):
+            if isinstance(data.get(key), list):
+                data = data[key]
+                break
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise UserError(f"{path}: expected a list of objects (or {{'data': [...]}})")
+    return data
+
+
+def _read_csv(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8", newline="") as fh:
+        return [dict(r) for r in csv.DictReader(fh)]
+
+
+def _read_parquet(path: Path) -> list[dict[str, Any]]:
+    try:
+        import pandas as pd
+    except ImportError:
+        raise UserError(f"{path}: reading parquet needs pandas and pyarrow: pip install pandas pyarrow") from None
+    try:
+        frame = pd.read_parquet(path)
+    except ImportError as exc:
+        raise UserError(f"{path}: reading parquet needs pyarrow: pip install pyarrow ({exc})") from None
+    return [dict(r) for r in frame.to_dict(orient="records")]
+
+
+def _read_hf_disk(path: Path, split: str | None) -> list[dict[str, Any]]:
+    try:
+        import datasets  # type: ignore[import-not-found]
+    except ImportError:
+        raise UserError(
+            f"{path}: a saved `datasets` folder needs the 'datasets' package: pip install datasets"
+        ) from None
+    ds = datasets.load_from_disk(str(path))
+    if isinstance(ds, datasets.DatasetDict):
+        if split is None:
+            split = "test" if "test" in ds else next(iter(ds))
+        if split not in ds:
+            raise UserError(f"{path}: no split '{split}'; splits: {', '.join(ds)}")
+        ds = ds[split]
+    return [dict(r) for r in ds]
+
+
+def read_source(src: DataSource, base: TaskConfig) -> list[dict[str, Any]]:
+    """Rows of one data source, relative paths resolved against the task file."""
+    path = base.resolve(src.path)
+    if not path.exists():
+        raise UserError(f"{base.source_file}: data.path: {path} does not exist")
+    fmt = _detect(path) if src.format == "auto" else src.format
+    try:
+        if fmt == "jsonl":
+            rows = _read_jsonl(path)
+        elif fmt == "json":
+            rows = _read_json(path)
+        elif fmt == "csv":
+            rows = _read_csv(path)
+        elif fmt == "parquet":
+            rows = _read_parquet(path)
+        else:
+            rows = _read_hf_disk(path, src.split)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read ({exc})") from None
+    if src.limit is not None:
+        rows = rows[: src.limit]
+    if not rows:
+        raise UserError(f"{path}: no samples")
+    return rows
+
+
+def load_samples(task: TaskConfig) -> list[dict[str, Any]]:
+    """The task's samples as a list of dicts, in file order."""
+    return read_source(task.data, task)

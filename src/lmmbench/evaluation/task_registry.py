@@ -1,0 +1,78 @@
+"""The task registry: shipped sample tasks, tasks in $LMMBENCH_HOME/tasks, and plugins.
+
+A registry entry is the path of a task YAML. ``resolve_task`` takes a registered name or a path to a
+YAML file; ``list_tasks`` describes every known task for ``lmmbench tasks``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmmbench.core.errors import UserError
+from lmmbench.core.registry import Registry
+from lmmbench.evaluation.task_config import TaskConfig, load_task_file
+
+__all__ = ["SHIPPED_TASKS_DIR", "TASKS", "TaskInfo", "list_tasks", "resolve_task"]
+
+SHIPPED_TASKS_DIR = Path(__file__).parent / "tasks"
+TASKS: Registry[Path] = Registry("tasks")
+_scanned: set[Path] = set()
+
+
+def _user_tasks_dir() -> Path:
+    home = os.environ.get("LMMBENCH_HOME")
+    return (Path(home) if home else Path.home() / ".cache" / "lmmbench") / "tasks"
+
+
+def _scan() -> None:
+    for folder in (SHIPPED_TASKS_DIR, _user_tasks_dir()):
+        if folder in _scanned or not folder.is_dir():
+            continue
+        _scanned.add(folder)
+        for path in sorted(folder.glob("*.yaml")):
+            if path.stem not in TASKS:
+                TASKS.add(path.stem, path)
+
+
+@dataclass
+class TaskInfo:
+    """One line of ``lmmbench tasks``."""
+
+    name: str
+    kind: str
+    samples: int | None
+    metrics: list[str]
+    path: Path
+    licence: str | None
+    error: str | None = None
+
+
+def resolve_task(name_or_path: str) -> TaskConfig:
+    """A task by registered name, or from a YAML path."""
+    p = Path(name_or_path).expanduser()
+    if p.suffix in (".yaml", ".yml") or p.is_file():
+        return load_task_file(p)
+    _scan()
+    if name_or_path not in TASKS:
+        known = ", ".join(TASKS.names()) or "(none)"
+        raise UserError(f"unknown task '{name_or_path}' (not a registered name nor a YAML file); known: {known}")
+    return load_task_file(TASKS.get(name_or_path))
+
+
+def list_tasks() -> list[TaskInfo]:
+    """Every registered task, with its kind and sample count (or the error that stops it loading)."""
+    from lmmbench.evaluation.task_data import load_samples
+
+    _scan()
+    out = []
+    for name in TASKS.names():
+        path = TASKS.get(name)
+        try:
+            cfg = load_task_file(path)
+            n: int | None = len(load_samples(cfg))
+            out.append(TaskInfo(name, cfg.kind, n, [m.name for m in cfg.default_metrics()], path, cfg.licence))
+        except UserError as exc:
+            out.append(TaskInfo(name, "?", None, [], path, None, str(exc)))
+    return out
