@@ -1,10 +1,111 @@
-"""`lmmbench` commands for this feature (placeholder until the feature lands)."""
+"""`lmmbench run <spec>` and `lmmbench specs`: run a named experiment, write its files.
+
+One sub-command per registered spec, its options derived from the spec's options model.
+Output: ``<out-dir>/<spec>/{<spec>_results.csv, <spec>_summary.csv, <spec>_plot.png,
+<spec>_analysis.json, run.json}``.
+"""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+from typing import Any
+
 import typer
+
+from lmmbench.config.cli_options import command_from_model
+
+__all__ = ["register", "run_spec"]
+
+log = logging.getLogger(__name__)
+
+
+def run_spec(spec_name: str, options: Any) -> Path:
+    """Run ``spec_name`` with validated ``options``; returns ``<out-dir>/<spec>``."""
+    from lmmbench.core.clock import wall_label
+    from lmmbench.reports import ResultsCsv, build_analysis, read_rows, run_record, write_json, write_summary
+    from lmmbench.reports.plots import plot_breakdown
+    from lmmbench.specs import BASE_COLUMNS, SPECS, RunStats, SpecContext, UnifiedRunner
+
+    spec = SPECS.get(spec_name)()
+    spec_dir = Path(options.out_dir) / spec.name
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    ctx = SpecContext(options=options, spec_dir=spec_dir)
+    started = wall_label()
+    results_path = spec_dir / f"{spec.name}_results.csv"
+    stats = RunStats()
+    interrupted = False
+    try:
+        cases = spec.setup(ctx)
+        extras = list(dict.fromkeys(k for c in cases for k in c.extra))
+        columns = list(dict.fromkeys([*BASE_COLUMNS, *extras, *spec.columns]))
+        with ResultsCsv(results_path, columns, resume=options.resume) as sink:
+            runner = UnifiedRunner(spec, ctx, sink.append, done=sink.done)
+            try:
+                stats = runner.run(cases, options.repeats, options.warmup, clear_cache=options.clear_cache,
+                                   progress=options.progress)
+            except KeyboardInterrupt:
+                interrupted = True
+    finally:
+        spec.teardown(ctx)
+    rows: list[dict[str, Any]] = [dict(r) for r in read_rows(results_path)]
+    fields = [c for c in read_rows_header(results_path) if c not in BASE_COLUMNS]
+    write_summary(rows, fields, spec_dir / f"{spec.name}_summary.csv")
+    analysis = build_analysis(spec.name, rows, spec.stage_fields, spec.fit_pairs, spec.total_field,
+                              spec.unattributed_field)
+    analysis.update(spec.findings(rows, analysis))
+    write_json(analysis, spec_dir / f"{spec.name}_analysis.json")
+    plot_breakdown(rows, spec.stage_fields, spec.fit_pairs, spec_dir / f"{spec.name}_plot.png",
+                   title=f"{spec.name}: {options.model}")
+    config = {"spec": spec.name, **options.model_dump(mode="json")}
+    run_stats = {"ok": stats.ok, "failed": stats.failed, "skipped_already_done": stats.skipped,
+                 "interrupted": interrupted}
+    write_json(run_record(spec.name, config, ctx.environment, started, run_stats), spec_dir / "run.json")
+    _report(spec_dir, spec.name, stats, analysis)
+    if interrupted:
+        raise KeyboardInterrupt
+    return spec_dir
+
+
+def read_rows_header(path: Path) -> list[str]:
+    """The header of a CSV file."""
+    import csv
+
+    with path.open(newline="", encoding="utf-8") as fh:
+        return next(csv.reader(fh), [])
+
+
+def _report(spec_dir: Path, name: str, stats: Any, analysis: dict[str, Any]) -> None:
+    typer.echo(f"{name}: {stats.ok} measured, {stats.failed} failed, {stats.skipped} already done -> {spec_dir}")
+    una = analysis.get("unattributed")
+    if una and una.get("max_pct_per_sample") is not None:
+        typer.echo(f"  unattributed: worst sample {una['max_pct_per_sample']:.2f} % of ttft_ms "
+                   f"(goal <= {una['goal_pct']:g} %)")
+    for key, fit in analysis.get("fits", {}).items():
+        if fit.get("r2") is not None and fit.get("n_samples", 0) >= 3:
+            typer.echo(f"  fit {key}: {fit['slope_ms_per_unit']:.4g} ms/unit, R2={fit['r2']:.3f}")
+    if stats.failed:
+        first: dict[str, Any] = next(iter(analysis.get("failures", [])), {})
+        typer.echo(f"  {stats.failed} row(s) failed, e.g. {first.get('sample_id')}: {first.get('error')}", err=True)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this feature's commands to ``app``."""
-    del app
+    """Add ``run <spec>`` (one sub-command per spec) and ``specs``."""
+    from lmmbench.specs import SPECS
+
+    run_app = typer.Typer(help="Run a named experiment (spec); `lmmbench specs` lists them.",
+                          no_args_is_help=True)
+    for name in SPECS.names():
+        spec_cls = SPECS.get(name)
+
+        def handler(opts: Any, _name: str = name) -> None:
+            run_spec(_name, opts)
+
+        command_from_model(run_app, name, spec_cls.options_model, handler, help=spec_cls.help)
+    app.add_typer(run_app, name="run")
+
+    @app.command("specs")
+    def list_specs() -> None:
+        """List the registered specs."""
+        for spec_name in SPECS.names():
+            typer.echo(f"{spec_name:20s} {SPECS.get(spec_name).help}")

@@ -1,1 +1,20 @@
-"""lmmbench.reports (see docs/architecture.md)."""
+"""Writers of a run's files: results CSV (appended as measured), summary, analysis, plot, run.json."""
+
+from lmmbench.reports.analysis import build_analysis, write_json
+from lmmbench.reports.results_csv import ResultsCsv, numeric, read_rows
+from lmmbench.reports.run_info import capture_environment, git_commit, run_record
+from lmmbench.reports.summary import describe, per_sample_medians, write_summary
+
+__all__ = [
+    "ResultsCsv",
+    "build_analysis",
+    "capture_environment",
+    "describe",
+    "git_commit",
+    "numeric",
+    "per_sample_medians",
+    "read_rows",
+    "run_record",
+    "write_json",
+    "write_summary",
+]

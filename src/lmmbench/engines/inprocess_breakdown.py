@@ -1,0 +1,122 @@
+"""In-process measurement of one sample: decode (extract_ms) -> pack (pack_ms, audio_feature_ms)
+-> ``generate(max_new_tokens=1)`` with stage hooks -> one row of seed-000 fields.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lmmbench.engines.breakdown import BreakdownResult, run_generate_with_breakdown
+from lmmbench.media.extract import ExtractedAV, extract_sample
+from lmmbench.media.pack import PackedInputs, pack_inputs, token_stats
+from lmmbench.profiling.hooks import StageHooks
+
+__all__ = ["BREAKDOWN_FIELDS", "InProcessBreakdown", "SampleMedia"]
+
+# the field names of seed 000, section 4, in its order
+BREAKDOWN_FIELDS = (
+    "extract_ms",
+    "pack_ms",
+    "audio_feature_ms",
+    "preprocess_ms",
+    "visual_encoder_ms",
+    "audio_encoder_ms",
+    "prefill_ms",
+    "llm_prefill_ms",
+    "others_ms",
+    "ttft_ms",
+    "visual_tokens",
+    "audio_tokens",
+    "text_tokens",
+    "total_tokens",
+    "duration",
+    "mel_frames",
+)
+
+
+@dataclass
+class SampleMedia:
+    """What one sample is made of: a prompt and optional media paths."""
+
+    prompt: str
+    video: Path | None = None
+    image: Path | None = None
+    audio: Path | None = None
+    video_audio: bool = True  # use the video's audio track when no audio file is given
+    audio_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class InProcessBreakdown:
+    """A loaded model with stage hooks installed, measuring samples one at a time."""
+
+    def __init__(self, loaded: Any, hooks: bool = True, video_fps: float = 2.0, max_frames: int = 64) -> None:
+        self.loaded = loaded
+        self.device = loaded.device
+        self.hooks: StageHooks | None = StageHooks(loaded.model, loaded.ref.family).install() if hooks else None
+        self.video_fps = video_fps
+        self.max_frames = max_frames
+
+    @property
+    def timer_kind(self) -> str:
+        return "cuda_event" if getattr(self.device, "type", "") == "cuda" else "perf_counter_ns"
+
+    def close(self) -> None:
+        """Remove the hooks (the model is left exactly as loaded)."""
+        if self.hooks is not None:
+            self.hooks.remove()
+
+    def clear_cache(self) -> None:
+        """Between repeats: collect garbage, empty the CUDA cache, reset rope deltas."""
+        gc.collect()
+        if getattr(self.device, "type", "") == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def extract(self, media: SampleMedia) -> ExtractedAV:
+        return extract_sample(
+            media.video,
+            media.image,
+            media.audio,
+            fps=self.video_fps,
+            max_frames=self.max_frames,
+            use_video_audio=media.video_audio,
+        )
+
+    def pack(self, media: SampleMedia, av: ExtractedAV) -> PackedInputs:
+        return pack_inputs(self.loaded.processor, self.loaded.tokenizer, media.prompt, av, media.audio_kwargs)
+
+    def measure(self, media: SampleMedia) -> dict[str, Any]:
+        """One full measurement of a sample: every seed field, the split of others, metadata."""
+        av = self.extract(media)
+        packed = self.pack(media, av)
+        result = self.generate(packed)
+        stats = token_stats(packed.inputs["input_ids"], self.loaded.tokenizer)
+        row: dict[str, Any] = {
+            "extract_ms": av.extract_ms,
+            "pack_ms": packed.pack_ms,
+            "audio_feature_ms": packed.audio_feature_ms,
+            "preprocess_ms": av.extract_ms + packed.pack_ms + packed.audio_feature_ms,
+            **result.fields,
+            "visual_tokens": stats.visual_tokens,
+            "audio_tokens": stats.audio_tokens,
+            "text_tokens": stats.text_tokens,
+            "total_tokens": stats.total_tokens,
+            "duration": av.duration,
+            "mel_frames": packed.mel_frames,
+            "mel_valid_frames": packed.mel_valid_frames,
+            "video_frames": int(av.frames.shape[0]) if av.frames is not None else 0,
+            "ttft_wall_ms": result.ttft_wall_ms,
+            "timer": result.timer,
+            "first_token_id": int(result.output_ids[0, -1]),
+        }
+        if result.hook_errors:
+            row["hook_errors"] = "; ".join(result.hook_errors)
+        return row
+
+    def generate(self, packed: PackedInputs) -> BreakdownResult:
+        return run_generate_with_breakdown(self.loaded.model, packed.inputs, self.device, self.hooks)

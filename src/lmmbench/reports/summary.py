@@ -1,0 +1,89 @@
+"""Summary statistics (mean / std / p50 / p90 / p99) per sample, per group and overall."""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lmmbench.reports.results_csv import numeric
+
+__all__ = ["SUMMARY_COLUMNS", "describe", "numeric_fields", "per_sample_medians", "quantile", "write_summary"]
+
+SUMMARY_COLUMNS = ("level", "key", "field", "n", "mean", "std", "p50", "p90", "p99")
+_NOT_STATS = {"repeat", "first_token_id", "level"}
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile (q in [0, 1]) of unsorted values; NaN when empty."""
+    vals = sorted(values)
+    if not vals:
+        return math.nan
+    pos = q * (len(vals) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+
+
+def describe(values: Sequence[float]) -> dict[str, float]:
+    """n, mean, std (sample), p50, p90, p99 of the finite values."""
+    vals = [v for v in values if math.isfinite(v)]
+    if not vals:
+        return {"n": 0, "mean": math.nan, "std": math.nan, "p50": math.nan, "p90": math.nan, "p99": math.nan}
+    return {
+        "n": len(vals),
+        "mean": statistics.fmean(vals),
+        "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+        "p50": quantile(vals, 0.5),
+        "p90": quantile(vals, 0.9),
+        "p99": quantile(vals, 0.99),
+    }
+
+
+def numeric_fields(rows: list[dict[str, Any]], candidates: Sequence[str]) -> list[str]:
+    """The candidate fields that hold a number in at least one row."""
+    return [f for f in candidates if f not in _NOT_STATS
+            and any(math.isfinite(numeric(r.get(f))) for r in rows)]
+
+
+def _ok(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("status") == "ok"]
+
+
+def per_sample_medians(rows: list[dict[str, Any]], fields: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """sample_id -> {field: median over ok repeats, 'group': group}, in first-seen order."""
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for r in _ok(rows):
+        by_id.setdefault(str(r.get("sample_id")), []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for sid, rs in by_id.items():
+        med: dict[str, Any] = {"group": rs[0].get("group", ""), "n": len(rs)}
+        for f in fields:
+            vals = [numeric(r.get(f)) for r in rs]
+            vals = [v for v in vals if math.isfinite(v)]
+            med[f] = quantile(vals, 0.5) if vals else math.nan
+        out[sid] = med
+    return out
+
+
+def write_summary(rows: list[dict[str, Any]], fields: Sequence[str], path: Path) -> Path:
+    """Write ``<spec>_summary.csv``: statistics of each numeric field per sample, group and overall."""
+    ok = _ok(rows)
+    fields = numeric_fields(ok, fields)
+    levels: list[tuple[str, str, list[dict[str, Any]]]] = []
+    for key in dict.fromkeys(str(r.get("sample_id")) for r in ok):
+        levels.append(("sample", key, [r for r in ok if str(r.get("sample_id")) == key]))
+    for key in dict.fromkeys(str(r.get("group", "")) for r in ok):
+        levels.append(("group", key, [r for r in ok if str(r.get("group", "")) == key]))
+    levels.append(("all", "all", ok))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(SUMMARY_COLUMNS)
+        for level, key, rs in levels:
+            for f in fields:
+                d = describe([numeric(r.get(f)) for r in rs])
+                writer.writerow([level, key, f, d["n"], *(f"{d[s]:.6g}" for s in ("mean", "std", "p50", "p90", "p99"))])
+    return path

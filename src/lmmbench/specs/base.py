@@ -1,0 +1,109 @@
+"""The spec API: a named experiment = options model + cases + ``run_once`` + what to fit and plot.
+
+A spec is a class registered in ``SPECS`` (third-party packages add theirs through the
+``lmmbench.specs`` entry-point group). ``lmmbench run <name>`` derives its options from
+``options_model``, calls ``setup`` for the cases, runs every case ``warmup`` + ``repeats``
+times through ``UnifiedRunner`` (each measured row appended to the results CSV at once), then
+writes the summary, analysis, plot and run.json from the declared ``stage_fields`` /
+``fit_pairs``. See docs/ttft-breakdown.md, "Adding a spec".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lmmbench.core.registry import Registry
+
+__all__ = ["SPECS", "Case", "RunOptions", "Spec", "SpecContext", "register_spec"]
+
+
+class RunOptions(BaseModel):
+    """Options shared by every spec (the seed's common parser)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("tiny-omni", description="Built-in model name (tiny-omni, tiny-vl, tiny-llm) or a local "
+                       "Hugging Face model directory.")
+    manifest: Path | None = Field(None, description="Manifest CSV (id, video, image, audio, prompt, extras...); "
+                                  "default: the synthetic set, generated on first use.")
+    out_dir: Path = Field(Path("results"), description="Results go to <out-dir>/<spec>/.")
+    repeats: int = Field(5, ge=1, description="Measured repeats per sample.")
+    warmup: int = Field(1, ge=0, description="Unrecorded warm-up runs per sample before the repeats.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the model runs.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Model dtype (auto: bfloat16 on CUDA, float32 on CPU).")
+    resume: bool = Field(False, description="Keep the existing results file and skip rows already measured.")
+    seed: int = Field(0, description="Seed of the synthetic set and of torch.")
+    limit: int | None = Field(None, ge=1, description="Measure only the first N samples.")
+    video_fps: float = Field(2.0, gt=0, description="Frames sampled per second of video.")
+    max_frames: int = Field(64, ge=2, description="At most this many video frames per sample.")
+    hooks: bool = Field(True, description="Stage hooks on (off: TTFT only, for overhead checks).")
+    clear_cache: bool = Field(True, description="gc + CUDA cache clearing between repeats.")
+    progress: bool = Field(True, description="Show a progress bar.")
+
+
+@dataclass
+class Case:
+    """One sample of a spec: an id, a group label, spec-owned params, extras carried into results."""
+
+    id: str
+    group: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SpecContext:
+    """What a spec sees while it runs."""
+
+    options: RunOptions
+    spec_dir: Path
+    state: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)  # merged into run.json
+
+
+class Spec:
+    """Base class of specs; override ``setup`` and ``run_once`` at least."""
+
+    name: ClassVar[str] = ""
+    help: ClassVar[str] = ""
+    options_model: ClassVar[type[RunOptions]] = RunOptions
+    columns: ClassVar[tuple[str, ...]] = ()  # measured fields, in CSV order
+    stage_fields: ClassVar[tuple[str, ...]] = ()  # stacked per-sample bars, and shares of total_field
+    total_field: ClassVar[str] = "ttft_ms"
+    fit_pairs: ClassVar[tuple[tuple[str, str], ...]] = ()  # (y, x): linear fit y = slope * x + intercept
+    unattributed_field: ClassVar[str | None] = None
+
+    def setup(self, ctx: SpecContext) -> list[Case]:
+        """Load what the spec needs (into ``ctx.state``) and return its cases."""
+        raise NotImplementedError
+
+    def run_once(self, ctx: SpecContext, case: Case) -> dict[str, Any]:
+        """Measure ``case`` once; return its fields. An exception fails this row only."""
+        raise NotImplementedError
+
+    def clear_cache(self, ctx: SpecContext) -> None:
+        """Called between repeats (when --clear-cache)."""
+
+    def teardown(self, ctx: SpecContext) -> None:
+        """Called once after the last case, even after an error."""
+
+    def findings(self, rows: list[dict[str, Any]], analysis: dict[str, Any]) -> dict[str, Any]:
+        """Spec-specific additions to the analysis file."""
+        del rows, analysis
+        return {}
+
+
+SPECS: Registry[type[Spec]] = Registry("specs")
+
+
+def register_spec(cls: type[Spec]) -> type[Spec]:
+    """Class decorator: register a spec under its ``name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    SPECS.add(cls.name, cls)
+    return cls

@@ -1,0 +1,132 @@
+"""``ttft-breakdown``: the stage-level TTFT breakdown of seed 000 over a manifest (or the synthetic set)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from lmmbench.engines.inprocess_breakdown import BREAKDOWN_FIELDS, InProcessBreakdown, SampleMedia
+from lmmbench.media.manifest import ManifestRow, load_manifest
+from lmmbench.profiling.stages import OTHERS_PARTS
+from lmmbench.specs.base import Case, Spec, SpecContext, register_spec
+
+__all__ = ["BREAKDOWN_COLUMNS", "InProcessSpec", "TTFTBreakdownSpec", "synthetic_manifest"]
+
+log = logging.getLogger(__name__)
+
+BREAKDOWN_COLUMNS = (
+    *BREAKDOWN_FIELDS,
+    *OTHERS_PARTS,
+    "unattributed_pct",
+    "mel_valid_frames",
+    "video_frames",
+    "ttft_wall_ms",
+    "timer",
+    "first_token_id",
+    "hook_errors",
+)
+STAGES = ("visual_encoder_ms", "audio_encoder_ms", "prefill_ms", *OTHERS_PARTS)
+
+
+def synthetic_manifest(seed: int) -> Path:
+    """The synthetic set of ``seed`` under $LMMBENCH_HOME/media (generated on first use)."""
+    from lmmbench.media.synth import SynthConfig, synth_media
+    from lmmbench.models import lmmbench_home
+
+    root = lmmbench_home() / "media" / f"synth-seed{seed}"
+    manifest = root / "manifest.csv"
+    if not manifest.is_file():
+        synth_media(root, SynthConfig(seed=seed))
+    return manifest
+
+
+class InProcessSpec(Spec):
+    """Shared set-up of in-process specs: load the model, install hooks, seed torch."""
+
+    stage_fields = STAGES
+    unattributed_field = "others_unattributed_ms"
+
+    def engine(self, ctx: SpecContext) -> InProcessBreakdown:
+        eng = ctx.state.get("engine")
+        if eng is None:
+            raise RuntimeError("the engine is not loaded (setup was not called)")
+        assert isinstance(eng, InProcessBreakdown)
+        return eng
+
+    def load(self, ctx: SpecContext) -> InProcessBreakdown:
+        import torch
+
+        from lmmbench.models import load_model
+
+        opts = ctx.options
+        torch.manual_seed(opts.seed)
+        loaded = load_model(opts.model, device=opts.device, dtype=opts.dtype)
+        eng = InProcessBreakdown(loaded, hooks=opts.hooks, video_fps=opts.video_fps, max_frames=opts.max_frames)
+        ctx.state["engine"] = eng
+        mods = eng.hooks.modules if eng.hooks is not None else None
+        ctx.environment.update(
+            model={"name": loaded.ref.name, "path": str(loaded.ref.path), "family": loaded.ref.family,
+                   "class": type(loaded.model).__name__, "dtype": str(loaded.dtype), "device": str(loaded.device)},
+            timer=eng.timer_kind,
+            hooks={"enabled": opts.hooks, "module_paths": mods.paths if mods is not None else {}},
+        )
+        return eng
+
+    def run_once(self, ctx: SpecContext, case: Case) -> dict[str, Any]:
+        media = case.params["media"]
+        assert isinstance(media, SampleMedia)
+        return self.engine(ctx).measure(media)
+
+    def clear_cache(self, ctx: SpecContext) -> None:
+        if "engine" in ctx.state:
+            self.engine(ctx).clear_cache()
+
+    def teardown(self, ctx: SpecContext) -> None:
+        eng = ctx.state.pop("engine", None)
+        if isinstance(eng, InProcessBreakdown):
+            eng.close()
+
+
+def _case(row: ManifestRow, has_vision: bool, has_audio: bool, synthetic: bool) -> Case:
+    """A case of a manifest row; on the synthetic set, media the model cannot take are dropped."""
+    video, image, audio = row.video, row.image, row.audio
+    if synthetic:
+        video = video if has_vision else None
+        image = image if has_vision else None
+        audio = audio if has_audio else None
+    media = SampleMedia(prompt=row.prompt, video=video, image=image, audio=audio)
+    parts = [n for n, p in (("video", video), ("image", image), ("audio", audio)) if p is not None]
+    extra = {"modalities": "+".join(parts) or "text", **row.extra}
+    return Case(id=row.id, group=str(row.extra.get("group") or extra["modalities"]), params={"media": media},
+                extra=extra)
+
+
+@register_spec
+class TTFTBreakdownSpec(InProcessSpec):
+    """Stage-level TTFT breakdown (preprocess / visual / audio / prefill / others) per sample."""
+
+    name = "ttft-breakdown"
+    help = "Stage-level TTFT breakdown per sample of a manifest (default: the synthetic set)."
+    columns = BREAKDOWN_COLUMNS
+    fit_pairs = (
+        ("visual_encoder_ms", "visual_tokens"),
+        ("audio_encoder_ms", "audio_tokens"),
+        ("llm_prefill_ms", "total_tokens"),
+        ("prefill_ms", "total_tokens"),
+        ("ttft_ms", "total_tokens"),
+    )
+
+    def setup(self, ctx: SpecContext) -> list[Case]:
+        opts = ctx.options
+        synthetic = opts.manifest is None
+        manifest = synthetic_manifest(opts.seed) if synthetic else Path(opts.manifest or "")
+        rows = load_manifest(manifest)
+        if opts.limit:
+            rows = rows[: opts.limit]
+        ctx.environment["manifest"] = {"path": str(manifest), "synthetic": synthetic, "rows": len(rows)}
+        eng = self.load(ctx)
+        ref = eng.loaded.ref
+        if not synthetic and eng.loaded.processor is None and any(r.modalities != "text" for r in rows):
+            log.warning("%s is a text model: rows with media will fail", ref.name)
+        return [_case(r, ref.is_multimodal, ref.has_audio, synthetic) for r in rows]
