@@ -1,10 +1,27 @@
-"""`lmmbench` commands for this feature (placeholder until the feature lands)."""
+"""`lmmbench perf [run|search]`: load-test an OpenAI-compatible server (open or closed loop)."""
 
 from __future__ import annotations
 
 import typer
 
+from lmmbench.config.cli_options import command_from_model
+from lmmbench.config.perf import PerfConfig
+
+
+def _run(cfg: PerfConfig) -> None:
+    from lmmbench.reports.perf_runner import run_perf
+
+    run_perf(cfg)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this feature's commands to ``app``."""
-    del app
+    """Add ``lmmbench perf``."""
+    command_from_model(
+        app,
+        "perf",
+        PerfConfig,
+        _run,
+        positional=("action",),
+        help="Load-test an OpenAI-compatible server: `perf` measures, `perf search` finds the highest "
+        "load meeting --slo. Results in <out-dir>/perf/<run-name>/.",
+    )

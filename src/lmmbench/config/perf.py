@@ -1,0 +1,122 @@
+"""Configuration of ``lmmbench perf``: one pydantic model, from which the CLI is derived."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = ["SLO_KEYS", "PerfConfig"]
+
+#: Per-request quantities an SLO can bound (each request must stay at or below the limit).
+SLO_KEYS = ("ttft_ms", "ttfvt_ms", "tpot_ms", "itl_ms", "e2e_ms")
+
+
+class PerfConfig(BaseModel):
+    """Load-test an OpenAI-compatible server: open-loop rate or closed-loop concurrency, streamed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["run", "search"] = Field(
+        "run", description="run: measure the given load(s); search: find the highest load meeting --slo."
+    )
+    url: str = Field("http://127.0.0.1:8000", description="Server base URL (http://host:port[/v1]).")
+    model: str | None = Field(None, description="Model name; default: the first one the server lists.")
+    endpoint: Literal["chat", "completions"] = Field("chat", description="API to call.")
+    api_key: str | None = Field(None, description="Bearer token (default: $OPENAI_API_KEY if set).")
+    # dataset
+    dataset: Literal["synthetic", "sharegpt", "jsonl", "multimodal"] = Field(
+        "synthetic", description="Where prompts come from."
+    )
+    dataset_path: Path | None = Field(None, description="JSONL (sharegpt/jsonl) or manifest CSV (multimodal).")
+    tokenizer: Path | None = Field(
+        None, description="Local tokenizer dir or tokenizer.json (exact token lengths); none: word mode."
+    )
+    input_tokens: int = Field(128, ge=1, description="Synthetic prompt length (tokens, or words in word mode).")
+    input_tokens_stddev: float = Field(0.0, ge=0, description="Normal spread of synthetic input lengths.")
+    output_tokens: int | None = Field(
+        32, ge=0, description="max_tokens per request (datasets with their own lengths: leave unset with 0)."
+    )
+    output_tokens_stddev: float = Field(0.0, ge=0, description="Normal spread of output lengths.")
+    ignore_eos: bool = Field(True, description="Ask for exactly output_tokens (ignore_eos + min_tokens).")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="Extra JSON fields for every request.")
+    system_prompt: str | None = Field(None, description="A system message for chat requests.")
+    # load
+    num_requests: int | None = Field(None, ge=1, description="Measured requests (default 100 without duration).")
+    duration_s: float | None = Field(None, gt=0, description="Measure for this long instead of a count.")
+    concurrency: int | None = Field(None, ge=1, description="Closed loop with N clients, or cap with --rate.")
+    rate: float | None = Field(None, gt=0, description="Open loop: target requests per second.")
+    arrival: Literal["constant", "poisson", "gamma"] = Field("poisson", description="Arrival process of --rate.")
+    burstiness: float = Field(1.0, gt=0, description="Gamma shape (1 = Poisson, <1 burstier).")
+    rates: list[float] = Field(default_factory=list, description="Sweep of open-loop rates.")
+    concurrencies: list[int] = Field(default_factory=list, description="Sweep of concurrencies.")
+    warmup_requests: int = Field(0, ge=0, description="Requests sent before measuring, kept out of metrics.")
+    workers: int = Field(1, ge=1, le=64, description="Client processes; each owns a slice of one schedule.")
+    timeout_s: float = Field(600.0, gt=0, description="Per-request time-out.")
+    seed: int = Field(0, description="Seed of prompts, lengths and arrivals.")
+    spin_us: float = Field(1000.0, ge=0, description="Busy-wait (yielding to I/O) this long before each send.")
+    loop: Literal["auto", "asyncio", "uvloop"] = Field("auto", description="Event loop (auto: uvloop if there).")
+    continuous_usage: bool = Field(True, description="Ask for per-chunk usage when the server accepts it.")
+    # SLOs and search
+    slo: dict[str, float] = Field(default_factory=dict, description="e.g. ttft_ms=500,tpot_ms=50")
+    slo_attainment: float = Field(0.9, gt=0, le=1, description="Fraction of requests that must meet the SLOs.")
+    search_mode: Literal["rate", "concurrency"] = Field("rate", description="What perf search varies.")
+    search_low: float = Field(1.0, gt=0, description="Lowest load tried by perf search.")
+    search_high: float = Field(1000.0, gt=0, description="Highest load tried by perf search.")
+    search_iterations: int = Field(7, ge=1, le=30, description="Probes after the bracket (bisection steps).")
+    # workloads and output
+    workload: Path | None = Field(None, description="Workload YAML, or a ByteMLPerf workload JSON.")
+    server_cmd: str | None = Field(
+        None, description="Command that starts the server, with {tp}/{batch}/{port}; run per tp size."
+    )
+    out_dir: Path = Field(Path("lmmbench-results"), description="Results go to <out-dir>/perf/<run-name>/.")
+    run_name: str | None = Field(None, description="Run folder name (default: a timestamp).")
+    keep_text: bool = Field(False, description="Keep generated text in the records.")
+    plots: bool = Field(True, description="Write PNG plots (needs matplotlib).")
+    progress: bool = Field(True, description="Live progress line on stderr.")
+    labels: dict[str, Any] = Field(default_factory=dict, description="Labels copied to every record and row.")
+
+    @field_validator("slo")
+    @classmethod
+    def _check_slo(cls, v: dict[str, float]) -> dict[str, float]:
+        out = {}
+        for k, limit in v.items():
+            if k not in SLO_KEYS:
+                raise ValueError(f"unknown SLO '{k}'; known: {', '.join(SLO_KEYS)}")
+            out[k] = float(limit)
+        return out
+
+    @field_validator("extra_body", mode="before")
+    @classmethod
+    def _json_values(cls, v: Any) -> Any:
+        import json
+
+        if isinstance(v, dict):
+            out = {}
+            for k, x in v.items():
+                if isinstance(x, str):
+                    with contextlib.suppress(ValueError):
+                        x = json.loads(x)
+                out[k] = x
+            return out
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> PerfConfig:
+        if self.dataset in ("sharegpt", "jsonl", "multimodal") and self.dataset_path is None:
+            raise ValueError(f"dataset '{self.dataset}' needs --dataset-path")
+        if self.search_low >= self.search_high:
+            raise ValueError("search_low must be below search_high")
+        if self.output_tokens == 0:
+            self.output_tokens = None
+        return self
+
+    def load_points(self) -> list[dict[str, Any]]:
+        """The (rate or concurrency) points of a sweep given on the command line; [{}] for one point."""
+        if self.rates:
+            return [{"rate": r} for r in self.rates]
+        if self.concurrencies:
+            return [{"concurrency": c} for c in self.concurrencies]
+        return [{}]

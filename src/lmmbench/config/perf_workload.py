@@ -1,0 +1,79 @@
+"""Workload files of ``lmmbench perf --workload``: lmmbench YAML, or a ByteMLPerf workload JSON as it is.
+
+lmmbench YAML: any ``PerfConfig`` field at the top level, plus ``points``: a list of overrides,
+one load point each (e.g. ``{concurrency: 8, input_tokens: 512}`` or ``{rate: 100}``).
+
+ByteMLPerf JSON (``model``, ``min_new_tokens``, ``max_new_tokens``, ``tp_sizes``, ``batch_sizes``,
+``input_tokens``, ``perf_time``, ``dataset``, ...): every (tp, batch, input_tokens) combination is a
+point that runs ``perf_time`` seconds with ``batch`` concurrent clients; tp is a label (and is
+passed to ``--server-cmd`` when one is given). Accuracy-only keys are kept as labels.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lmmbench.config.cli_options import load_config_file
+from lmmbench.config.perf import PerfConfig
+from lmmbench.core.errors import UserError
+
+__all__ = ["is_bytemlperf_workload", "load_workload"]
+
+_BYTEMLPERF_KEYS = {"tp_sizes", "batch_sizes", "input_tokens", "perf_time"}
+
+
+def is_bytemlperf_workload(data: dict[str, Any]) -> bool:
+    """True for a ByteMLPerf workload mapping."""
+    return set(data) >= _BYTEMLPERF_KEYS and isinstance(data.get("batch_sizes"), list)
+
+
+def _int_list(path: Path, data: dict[str, Any], key: str) -> list[int]:
+    v = data.get(key)
+    if not isinstance(v, list) or not v or not all(isinstance(x, int) and x > 0 for x in v):
+        raise UserError(f"{path}: '{key}' must be a non-empty list of positive integers")
+    return list(v)
+
+
+def _from_bytemlperf(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    tps = _int_list(path, data, "tp_sizes")
+    batches = _int_list(path, data, "batch_sizes")
+    inputs = _int_list(path, data, "input_tokens")
+    perf_time = data.get("perf_time")
+    if not isinstance(perf_time, (int, float)) or perf_time <= 0:
+        raise UserError(f"{path}: 'perf_time' must be a positive number of seconds")
+    base: dict[str, Any] = {"labels": {"workload": path.stem, "workload_model": data.get("model")}}
+    max_new = data.get("max_new_tokens")
+    if isinstance(max_new, int) and max_new > 0:
+        base["output_tokens"] = max_new
+    min_new = data.get("min_new_tokens")
+    if isinstance(min_new, int) and isinstance(max_new, int) and 0 < min_new < max_new:
+        base["extra_body"] = {"min_tokens": min_new}
+        base["ignore_eos"] = False
+    points = []
+    for tp in tps:
+        for bs in batches:
+            for it in inputs:
+                points.append({
+                    "concurrency": bs, "input_tokens": it, "duration_s": float(perf_time), "num_requests": None,
+                    "labels": {"tp": tp, "batch": bs},
+                })  # fmt: skip
+    return base, points
+
+
+def load_workload(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(base settings, points) of a workload file; each point is a dict of ``PerfConfig`` overrides."""
+    data = load_config_file(path)
+    if is_bytemlperf_workload(data):
+        return _from_bytemlperf(path, data)
+    points = data.pop("points", None)
+    if points is None:
+        points = [{}]
+    if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
+        raise UserError(f"{path}: 'points' must be a list of mappings")
+    fields = set(PerfConfig.model_fields)
+    for where, mapping in [("top level", data)] + [(f"points[{i}]", p) for i, p in enumerate(points)]:
+        unknown = set(mapping) - fields
+        if unknown:
+            raise UserError(f"{path}: {where}: unknown field(s) {sorted(unknown)}")
+    return data, points

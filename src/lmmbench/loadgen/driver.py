@@ -1,0 +1,332 @@
+"""The event-loop driver of one load-generating process.
+
+Open loop: every request has an absolute target time ``t0 + offset``; the driver sleeps until
+``spin_us`` before it (event-loop timers round to ~1 ms), then yields to the loop (``sleep(0)``,
+so responses keep being read) until the target, and sends. A concurrency cap is a separate
+queue: a request that finds no free slot waits, and its latency still counts from its scheduled
+time. Closed loop: N clients, each sending its next request when the previous one finished.
+Sending and receiving are callbacks (no task per request); raw responses are parsed only after
+the load, so nothing heavy runs while requests are being timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lmmbench.core.request_records import PerfRequest, RequestRecord
+from lmmbench.loadgen.protocol import StreamClient, make_client
+
+__all__ = ["WorkerPlan", "WorkerResult", "run_worker", "run_worker_async"]
+
+_now = time.perf_counter_ns
+
+
+@dataclass
+class WorkerPlan:
+    """Everything one worker process needs (picklable)."""
+
+    worker: int
+    client_kwargs: dict[str, Any]
+    requests: list[PerfRequest]  # distinct requests; request id i uses requests[i % len]
+    schedule: list[tuple[int, int]] | None = None  # open loop: (request id, offset ns)
+    closed_ids: list[int] | None = None  # closed loop with a count: the ids this worker sends
+    closed_stride: int = 1  # closed loop with a duration: ids worker, worker+stride, ...
+    concurrency: int | None = None
+    duration_ns: int | None = None
+    warmup: int = 0
+    spin_ns: int = 1_000_000
+    preopen: int = 0
+    tokenizer: str | None = None
+    keep_text: bool = False
+    backend: str = "openai-http"
+    drain_timeout_s: float = 600.0
+    labels: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WorkerResult:
+    """Finished, parsed records of one worker and what it could not send."""
+
+    worker: int
+    records: list[RequestRecord]
+    not_sent: int
+    connections_opened: int
+    interrupted: bool
+
+
+class _Driver:
+    def __init__(self, plan: WorkerPlan, client: StreamClient, encoded: list[bytes],
+                 progress: Callable[[_Driver], None] | None) -> None:  # fmt: skip
+        self.plan = plan
+        self.client = client
+        self.encoded = encoded
+        self.progress = progress
+        self.records: list[RequestRecord] = []
+        self.in_flight = 0
+        self.waiting: deque[tuple[RequestRecord, bytes]] = deque()
+        self.stopped = False
+        self.all_issued = False
+        self.done = asyncio.Event()
+        self.issued = 0
+        self.completed = 0
+        self.errors = 0
+        self.not_sent = 0
+        self.warmup_phase = False
+        self.cap = plan.concurrency
+        # closed loop state
+        self._closed_iter: Any = None
+        self._closed_deadline = 0
+        self.t0 = 0
+
+    # callbacks -------------------------------------------------------------------------
+    def _data(self, rid: int) -> bytes:
+        return self.encoded[rid % len(self.encoded)]
+
+    def _send(self, rec: RequestRecord, data: bytes, slot_ns: int) -> None:
+        rec.slot_ns = slot_ns
+        self.in_flight += 1
+        self.issued += 1
+        self.records.append(rec)
+        self.client.send(rec, data, self._on_done)
+
+    def _on_done(self, rec: RequestRecord) -> None:
+        self.in_flight -= 1
+        self.completed += 1
+        if rec.error_kind or rec.status != 200:
+            self.errors += 1
+        if self.waiting and not self.stopped:
+            nxt, data = self.waiting.popleft()
+            self._send(nxt, data, _now())
+        elif self._closed_iter is not None:
+            self._next_closed()
+        if self.all_issued and self.in_flight == 0 and not self.waiting:
+            self.done.set()
+
+    def _next_closed(self) -> None:
+        now = _now()
+        if self.stopped or (self._closed_deadline and now >= self._closed_deadline):
+            self._closed_exhausted()
+            return
+        rid = next(self._closed_iter, None)
+        if rid is None:
+            self._closed_exhausted()
+            return
+        rec = RequestRecord(rid, self.plan.worker, self.warmup_phase, scheduled_ns=now)
+        rec.labels = self.plan.labels
+        self._send(rec, self._data(rid), now)
+
+    def _closed_exhausted(self) -> None:
+        self.all_issued = True
+        if self.in_flight == 0:
+            self.done.set()
+
+    def stop(self) -> None:
+        """Stop sending (Ctrl-C); requests in flight get a short grace period."""
+        if not self.stopped:
+            self.stopped = True
+            self.not_sent += len(self.waiting)
+            self.waiting.clear()
+            self.all_issued = True
+            if self.in_flight == 0:
+                self.done.set()
+
+    # phases ----------------------------------------------------------------------------
+    async def run_closed(self, ids: Any, clients: int, t0: int, duration_ns: int | None) -> None:
+        self._closed_iter = iter(ids)
+        self._closed_deadline = t0 + duration_ns if duration_ns else 0
+        self.all_issued = False
+        self.done.clear()
+        await _sleep_until(t0, self.plan.spin_ns)
+        for _ in range(clients):
+            self._next_closed()
+        await self._drain()
+        self._closed_iter = None
+
+    async def run_open(self, schedule: list[tuple[int, int]], t0: int) -> None:
+        self.all_issued = False
+        self.done.clear()
+        spin = self.plan.spin_ns
+        sleep = asyncio.sleep
+        worker, labels, cap = self.plan.worker, self.plan.labels, self.cap
+        behind = 0
+        dispatched = 0
+        for rid, off in schedule:
+            target = t0 + off
+            now = _now()
+            if now < target:
+                behind = 0
+                while target - now > spin:
+                    await sleep((target - now - spin) / 1e9)
+                    now = _now()
+                while now < target:
+                    await sleep(0)
+                    now = _now()
+            else:
+                behind += 1
+                if behind >= 8:  # far behind: still let responses be read now and then
+                    behind = 0
+                    await sleep(0)
+            if self.stopped:
+                break
+            dispatched += 1
+            rec = RequestRecord(rid, worker, False, scheduled_ns=target)
+            rec.labels = labels
+            if cap is not None and self.in_flight >= cap:
+                self.waiting.append((rec, self._data(rid)))
+            else:
+                self._send(rec, self._data(rid), target)
+        if self.stopped:
+            self.not_sent += len(schedule) - dispatched
+        self.all_issued = True
+        if self.in_flight == 0 and not self.waiting:
+            self.done.set()
+        await self._drain()
+
+    async def _drain(self) -> None:
+        timeout = self.plan.drain_timeout_s
+        while not self.done.is_set():
+            try:
+                await asyncio.wait_for(self.done.wait(), timeout=1.0 if not self.stopped else 2.0)
+            except asyncio.TimeoutError:
+                if self.stopped:
+                    self.client.cancel_all("stopped (Ctrl-C) before the response completed")
+                    return
+                timeout -= 1.0
+                if timeout <= 0:
+                    self.client.cancel_all("still running when the load ended")
+                    return
+
+    def tick(self) -> None:
+        self.client.sweep(_now())
+        if self.progress is not None:
+            self.progress(self)
+
+
+async def _sleep_until(target: int, spin_ns: int) -> None:
+    now = _now()
+    while target - now > spin_ns:
+        await asyncio.sleep((target - now - spin_ns) / 1e9)
+        now = _now()
+    while now < target:
+        await asyncio.sleep(0)
+        now = _now()
+
+
+async def _ticker(driver: _Driver, period_s: float) -> None:
+    while True:
+        await asyncio.sleep(period_s)
+        driver.tick()
+
+
+async def run_worker_async(
+    plan: WorkerPlan,
+    start: Callable[[], Any] | None = None,
+    progress: Callable[[_Driver], None] | None = None,
+) -> WorkerResult:
+    """Prepare (encode, connect, warm up), get t0 from ``start()`` (or now + 50 ms), run, parse."""
+    client = make_client(plan.backend, **plan.client_kwargs)
+    encoded = [client.encode(r) for r in plan.requests]
+    driver = _Driver(plan, client, encoded, progress)
+    loop = asyncio.get_running_loop()
+    interrupted = False
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        interrupted = True
+        print("\nstopping: no new requests; waiting briefly for those in flight", file=sys.stderr)
+        driver.stop()
+
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    ticker = loop.create_task(_ticker(driver, 0.25))
+    try:
+        preopen = max(plan.preopen, plan.concurrency or 0, min(plan.warmup, 64), 1)
+        await client.open(preopen)
+        if plan.warmup:
+            driver.warmup_phase = True
+            ids = range(-plan.warmup, 0)
+            await driver.run_closed(ids, min(plan.warmup, plan.concurrency or 8), _now(), None)
+            driver.warmup_phase = False
+            driver.issued = driver.completed = driver.errors = 0
+        if start is not None:
+            t0 = await start() if asyncio.iscoroutinefunction(start) else start()
+        else:
+            t0 = _now() + 50_000_000
+        driver.t0 = t0
+        if not driver.stopped:
+            if plan.schedule is not None:
+                await driver.run_open(plan.schedule, t0)
+            else:
+                if plan.closed_ids is not None:
+                    ids_iter: Any = iter(plan.closed_ids)
+                else:
+                    ids_iter = _count_from(plan.worker, plan.closed_stride)
+                await driver.run_closed(ids_iter, plan.concurrency or 1, t0, plan.duration_ns)
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(signal.SIGINT)
+        await client.close()
+    tok = None
+    if plan.tokenizer:
+        from pathlib import Path
+
+        from lmmbench.datasets.perf_datasets import load_tokenizer
+
+        tok = load_tokenizer(Path(plan.tokenizer))
+    records = [client.finalize(r, tok, plan.keep_text) for r in driver.records]
+    for r in records:
+        req = plan.requests[r.request_id % len(plan.requests)]
+        r.input_tokens = req.input_tokens
+    opened = int(getattr(client, "connections_opened", 0))
+    return WorkerResult(plan.worker, records, driver.not_sent, opened, interrupted)
+
+
+def _count_from(start: int, stride: int) -> Any:
+    i = start
+    while True:
+        yield i
+        i += stride
+
+
+def run_worker(
+    plan: WorkerPlan,
+    loop_kind: str = "auto",
+    start: Callable[[], Any] | None = None,
+    progress: Callable[[_Driver], None] | None = None,
+) -> WorkerResult:
+    """Run one worker to completion in a fresh event loop (uvloop when asked/available)."""
+    coro = run_worker_async(plan, start, progress)
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()  # objects made so far never need scanning again
+    gc.disable()  # a full collection over many records pauses the loop for milliseconds
+    try:
+        return _run_coro(coro, loop_kind)
+    finally:
+        gc.unfreeze()
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _run_coro(coro: Any, loop_kind: str) -> WorkerResult:
+    if loop_kind in ("auto", "uvloop"):
+        try:
+            import uvloop
+
+            res: WorkerResult = uvloop.run(coro)
+            return res
+        except ImportError:
+            if loop_kind == "uvloop":
+                raise
+    result: WorkerResult = asyncio.run(coro)
+    return result

@@ -1,0 +1,53 @@
+"""The small interface the load generator drives; concrete clients live in ``lmmbench.backends``."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from lmmbench.core.errors import UserError
+from lmmbench.core.request_records import PerfRequest, RequestRecord
+
+__all__ = ["BACKENDS", "StreamClient", "make_client"]
+
+
+class StreamClient(Protocol):
+    """A callback-driven streaming client with a pool of persistent connections."""
+
+    def encode(self, req: PerfRequest, stream: bool = True) -> bytes:
+        """Request bytes, encoded before the load."""
+
+    async def open(self, n: int) -> None:
+        """Open ``n`` connections before the load."""
+
+    def send(self, rec: RequestRecord, data: bytes, on_done: Callable[[RequestRecord], None]) -> None:
+        """Send now; ``on_done(rec)`` is called once the response is complete or failed."""
+
+    def sweep(self, now_ns: int) -> int:
+        """Fail requests past their time-out."""
+
+    def cancel_all(self, reason: str = ...) -> None:
+        """Fail every request in flight."""
+
+    async def close(self) -> None:
+        """Close every connection."""
+
+    def finalize(self, rec: RequestRecord, tokenizer: Any | None, keep_text: bool) -> RequestRecord:
+        """Parse the raw stream of a finished record (after the load)."""
+
+
+#: Backend name -> "module:ClassName", imported by name so loadgen never imports a concrete backend.
+BACKENDS: dict[str, str] = {"openai-http": "lmmbench.backends.openai_http:OpenAIHttpClient"}
+
+
+def make_client(backend: str, **kwargs: Any) -> StreamClient:
+    """Build the client of ``backend`` with ``kwargs``."""
+    try:
+        target = BACKENDS[backend]
+    except KeyError:
+        raise UserError(f"unknown backend '{backend}'; known: {', '.join(sorted(BACKENDS))}") from None
+    module, _, name = target.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    client: StreamClient = cls(**kwargs)
+    return client

@@ -1,0 +1,153 @@
+"""Files of a perf run: records (JSONL + CSV), summary.csv, report.json (ByteMLPerf keys), run.json."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from lmmbench.core.clock import wall_label
+from lmmbench.core.request_records import RequestRecord
+from lmmbench.metrics.perf_metrics import request_values
+from lmmbench.metrics.stats import STAT_NAMES
+
+__all__ = ["RecordWriter", "bytemlperf_entry", "environment", "summary_row", "write_json"]
+
+_CSV_SKIP = ("error_message",)
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if isinstance(v, Path):
+        return str(v)
+    return v
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON (NaN becomes null)."""
+    path.write_text(json.dumps(_clean(obj), indent=2, default=str) + "\n", encoding="utf-8")
+
+
+class RecordWriter:
+    """Appends records to records.jsonl and records.csv, flushing after every batch."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.jsonl: TextIO = (run_dir / "records.jsonl").open("a", encoding="utf-8")
+        self.csv_file: TextIO = (run_dir / "records.csv").open("a", encoding="utf-8", newline="")
+        self.csv: csv.DictWriter[str] | None = None
+        self.columns: list[str] = []
+
+    def write(self, records: list[RequestRecord], point_labels: dict[str, Any]) -> None:
+        """Write one point's records."""
+        for rec in records:
+            row = request_values(rec)
+            labels = {**rec.labels, **point_labels}
+            base = rec.scheduled_ns
+            full = {**row, "labels": labels, "error_message": rec.error_message,
+                    "chunk_ms": [round((t - base) / 1e6, 4) for t in rec.chunk_times_ns],
+                    "chunk_tokens": rec.chunk_tokens}  # fmt: skip
+            if rec.output_text:
+                full["output_text"] = rec.output_text
+            self.jsonl.write(json.dumps(_clean(full)) + "\n")
+            flat = {k: v for k, v in row.items() if k not in _CSV_SKIP}
+            flat.update({f"label_{k}": v for k, v in labels.items()})
+            if self.csv is None:
+                self.columns = list(flat)
+                self.csv = csv.DictWriter(self.csv_file, fieldnames=self.columns, extrasaction="ignore")
+                self.csv.writeheader()
+            self.csv.writerow(flat)
+        self.jsonl.flush()
+        self.csv_file.flush()
+
+    def close(self) -> None:
+        """Close both files."""
+        self.jsonl.close()
+        self.csv_file.close()
+
+
+def summary_row(point: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """One flat summary.csv row: the point's settings, counts, throughputs, every metric's stats."""
+    row: dict[str, Any] = dict(point)
+    for key in ("requests", "ok", "errors", "not_sent", "duration_s", "send_rate_rps", "qps",
+                "input_token_throughput", "output_token_throughput", "total_token_throughput",
+                "goodput_qps", "slo_attainment", "new_connections"):  # fmt: skip
+        row[key] = summary[key]
+    row["errors_by_kind"] = ";".join(f"{k}={v}" for k, v in summary["errors_by_kind"].items())
+    for name, stats in summary["metrics"].items():
+        for stat in STAT_NAMES:
+            if stat != "count":
+                row[f"{name}_{stat}"] = stats[stat]
+    return {k: _clean(v) for k, v in row.items()}
+
+
+def bytemlperf_entry(labels: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """A ByteMLPerf ``Performance`` entry (seconds, as ByteMLPerf reports) next to lmmbench's fields."""
+    m = summary["metrics"]
+    entry: dict[str, Any] = _clean({
+        "TP Size": labels.get("tp", 1),
+        "Batch Size": labels.get("batch", labels.get("concurrency")),
+        "Input Tokens": labels.get("input_tokens"),
+        "First Token Latency(AVG)": m["ttft_ms"]["mean"] / 1e3,
+        "Per Token Latency(AVG)": m["per_token_latency_ms"]["mean"] / 1e3,
+        "First Token Latency(P90)": m["ttft_ms"]["p90"] / 1e3,
+        "Per Token Latency(P90)": m["per_token_latency_ms"]["p90"] / 1e3,
+        "Token Throughput": summary["output_token_throughput"],
+        "Request Number": summary["ok"],
+        "QPS": summary["qps"],
+        "labels": labels,
+        "lmmbench": summary,
+    })  # fmt: skip
+    return entry
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)  # fmt: skip
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment() -> dict[str, Any]:
+    """Where the client ran: host, CPU, Python, library versions, git commit."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions: dict[str, str | None] = {}
+    for pkg in ("lmmbench", "aiohttp", "tokenizers", "pydantic", "uvloop", "matplotlib"):
+        try:
+            versions[pkg] = version(pkg)
+        except PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "time_utc": wall_label(),
+        "host": platform.node(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "versions": versions,
+        "git_commit": _git_commit(),
+        "argv": sys.argv,
+    }

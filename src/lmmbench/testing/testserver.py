@@ -1,0 +1,356 @@
+"""The shipped OpenAI-compatible test server: exactly timed streams, usage, and injected faults.
+
+A raw asyncio protocol server (no web framework) so that it stays cheap next to the client on
+the same small machine. Every chunk of a request is scheduled at an absolute time from its
+arrival (``ttft_ms`` to the first content chunk, then ``tokens_per_chunk * itl_ms`` between
+chunks), so delays never accumulate. Timers are woken ``timer_lead_us`` early to cancel the
+event loop's ~1 ms timer rounding on average. ``GET /stats`` reports requests and injected
+faults per kind; several processes can share the port (``workers``, SO_REUSEPORT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import signal
+import time
+from typing import Any
+
+from lmmbench.config.perf_testserver import FAULT_KINDS, TestServerConfig
+
+__all__ = ["TestServerState", "run_testserver", "serve"]
+
+WORDS = [
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+    "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
+    "uniform", "victor", "whiskey", "xray", "yankee", "zulu",
+]  # fmt: skip
+
+
+class TestServerState:
+    """Counters and settings shared by every connection of one server process."""
+
+    __test__ = False
+
+    def __init__(self, cfg: TestServerConfig, lead_s: float) -> None:
+        self.cfg = cfg
+        self.lead_s = lead_s
+        self.requests = 0
+        self.fault_acc = dict.fromkeys(cfg.faults, 0.0)
+        self.fault_counts = dict.fromkeys(FAULT_KINDS, 0)
+        self.counter = 0
+
+    def pick_fault(self) -> str:
+        """Deterministic fault assignment: each kind fires exactly floor(n * rate) times in n requests."""
+        for kind, rate in self.cfg.faults.items():
+            self.fault_acc[kind] += rate
+        for kind in self.cfg.faults:
+            if self.fault_acc[kind] >= 1.0 - 1e-9:
+                self.fault_acc[kind] -= 1.0
+                self.fault_counts[kind] += 1
+                return kind
+        return ""
+
+
+def _status_line(code: int) -> bytes:
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
+              500: "Internal Server Error"}.get(code, "Error")  # fmt: skip
+    return f"HTTP/1.1 {code} {reason}\r\n".encode()
+
+
+def _json_response(code: int, obj: Any) -> bytes:
+    body = json.dumps(obj).encode()
+    return (
+        _status_line(code)
+        + b"Content-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+
+
+def _error(code: int, message: str) -> bytes:
+    return _json_response(code, {"error": {"message": message, "type": "invalid_request_error", "code": code}})
+
+
+def _chunk(payload: bytes) -> bytes:
+    """One HTTP chunk carrying one SSE event."""
+    data = b"data: " + payload + b"\n\n"
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+class _Stream:
+    """The timeline of one streamed answer."""
+
+    __slots__ = ("chat", "conn", "continuous", "fault", "handle", "include_usage", "n_out",
+                 "next_index", "prompt_tokens", "rid", "sent_tokens", "t0")  # fmt: skip
+
+    def __init__(self, conn: _ServerConn, rid: str, chat: bool, n_out: int, prompt_tokens: int,
+                 include_usage: bool, continuous: bool, fault: str, t0: float) -> None:  # fmt: skip
+        self.conn, self.rid, self.chat, self.n_out = conn, rid, chat, n_out
+        self.prompt_tokens, self.include_usage, self.continuous = prompt_tokens, include_usage, continuous
+        self.fault, self.t0 = fault, t0
+        self.next_index = 0
+        self.sent_tokens = 0
+        self.handle: asyncio.TimerHandle | None = None
+
+
+class _ServerConn(asyncio.Protocol):
+    def __init__(self, state: TestServerState) -> None:
+        self.state = state
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.stream: _Stream | None = None
+        self.loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.stream is not None and self.stream.handle is not None:
+            self.stream.handle.cancel()
+        self.stream = None
+        self.transport = None
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            i = self.buf.find(b"\r\n\r\n")
+            if i < 0:
+                return
+            head = bytes(self.buf[:i]).decode("latin-1")
+            lines = head.split("\r\n")
+            length = 0
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value.strip() or 0)
+            if len(self.buf) < i + 4 + length:
+                return
+            body = bytes(self.buf[i + 4 : i + 4 + length])
+            del self.buf[: i + 4 + length]
+            parts = lines[0].split(" ")
+            if len(parts) < 2:
+                self.write(_error(400, "bad request line"))
+                continue
+            self.handle(parts[0], parts[1], body)
+
+    # request handling --------------------------------------------------------------------
+    def handle(self, method: str, path: str, body: bytes) -> None:
+        cfg = self.state.cfg
+        path = path.split("?", 1)[0]
+        if method == "GET":
+            if path.endswith("/models"):
+                self.write(_json_response(200, {"object": "list", "data": [
+                    {"id": cfg.model, "object": "model", "owned_by": "lmmbench"}]}))  # fmt: skip
+            elif path in ("/health", "/v1/health"):
+                self.write(_json_response(200, {"status": "ok"}))
+            elif path == "/stats":
+                st = self.state
+                self.write(_json_response(200, {"requests": st.requests, "faults": st.fault_counts,
+                                                "pid": os.getpid()}))  # fmt: skip
+            else:
+                self.write(_error(404, f"no route {path}"))
+            return
+        chat = path.endswith("/chat/completions")
+        if method != "POST" or not (chat or path.endswith("/completions")):
+            self.write(_error(404, f"no route {method} {path}"))
+            return
+        try:
+            req = json.loads(body)
+            assert isinstance(req, dict)
+        except (ValueError, AssertionError):
+            self.write(_error(400, "body is not a JSON object"))
+            return
+        model = req.get("model")
+        if not cfg.accept_any_model and model != cfg.model:
+            self.write(_error(404, f"The model `{model}` does not exist."))
+            return
+        opts = req.get("stream_options") or {}
+        if cfg.reject_continuous_usage and opts.get("continuous_usage_stats"):
+            self.write(_error(400, "unknown field stream_options.continuous_usage_stats"))
+            return
+        st = self.state
+        st.requests += 1
+        st.counter += 1
+        fault = st.pick_fault()
+        if fault in ("http_400", "http_429", "http_500"):
+            self.write(_error(int(fault[5:]), f"injected {fault}"))
+            return
+        n_out = int(req.get("max_tokens") or req.get("max_completion_tokens") or cfg.output_tokens)
+        n_out = max(n_out, 1)
+        if chat:
+            msgs = req.get("messages") or []
+            text = " ".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
+        else:
+            text = str(req.get("prompt", ""))
+        prompt_tokens = len(text.split())
+        rid = f"cmpl-{os.getpid()}-{st.counter}"
+        t0 = self.loop.time()
+        if not req.get("stream"):
+            delay = cfg.ttft_ms / 1e3 + (n_out - 1) * cfg.itl_ms / 1e3
+            self.loop.call_at(t0 + delay - st.lead_s, self._answer_whole, rid, chat, n_out, prompt_tokens)
+            return
+        s = _Stream(self, rid, chat, n_out, prompt_tokens, bool(opts.get("include_usage")) and cfg.usage,
+                    bool(opts.get("continuous_usage_stats")) and cfg.continuous_usage, fault, t0)  # fmt: skip
+        self.stream = s
+        head = _status_line(200) + (
+            b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        if cfg.role_chunk and chat:
+            head += _chunk(self._payload(s, {"role": "assistant", "content": ""}, None, 0))
+        self.write(head)
+        if fault == "stall":
+            return
+        s.handle = self.loop.call_at(t0 + cfg.ttft_ms / 1e3 - st.lead_s, self._emit, s)
+
+    def _payload(self, s: _Stream, delta: dict[str, Any], finish: str | None, cum_tokens: int) -> bytes:
+        cfg = self.state.cfg
+        if s.chat:
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            obj: dict[str, Any] = {"id": s.rid, "object": "chat.completion.chunk", "created": 0,
+                                   "model": cfg.model, "choices": [choice]}  # fmt: skip
+        else:
+            choice = {"index": 0, "text": delta.get("content", ""), "finish_reason": finish}
+            obj = {"id": s.rid, "object": "text_completion", "created": 0, "model": cfg.model, "choices": [choice]}
+        if s.continuous:
+            obj["usage"] = {"prompt_tokens": s.prompt_tokens, "completion_tokens": cum_tokens,
+                            "total_tokens": s.prompt_tokens + cum_tokens}  # fmt: skip
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    def _emit(self, s: _Stream) -> None:
+        if self.stream is not s or self.transport is None:
+            return
+        cfg = self.state.cfg
+        k = min(cfg.tokens_per_chunk, s.n_out - s.sent_tokens)
+        first = s.sent_tokens
+        s.sent_tokens += k
+        words = "".join(" " + WORDS[(first + j) % len(WORDS)] for j in range(k))
+        n_reason = max(0, min(cfg.reasoning_tokens, s.sent_tokens) - first)
+        delta: dict[str, Any] = {}
+        if n_reason:
+            split = len("".join(" " + WORDS[(first + j) % len(WORDS)] for j in range(n_reason)))
+            delta["reasoning_content"] = words[:split]
+            if words[split:]:
+                delta["content"] = words[split:]
+        else:
+            delta["content"] = words
+        s.next_index += 1
+        if s.fault == "malformed" and s.next_index == 2:
+            self.write(_chunk(b'{"choices": [ {"delta": '))
+        elif s.fault == "error_event" and s.next_index == 2:
+            self.write(_chunk(b'{"error": {"message": "injected error event", "code": 500}}'))
+            self._end(s, send_usage=False)
+            return
+        else:
+            self.write(_chunk(self._payload(s, delta, None, s.sent_tokens)))
+        if s.fault == "disconnect" and s.next_index >= 2:
+            s.handle = None
+            self.stream = None
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        if s.sent_tokens >= s.n_out:
+            self._end(s, send_usage=True)
+            return
+        when = s.t0 + (cfg.ttft_ms + s.sent_tokens * cfg.itl_ms) / 1e3
+        s.handle = self.loop.call_at(when - self.state.lead_s, self._emit, s)
+
+    def _end(self, s: _Stream, send_usage: bool) -> None:
+        cfg = self.state.cfg
+        out = _chunk(self._payload(s, {}, "length", s.sent_tokens))
+        if send_usage and s.include_usage:
+            usage = {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.sent_tokens,
+                     "total_tokens": s.prompt_tokens + s.sent_tokens}  # fmt: skip
+            obj: dict[str, Any] = {"id": s.rid, "object": "chat.completion.chunk" if s.chat else "text_completion",
+                   "created": 0, "model": cfg.model, "choices": [], "usage": usage}  # fmt: skip
+            out += _chunk(json.dumps(obj, separators=(",", ":")).encode())
+        if cfg.send_done:
+            out += _chunk(b"[DONE]")
+        self.write(out + b"0\r\n\r\n")
+        s.handle = None
+        self.stream = None
+
+    def _answer_whole(self, rid: str, chat: bool, n_out: int, prompt_tokens: int) -> None:
+        cfg = self.state.cfg
+        text = "".join(" " + WORDS[j % len(WORDS)] for j in range(n_out))
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_out, "total_tokens": prompt_tokens + n_out}
+        if chat:
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                      "finish_reason": "length"}  # fmt: skip
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": "length"}
+        self.write(_json_response(200, {"id": rid, "object": "chat.completion" if chat else "text_completion",
+                                        "model": cfg.model, "choices": [choice], "usage": usage}))  # fmt: skip
+
+
+def _default_lead_s(loop: asyncio.AbstractEventLoop, cfg: TestServerConfig) -> float:
+    if cfg.timer_lead_us >= 0:
+        return cfg.timer_lead_us / 1e6
+    return 130e-6 if "uvloop" in type(loop).__module__ else 550e-6
+
+
+async def serve(cfg: TestServerConfig, ready: Any = None) -> None:
+    """Serve until cancelled (or SIGINT/SIGTERM); ``ready`` (an Event-like) is set once listening."""
+    loop = asyncio.get_running_loop()
+    state = TestServerState(cfg, _default_lead_s(loop, cfg))
+    server = await loop.create_server(
+        lambda: _ServerConn(state), cfg.host, cfg.port, reuse_port=cfg.workers > 1, backlog=4096
+    )
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+
+
+def _run_one(cfg: TestServerConfig, ready: Any = None) -> None:
+    use_uvloop = cfg.loop == "uvloop"
+    if cfg.loop == "auto":
+        try:
+            import uvloop
+
+            use_uvloop = True
+        except ImportError:
+            use_uvloop = False
+    if use_uvloop:
+        import uvloop
+
+        uvloop.run(serve(cfg, ready))
+    else:
+        asyncio.run(serve(cfg, ready))
+
+
+def run_testserver(cfg: TestServerConfig) -> None:
+    """Run the server in the foreground (``workers`` processes when more than one)."""
+    if cfg.workers == 1:
+        _run_one(cfg)
+        return
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_run_one, args=(cfg,), daemon=True) for _ in range(cfg.workers)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for p in procs:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 3
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
