@@ -41,6 +41,8 @@ class RunOptions(BaseModel):
     limit: int | None = Field(None, ge=1, description="Measure only the first N samples.")
     video_fps: float = Field(2.0, gt=0, description="Frames sampled per second of video.")
     max_frames: int = Field(64, ge=2, description="At most this many video frames per sample.")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice; 1 gives "
+                                "steadier timings on a shared machine).")
     hooks: bool = Field(True, description="Stage hooks on (off: TTFT only, for overhead checks).")
     clear_cache: bool = Field(True, description="gc + CUDA cache clearing between repeats.")
     progress: bool = Field(True, description="Show a progress bar.")

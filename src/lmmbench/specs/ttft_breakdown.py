@@ -61,6 +61,8 @@ class InProcessSpec(Spec):
 
         opts = ctx.options
         torch.manual_seed(opts.seed)
+        if opts.threads:
+            torch.set_num_threads(opts.threads)
         loaded = load_model(opts.model, device=opts.device, dtype=opts.dtype)
         eng = InProcessBreakdown(loaded, hooks=opts.hooks, video_fps=opts.video_fps, max_frames=opts.max_frames)
         ctx.state["engine"] = eng
@@ -69,6 +71,7 @@ class InProcessSpec(Spec):
             model={"name": loaded.ref.name, "path": str(loaded.ref.path), "family": loaded.ref.family,
                    "class": type(loaded.model).__name__, "dtype": str(loaded.dtype), "device": str(loaded.device)},
             timer=eng.timer_kind,
+            torch_threads=torch.get_num_threads(),
             hooks={"enabled": opts.hooks, "module_paths": mods.paths if mods is not None else {}},
         )
         return eng

@@ -1,0 +1,142 @@
+"""Stage hooks on real tiny models: module paths, fidelity against injected delays, outputs
+unchanged, a failing hook dropped without crashing the run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmmbench.engines.breakdown import run_generate_with_breakdown
+from lmmbench.engines.inprocess_breakdown import BREAKDOWN_FIELDS, InProcessBreakdown, SampleMedia
+from lmmbench.media.extract import extract_sample
+from lmmbench.media.pack import pack_inputs
+from lmmbench.profiling.families import resolve_modules
+from lmmbench.profiling.hooks import StageHooks
+from lmmbench.profiling.stages import OTHERS_PARTS
+
+
+@pytest.fixture(scope="module")
+def video_inputs(tiny_omni: Any, synth_manifest: Path) -> Any:
+    av = extract_sample(synth_manifest.parent / "video/clip_1s.mp4", None, None)
+    return pack_inputs(tiny_omni.processor, tiny_omni.tokenizer, "what is this?", av).inputs
+
+
+def test_module_paths_of_transformers_5_layouts(tiny_omni: Any) -> None:
+    from lmmbench.models import load_model
+
+    mods = resolve_modules(tiny_omni.model, "qwen2_5_omni_thinker")
+    assert mods.paths == {"generation_model": ".", "visual": "model.visual", "audio": "model.audio_tower",
+                          "llm": "model.language_model", "lm_head": "lm_head", "wrapper": "model"}
+    vl = resolve_modules(load_model("tiny-vl").model)
+    assert (vl.family, vl.paths["visual"], vl.paths["llm"], vl.audio) == ("qwen2_5_vl", "model.visual",
+                                                                          "model.language_model", None)
+    llm = resolve_modules(load_model("tiny-llm").model, "causal_lm")
+    assert (llm.paths["llm"], llm.wrapper, llm.visual) == ("model", None, None)
+
+
+def test_transformers_4_layout_is_found_too() -> None:
+    import torch
+
+    class Thinker4x(torch.nn.Module):  # 4.x: encoders on the top model, `model` is the text LLM
+        def __init__(self) -> None:
+            super().__init__()
+            self.visual, self.audio_tower = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+            self.model, self.lm_head = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+
+    class Omni4x(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.thinker = Thinker4x()
+
+    mods = resolve_modules(Omni4x(), "qwen2_5_omni")
+    assert mods.generation_model is not None and mods.paths["generation_model"] == "thinker"
+    assert (mods.paths["visual"], mods.paths["audio"], mods.paths["llm"], mods.wrapper) == (
+        "visual", "audio_tower", "model", None)
+
+
+def _sleep_hook(module: Any, seconds: float) -> Any:
+    return module.register_forward_pre_hook(lambda *_: time.sleep(seconds))
+
+
+def test_injected_delays_land_in_their_stage(tiny_omni: Any, video_inputs: Any) -> None:
+    m = tiny_omni.model
+    with StageHooks(m, "qwen2_5_omni_thinker") as hooks:
+        run_generate_with_breakdown(m, video_inputs, tiny_omni.device, hooks)  # warm-up
+        base = run_generate_with_breakdown(m, video_inputs, tiny_omni.device, hooks).fields
+        handles = [_sleep_hook(m.model.visual, 0.05), _sleep_hook(m.model.language_model, 0.03),
+                   _sleep_hook(m.lm_head, 0.02)]
+        try:
+            slow = run_generate_with_breakdown(m, video_inputs, tiny_omni.device, hooks).fields
+        finally:
+            for h in handles:
+                h.remove()
+    # the visual encoder runs BEFORE the first forward in transformers 5.x: still attributed to visual
+    assert slow["visual_encoder_ms"] - base["visual_encoder_ms"] >= 45
+    assert slow["llm_prefill_ms"] - base["llm_prefill_ms"] >= 27
+    assert slow["others_lm_head_ms"] - base["others_lm_head_ms"] >= 18
+    assert slow["others_unattributed_ms"] < 0.05 * slow["ttft_ms"]
+    for f in (base, slow):
+        assert f["visual_encoder_ms"] + f["audio_encoder_ms"] + f["prefill_ms"] + f["others_ms"] == pytest.approx(
+            f["ttft_ms"])
+        assert sum(f[p] for p in OTHERS_PARTS) == pytest.approx(f["others_ms"])
+
+
+def test_hooks_do_not_change_outputs(tiny_omni: Any, video_inputs: Any) -> None:
+    import torch
+
+    m = tiny_omni.model
+    kwargs = {"max_new_tokens": 4, "do_sample": False, "output_logits": True, "return_dict_in_generate": True}
+    ref = m.generate(**video_inputs, **kwargs)
+    with StageHooks(m, "qwen2_5_omni_thinker") as hooks:
+        hooked = run_generate_with_breakdown(m, video_inputs, tiny_omni.device, hooks, kwargs).output_ids
+    assert torch.equal(ref.sequences, hooked.sequences)
+    assert all(torch.equal(a, b) for a, b in zip(ref.logits, hooked.logits, strict=True))
+    assert "_prepare_cache_for_generation" not in vars(m)  # wrappers removed
+
+
+def test_a_failing_hook_is_dropped_and_the_run_goes_on(tiny_omni: Any, video_inputs: Any,
+                                                       caplog: pytest.LogCaptureFixture,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import lmmbench.profiling.timeline as tl_mod
+
+    m = tiny_omni.model
+    calls = {"n": 0}
+    real_open = tl_mod.Timeline.open
+
+    def open_failing_on_visual(self: Any, category: str) -> int:
+        if category == "visual":
+            calls["n"] += 1
+            raise RuntimeError("boom")
+        return real_open(self, category)
+
+    with StageHooks(m, "qwen2_5_omni_thinker") as hooks:
+        ok = run_generate_with_breakdown(m, video_inputs, tiny_omni.device, hooks)
+        monkeypatch.setattr(tl_mod.Timeline, "open", open_failing_on_visual)
+        res = run_generate_with_breakdown(m, video_inputs, tiny_omni.device, hooks)
+        res2 = run_generate_with_breakdown(m, video_inputs, tiny_omni.device, hooks)
+    assert calls["n"] == 1  # dropped after its first failure
+    assert any("visual" in e and "dropped" in e for e in res.hook_errors)
+    assert res.output_ids.tolist() == ok.output_ids.tolist() == res2.output_ids.tolist()
+    assert res2.fields["visual_encoder_ms"] == 0.0  # no hook any more: its time falls into the others
+    assert "dropped" in caplog.text
+
+
+def test_measure_gives_every_seed_field(tiny_omni: Any, synth_manifest: Path) -> None:
+    eng = InProcessBreakdown(tiny_omni, hooks=True)
+    try:
+        root = synth_manifest.parent
+        row = eng.measure(SampleMedia(prompt="hi", image=root / "image/image_224x224.png",
+                                      audio=root / "audio/tone_2s.wav"))
+    finally:
+        eng.close()
+    assert set(BREAKDOWN_FIELDS) <= set(row)
+    assert row["visual_tokens"] > 0 and row["audio_tokens"] > 0
+    assert row["total_tokens"] == row["visual_tokens"] + row["audio_tokens"] + row["text_tokens"]
+    assert row["mel_frames"] == 30000  # the processor's default: padded to 300 s of mel frames
+    assert 0 < row["mel_valid_frames"] < row["mel_frames"]
+    assert row["preprocess_ms"] == pytest.approx(row["extract_ms"] + row["pack_ms"] + row["audio_feature_ms"])
+    assert row["audio_feature_ms"] > 0 and row["timer"] == "perf_counter_ns"
+    assert row["duration"] == pytest.approx(2.0, abs=0.01)
