@@ -42,6 +42,29 @@ class TestServerState:
         self.fault_acc = dict.fromkeys(cfg.faults, 0.0)
         self.fault_counts = dict.fromkeys(FAULT_KINDS, 0)
         self.counter = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.spin = cfg.timer == "spin"
+        self.adaptive = cfg.timer == "adaptive"
+
+    def call_at_pc(self, target_pc: float, cb: Any, *args: Any) -> asyncio.TimerHandle:
+        """Call ``cb(*args)`` at ``perf_counter`` time ``target_pc`` (see ``timer``)."""
+        assert self.loop is not None
+        delay = target_pc - time.perf_counter() - self.lead_s
+        return self.loop.call_later(max(delay, 0.0), self._fire, target_pc, cb, args)
+
+    def _fire(self, target_pc: float, cb: Any, args: tuple[Any, ...]) -> None:
+        now = time.perf_counter()
+        if self.spin:
+            if now < target_pc:
+                assert self.loop is not None
+                self.loop.call_soon(self._fire, target_pc, cb, args)
+                return
+        elif self.adaptive:
+            # track the loop's timer rounding so that chunks leave on target on average; clip the
+            # error so that a process descheduled for a while does not drag the lead
+            err = min(max(now - target_pc, -0.001), 0.001)
+            self.lead_s = min(max(self.lead_s + 0.05 * err, 0.0), 0.002)
+        cb(*args)
 
     def pick_fault(self) -> str:
         """Deterministic fault assignment: each kind fires exactly floor(n * rate) times in n requests."""
@@ -193,10 +216,10 @@ class _ServerConn(asyncio.Protocol):
             text = str(req.get("prompt", ""))
         prompt_tokens = len(text.split())
         rid = f"cmpl-{os.getpid()}-{st.counter}"
-        t0 = self.loop.time()
+        t0 = time.perf_counter()
         if not req.get("stream"):
             delay = cfg.ttft_ms / 1e3 + (n_out - 1) * cfg.itl_ms / 1e3
-            self.loop.call_at(t0 + delay - st.lead_s, self._answer_whole, rid, chat, n_out, prompt_tokens)
+            st.call_at_pc(t0 + delay, self._answer_whole, rid, chat, n_out, prompt_tokens)
             return
         s = _Stream(self, rid, chat, n_out, prompt_tokens, bool(opts.get("include_usage")) and cfg.usage,
                     bool(opts.get("continuous_usage_stats")) and cfg.continuous_usage, fault, t0)  # fmt: skip
@@ -209,7 +232,7 @@ class _ServerConn(asyncio.Protocol):
         self.write(head)
         if fault == "stall":
             return
-        s.handle = self.loop.call_at(t0 + cfg.ttft_ms / 1e3 - st.lead_s, self._emit, s)
+        s.handle = st.call_at_pc(t0 + cfg.ttft_ms / 1e3, self._emit, s)
 
     def _payload(self, s: _Stream, delta: dict[str, Any], finish: str | None, cum_tokens: int) -> bytes:
         cfg = self.state.cfg
@@ -261,7 +284,7 @@ class _ServerConn(asyncio.Protocol):
             self._end(s, send_usage=True)
             return
         when = s.t0 + (cfg.ttft_ms + s.sent_tokens * cfg.itl_ms) / 1e3
-        s.handle = self.loop.call_at(when - self.state.lead_s, self._emit, s)
+        s.handle = self.state.call_at_pc(when, self._emit, s)
 
     def _end(self, s: _Stream, send_usage: bool) -> None:
         cfg = self.state.cfg
@@ -294,13 +317,17 @@ class _ServerConn(asyncio.Protocol):
 def _default_lead_s(loop: asyncio.AbstractEventLoop, cfg: TestServerConfig) -> float:
     if cfg.timer_lead_us >= 0:
         return cfg.timer_lead_us / 1e6
-    return 130e-6 if "uvloop" in type(loop).__module__ else 550e-6
+    uv = "uvloop" in type(loop).__module__
+    if cfg.timer == "spin":
+        return 700e-6 if uv else 1200e-6
+    return 130e-6 if uv else 550e-6
 
 
 async def serve(cfg: TestServerConfig, ready: Any = None) -> None:
     """Serve until cancelled (or SIGINT/SIGTERM); ``ready`` (an Event-like) is set once listening."""
     loop = asyncio.get_running_loop()
     state = TestServerState(cfg, _default_lead_s(loop, cfg))
+    state.loop = loop
     server = await loop.create_server(
         lambda: _ServerConn(state), cfg.host, cfg.port, reuse_port=cfg.workers > 1, backlog=4096
     )
