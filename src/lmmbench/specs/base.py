@@ -99,6 +99,11 @@ class Spec:
         del rows, analysis
         return {}
 
+    def plot(self, rows: list[dict[str, Any]], path: Path) -> bool:
+        """Draw a spec-specific figure at ``path``; return False to use the generic breakdown plot."""
+        del rows, path
+        return False
+
 
 SPECS: Registry[type[Spec]] = Registry("specs")
 
