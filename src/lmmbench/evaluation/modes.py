@@ -53,6 +53,9 @@ class EvalConfig(BaseModel):
     tokenizer: str | None = Field(None, description="local tokenizer (model name or dir) for an endpoint")
     max_length: int | None = Field(None, ge=8, description="context length (default: from the model config)")
     concurrency: int = Field(8, ge=1, description="parallel requests to an endpoint")
+    threads: int | None = Field(
+        None, ge=1, description="torch CPU threads (default: torch's; 1 is far faster on a busy shared CPU)"
+    )
 
 
 class EvalRun(BaseModel):
@@ -100,6 +103,11 @@ def make_backend(cfg: EvalConfig) -> ScoringBackend:
         )
     from lmmbench.backends.scoring import InProcessScorer
     from lmmbench.models import load_model
+
+    if cfg.threads is not None:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
 
     loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     return InProcessScorer(loaded, batch_size=cfg.batch_size, max_length=cfg.max_length, pad_batches=cfg.pad_batches)
