@@ -159,6 +159,12 @@ def _run_chunk(backend: ScoringBackend, jobs: Sequence[SampleJob]) -> list[dict[
     return out
 
 
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as fh:
+        fh.seek(-1, 2)
+        return fh.read(1) == b"\n"
+
+
 def run_infer(
     task: TaskConfig,
     backend: ScoringBackend,
@@ -177,6 +183,8 @@ def run_infer(
     pred_path.parent.mkdir(parents=True, exist_ok=True)
     done = errors = 0
     with pred_path.open("a", encoding="utf-8") as fh:
+        if pred_path.stat().st_size and not _ends_with_newline(pred_path):
+            fh.write("\n")  # a run killed mid-line: start on a fresh line
         for start in range(0, len(pending), chunk_size):
             chunk = pending[start : start + chunk_size]
             c0 = time.perf_counter_ns()

@@ -1,0 +1,83 @@
+"""In-process scoring follows lm-evaluation-harness's rules, and batching does not change numbers."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from lmmbench.backends.scoring import GenRequest, InProcessScorer, LLRequest, disjoint_rolling_windows
+
+
+def _reference_ll(model: Any, ctx: list[int], cont: list[int]) -> float:
+    """Straight from the definition: one forward, log_softmax, sum at the continuation."""
+    inp = torch.tensor([(ctx + cont)[:-1]])
+    with torch.no_grad():
+        lp = F.log_softmax(model(inp).logits[0], dim=-1)
+    rows = lp[len(ctx) - 1 :]
+    return float(sum(rows[i, t] for i, t in enumerate(cont)))
+
+
+def test_trailing_context_space_moves_to_the_continuation(tiny_llm: Any) -> None:
+    s = InProcessScorer(tiny_llm, batch_size=1)
+    ctx, cont = s.encode_pair("The sky is ", "blue")
+    ctx2, cont2 = s.encode_pair("The sky is", " blue")
+    assert (ctx, cont) == (ctx2, cont2)
+    whole = s.tok_encode("The sky is blue")
+    assert ctx + cont == whole
+
+
+def test_empty_context_uses_the_prefix_token(tiny_llm: Any) -> None:
+    s = InProcessScorer(tiny_llm)
+    ctx, cont = s.encode_pair("", "hello world")
+    assert ctx == [s.prefix_token_id] == [tiny_llm.tokenizer.eos_token_id]  # no BOS in this tokenizer
+    assert cont == tiny_llm.tokenizer.encode("hello world", add_special_tokens=False)
+
+
+def test_loglikelihood_matches_the_definition(tiny_llm: Any) -> None:
+    s = InProcessScorer(tiny_llm, batch_size=1)
+    req = LLRequest("Question: what is 2+2?\nAnswer:", " four")
+    (ll, greedy), = s.loglikelihood([req])
+    ctx, cont = s.encode_pair(req.context, req.continuation)
+    assert abs(ll - _reference_ll(tiny_llm.model, ctx, cont)) < 1e-5
+    assert isinstance(greedy, bool)
+
+
+def test_equal_length_batches_are_bit_identical_and_padding_is_not_required(tiny_llm: Any) -> None:
+    reqs = [LLRequest(f"Sentence number {i} is about", c) for i in range(6) for c in (" cats", " a dog", " x")]
+    one = InProcessScorer(tiny_llm, batch_size=1).loglikelihood(reqs)
+    batched = InProcessScorer(tiny_llm, batch_size=8).loglikelihood(reqs)
+    assert one == batched  # exact, not approximately
+    padded = InProcessScorer(tiny_llm, batch_size=8, pad_batches=True).loglikelihood(reqs)
+    assert max(abs(a[0] - b[0]) for a, b in zip(one, padded, strict=True)) < 1e-4
+
+
+def test_rolling_windows_are_lm_evals() -> None:
+    # lm-eval 0.4.13: make_disjoint_window(get_rolling_token_windows(range(10), 99, 4, 1)), printed from it
+    wins = disjoint_rolling_windows(list(range(10)), prefix_token=99, max_len=4)
+    assert wins == [([99], [0, 1, 2, 3]), ([3], [4, 5, 6, 7]), ([5, 6, 7], [8, 9])]
+    assert disjoint_rolling_windows([0, 1, 2], 99, 4) == [([99], [0, 1, 2])]
+    # each token predicted exactly once
+    assert [t for _, pred in wins for t in pred] == list(range(10))
+
+
+def test_rolling_loglikelihood_sums_windows(tiny_llm: Any) -> None:
+    text = "one two three four five six seven eight nine ten eleven twelve"
+    full = InProcessScorer(tiny_llm).loglikelihood_rolling([text])[0]
+    small = InProcessScorer(tiny_llm, max_length=8)
+    windows = disjoint_rolling_windows(small.tok_encode(text), small.prefix_token_id, 8)
+    assert len(windows) > 1
+    parts = small.score_tokens(windows)
+    assert small.loglikelihood_rolling([text])[0] == sum(p[0] for p in parts)
+    assert math.isfinite(full) and full < 0
+
+
+def test_generation_is_cut_at_stop_strings(tiny_llm: Any) -> None:
+    s = InProcessScorer(tiny_llm, batch_size=4)
+    reqs = [GenRequest(f"Q: item {i}\nA:", max_tokens=6, stop=["\n"]) for i in range(3)]
+    out = s.generate(reqs)
+    assert len(out) == 3 and all("\n" not in o for o in out)
+    uncut = s.generate([GenRequest(r.prompt, max_tokens=6) for r in reqs])
+    assert all(u.startswith(o) for u, o in zip(uncut, out, strict=True))
