@@ -61,7 +61,9 @@ def test_infer_then_resume_then_eval(tmp_path: Path) -> None:
     assert fresh_mc["metrics"] == mc_res["metrics"]
 
 
-def test_eval_mode_needs_a_run_and_a_failing_sample_is_recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_mode_needs_a_run_and_a_failing_sample_is_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = main(["eval", "--tasks", "sample_mc", "--mode", "eval", "--out-dir", str(tmp_path)])
     assert code == 2 and "--resume" in capsys.readouterr().err
     # a VQA task whose second image is missing: that sample fails, the others are scored
@@ -74,9 +76,10 @@ def test_eval_mode_needs_a_run_and_a_failing_sample_is_recorded(tmp_path: Path, 
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     task = tmp_path / "vqa.yaml"
     task.write_text(
-        (src.parent / "sample_vqa.yaml").read_text().replace("data/sample_vqa.jsonl", str(data)).replace(
-            "task: sample_vqa", "task: vqa_broken"
-        )
+        (src.parent / "sample_vqa.yaml")
+        .read_text()
+        .replace("data/sample_vqa.jsonl", str(data))
+        .replace("task: sample_vqa", "task: vqa_broken")
     )
     run = run_eval(_cfg(tmp_path, model="tiny-vl", tasks=[str(task)]), show_progress=False)
     res = run.results[0]

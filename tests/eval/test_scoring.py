@@ -39,7 +39,7 @@ def test_empty_context_uses_the_prefix_token(tiny_llm: Any) -> None:
 def test_loglikelihood_matches_the_definition(tiny_llm: Any) -> None:
     s = InProcessScorer(tiny_llm, batch_size=1)
     req = LLRequest("Question: what is 2+2?\nAnswer:", " four")
-    (ll, greedy), = s.loglikelihood([req])
+    ((ll, greedy),) = s.loglikelihood([req])
     ctx, cont = s.encode_pair(req.context, req.continuation)
     assert abs(ll - _reference_ll(tiny_llm.model, ctx, cont)) < 1e-5
     assert isinstance(greedy, bool)

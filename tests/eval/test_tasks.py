@@ -133,7 +133,7 @@ def test_target_not_among_choices_is_clear(tmp_path: Path) -> None:
 
 
 def test_unknown_task_name_lists_known() -> None:
-    with pytest.raises(UserError, match="known: .*sample_mc"):
+    with pytest.raises(UserError, match=r"known: .*sample_mc"):
         resolve_task("no_such_task")
 
 
