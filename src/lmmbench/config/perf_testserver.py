@@ -38,6 +38,9 @@ class TestServerConfig(BaseModel):
         default_factory=dict,
         description="Injected fault rates, e.g. http_500=0.1,disconnect=0.05; kinds: " + ", ".join(FAULT_KINDS),
     )
+    max_streams: int = Field(
+        0, ge=0, description="Serve at most N streams at once per process; others queue (0: no limit)."
+    )
     workers: int = Field(1, ge=1, le=64, description="Server processes sharing the port (SO_REUSEPORT).")
     loop: Literal["auto", "asyncio", "uvloop"] = Field("auto", description="Event loop (auto: uvloop if installed).")
     timer: Literal["adaptive", "spin"] = Field(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections import deque
 import multiprocessing as mp
 import os
 import signal
@@ -44,6 +45,8 @@ class TestServerState:
         self.counter = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self.spin = cfg.timer == "spin"
+        self.active = 0
+        self.queued: deque[tuple[_ServerConn, str, str, bytes]] = deque()
         self.adaptive = cfg.timer == "adaptive"
 
     def call_at_pc(self, target_pc: float, cb: Any, *args: Any) -> asyncio.TimerHandle:
@@ -133,10 +136,22 @@ class _ServerConn(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.stream is not None and self.stream.handle is not None:
-            self.stream.handle.cancel()
-        self.stream = None
+        if self.stream is not None:
+            if self.stream.handle is not None:
+                self.stream.handle.cancel()
+            self._release()
         self.transport = None
+
+    def _release(self) -> None:
+        """The current stream ended: free its slot, start a queued request."""
+        self.stream = None
+        st = self.state
+        st.active -= 1
+        while st.queued:
+            conn, method, path, body = st.queued.popleft()
+            if conn.transport is not None:
+                conn.handle(method, path, body)
+                break
 
     def write(self, data: bytes) -> None:
         if self.transport is not None:
@@ -221,6 +236,15 @@ class _ServerConn(asyncio.Protocol):
             delay = cfg.ttft_ms / 1e3 + (n_out - 1) * cfg.itl_ms / 1e3
             st.call_at_pc(t0 + delay, self._answer_whole, rid, chat, n_out, prompt_tokens)
             return
+        if cfg.max_streams and st.active >= cfg.max_streams:
+            st.queued.append((self, method, path, body))  # emulate a saturated server: wait for a slot
+            st.requests -= 1
+            st.counter -= 1
+            if fault:
+                st.fault_counts[fault] -= 1
+                st.fault_acc[fault] += 1.0
+            return
+        st.active += 1
         s = _Stream(self, rid, chat, n_out, prompt_tokens, bool(opts.get("include_usage")) and cfg.usage,
                     bool(opts.get("continuous_usage_stats")) and cfg.continuous_usage, fault, t0)  # fmt: skip
         self.stream = s
@@ -276,7 +300,7 @@ class _ServerConn(asyncio.Protocol):
             self.write(_chunk(self._payload(s, delta, None, s.sent_tokens)))
         if s.fault == "disconnect" and s.next_index >= 2:
             s.handle = None
-            self.stream = None
+            self._release()
             if self.transport is not None:
                 self.transport.abort()
             return
@@ -299,7 +323,7 @@ class _ServerConn(asyncio.Protocol):
             out += _chunk(b"[DONE]")
         self.write(out + b"0\r\n\r\n")
         s.handle = None
-        self.stream = None
+        self._release()
 
     def _answer_whole(self, rid: str, chat: bool, n_out: int, prompt_tokens: int) -> None:
         cfg = self.state.cfg
