@@ -52,7 +52,7 @@ def test_the_documented_command_works(url: str, tmp_path: Path, with_tokenizer: 
         assert (run / name).is_file(), name
     report = json.loads((run / "report.json").read_text())
     perf = report["Performance"]
-    assert len(perf) == 1 and BYTEMLPERF_KEYS <= set(perf[0])
+    assert len(perf) == 1 and set(perf[0]) >= BYTEMLPERF_KEYS
     assert perf[0]["Request Number"] == 64 and perf[0]["Batch Size"] == 8 and perf[0]["Input Tokens"] == 128
     assert 0.004 < perf[0]["First Token Latency(AVG)"] < 0.5  # seconds, as ByteMLPerf reports
     lines = (run / "records.jsonl").read_text().splitlines()

@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections import deque
 import multiprocessing as mp
 import os
 import signal
 import time
+from collections import deque
 from typing import Any
 
 from lmmbench.config.perf_testserver import FAULT_KINDS, TestServerConfig
