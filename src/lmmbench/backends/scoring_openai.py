@@ -113,9 +113,15 @@ class OpenAIScorer:
                 return await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True)
 
         try:
-            return asyncio.run(main())
+            results = asyncio.run(main())
         except aiohttp.ClientConnectorError as exc:
             raise UserError(f"cannot reach {self.base_url}: {exc}; is the server running?") from None
+        for r in results:
+            if isinstance(r, UserError):
+                raise r
+            if isinstance(r, aiohttp.ClientConnectorError):
+                raise UserError(f"cannot reach {self.base_url}: {r}; is the server running?")
+        return results
 
     # ------------------------------------------------------------------ log-likelihood
     def _echo_logprobs(self, data: dict[str, Any]) -> tuple[list[Any], list[Any]]:
@@ -157,13 +163,9 @@ class OpenAIScorer:
                 raise UserError("log-likelihood with images or audio is not available over HTTP; use --model <dir>")
         pairs = [lmeval_encode_pair(self.tokenizer, self.prefix_token_id, r.context, r.continuation) for r in requests]
         jobs = [(lambda s, c=c, x=x: self._score_tokens(s, c, x)) for c, x in pairs]
-        results = self._run_all(jobs, progress)
-        for r in results:
-            if isinstance(r, UserError):
-                raise r
-        return [r if not isinstance(r, BaseException) else (float("nan"), False) for r in results]
+        return self._run_all(jobs, progress)  # a failed request stays an exception: its sample fails alone
 
-    def loglikelihood_rolling(self, texts: Sequence[str], progress: Progress | None = None) -> list[float]:
+    def loglikelihood_rolling(self, texts: Sequence[str], progress: Progress | None = None) -> list[Any]:
         """Sum of disjoint-window log-likelihoods per text."""
         jobs = []
         owner = []
@@ -174,11 +176,12 @@ class OpenAIScorer:
                 jobs.append(lambda s, c=ctx, x=cont: self._score_tokens(s, c, x))
                 owner.append(i)
         results = self._run_all(jobs, None)
-        totals = [0.0] * len(texts)
+        totals: list[Any] = [0.0] * len(texts)
         for i, r in zip(owner, results, strict=True):
-            if isinstance(r, UserError):
-                raise r
-            totals[i] += float("nan") if isinstance(r, BaseException) else r[0]
+            if isinstance(r, BaseException) or isinstance(totals[i], BaseException):
+                totals[i] = totals[i] if isinstance(totals[i], BaseException) else r
+            else:
+                totals[i] += r[0]
         if progress is not None:
             progress(len(texts))
         return totals
@@ -216,7 +219,7 @@ class OpenAIScorer:
             text = answer["choices"][0].get("text") or ""
         return cut_at_stop(str(text), r.stop)
 
-    def generate(self, requests: Sequence[GenRequest], progress: Progress | None = None) -> list[str]:
+    def generate(self, requests: Sequence[GenRequest], progress: Progress | None = None) -> list[Any]:
         """Greedy generation per request; a failed request raises its error for the runner to record."""
         jobs = [(lambda s, r=r: self._generate(s, r)) for r in requests]
         return self._run_all(jobs, progress)
