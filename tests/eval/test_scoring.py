@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from lmmbench.backends.scoring import GenRequest, InProcessScorer, LLRequest, disjoint_rolling_windows
+from lmmbench.evaluation import EvalConfig, run_eval
 
 
 def _reference_ll(model: Any, ctx: list[int], cont: list[int]) -> float:
@@ -81,3 +84,16 @@ def test_generation_is_cut_at_stop_strings(tiny_llm: Any) -> None:
     assert len(out) == 3 and all("\n" not in o for o in out)
     uncut = s.generate([GenRequest(r.prompt, max_tokens=6) for r in reqs])
     assert all(u.startswith(o) for u, o in zip(uncut, out, strict=True))
+    # through the batching engine, greedy text is the same alone as in a batch
+    assert InProcessScorer(tiny_llm, batch_size=1).generate(reqs) == out
+
+
+def test_image_tasks_on_vl_and_omni_models(tmp_path: Path) -> None:
+    for model in ("tiny-vl", "tiny-omni"):
+        cfg = {"model": model, "tasks": ["sample_vqa", "sample_vqa_count"], "limit": 3, "out_dir": tmp_path / model}
+        run = run_eval(EvalConfig.model_validate({**cfg, "threads": 1}), show_progress=False)
+        for res in run.results:
+            assert res["n_samples"] == 3 and res["n_errors"] == 0, (model, res)
+        preds = (run.run_dir / "predictions" / "sample_vqa.jsonl").read_text().splitlines()
+        lls = [json.loads(x)["loglikelihoods"] for x in preds]
+        assert all(len(x) == 4 and all(math.isfinite(v) and v < 0 for v in x) for x in lls)

@@ -11,6 +11,7 @@ to ~4e-6 measured). Requests with identical inputs share one forward (lm-eval do
 one-token continuations), which changes nothing numerically.
 
 Images and audio (VL and omni models) are fed through the model's processor, one sample per forward.
+Generation runs through the continuous-batching engine of ``lmmbench.engines`` (docs/serve.md).
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ class InProcessScorer:
         tok = self.tokenizer
         self.prefix_token_id: int = int(tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id)
         self._prefix_str = tok.decode(self.prefix_token_id)
+        self._batch_engine: Any = None
 
     # ------------------------------------------------------------------ tokenisation (lm-eval's rules)
     def tok_encode(self, text: str, add_special_tokens: bool | None = None) -> list[int]:
@@ -256,47 +258,50 @@ class InProcessScorer:
             progress(len(texts))
         return [sum(t) for t in totals]
 
-    def generate(self, requests: Sequence[GenRequest], progress: Progress | None = None) -> list[str]:
-        """Greedy generation; text prompts in left-padded batches of ``batch_size``, media one by one."""
-        from lmmbench.backends.scoring_media import generate_one, prompt_text
+    def generate(self, requests: Sequence[GenRequest], progress: Progress | None = None) -> list[Any]:
+        """Greedy generation through the continuous-batching engine (batch-invariant greedy tokens).
 
-        out: list[str] = [""] * len(requests)
-        text_idx = [i for i, r in enumerate(requests) if not r.images and not r.audio]
-        for start in range(0, len(text_idx), self.batch_size):
-            idx = text_idx[start : start + self.batch_size]
-            for i, text in zip(idx, self._generate_text([requests[i] for i in idx]), strict=True):
-                out[i] = text
-            if progress is not None:
-                progress(len(idx))
+        Raw prompts go in as token ids (tokenised like lm-eval), chat prompts and media as messages;
+        a raw (non-chat) prompt with media goes through ``model.generate`` one by one. A request the
+        engine rejects comes back as an exception, so only its own sample fails.
+        """
+        from lmmbench.backends.scoring_media import generate_one, prompt_text, to_messages
+        from lmmbench.engines import GenerationRequest, SamplingParams
+
+        engine = self._engine()
+        out: list[Any] = [""] * len(requests)
+        engine_idx: list[int] = []
+        engine_reqs: list[Any] = []
         for i, r in enumerate(requests):
-            if r.images or r.audio:
-                out[i] = generate_one(self, r, prompt_text(self, r))
+            sampling = SamplingParams(max_tokens=r.max_tokens, temperature=0.0, stop=[x for x in r.stop if x])
+            if r.chat:
+                engine_reqs.append(GenerationRequest(messages=to_messages(r), sampling=sampling))
+            elif not r.images and not r.audio:
+                engine_reqs.append(GenerationRequest(prompt_token_ids=self.tok_encode(r.prompt), sampling=sampling))
+            else:
+                try:
+                    out[i] = generate_one(self, r, prompt_text(self, r))
+                except Exception as exc:  # one failing sample, recorded by the runner
+                    out[i] = exc
                 if progress is not None:
                     progress(1)
+                continue
+            engine_idx.append(i)
+
+        def done(_: Any) -> None:
+            if progress is not None:
+                progress(1)
+
+        for i, res in zip(engine_idx, engine.generate_many(engine_reqs, on_output=done), strict=True):
+            if res.finish_reason == "error":
+                out[i] = RuntimeError(res.error or "generation failed")
+            else:
+                out[i] = cut_at_stop(res.text, requests[i].stop)
         return out
 
-    def _generate_text(self, reqs: Sequence[GenRequest]) -> list[str]:
-        import torch
+    def _engine(self) -> Any:
+        if self._batch_engine is None:
+            from lmmbench.engines import BatchEngine, TransformersEngine
 
-        from lmmbench.backends.scoring_media import prompt_text
-
-        tok = self.tokenizer
-        prompts = [self.tok_encode(prompt_text(self, r)) for r in reqs]
-        width = max(len(p) for p in prompts)
-        pad = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=self.device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
-        max_new = max(r.max_tokens for r in reqs)
-        with torch.no_grad():
-            gen = self.model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                max_new_tokens=max_new,
-                do_sample=False,
-                pad_token_id=pad,
-            )
-        texts = []
-        for row, r in zip(gen[:, width:], reqs, strict=True):
-            text = tok.decode(row[: r.max_tokens].tolist(), skip_special_tokens=True)
-            texts.append(cut_at_stop(text, r.stop))
-        return texts
+            self._batch_engine = BatchEngine(TransformersEngine(self.loaded), max_batch_size=self.batch_size)
+        return self._batch_engine

@@ -16,7 +16,7 @@ from lmmbench.core.errors import UserError
 if TYPE_CHECKING:
     from lmmbench.backends.scoring import GenRequest, InProcessScorer, LLRequest
 
-__all__ = ["generate_one", "media_loglikelihood", "prompt_text"]
+__all__ = ["generate_one", "media_loglikelihood", "prompt_text", "to_messages"]
 
 
 def _placeholder(tokenizer: Any, kind: str) -> str:
@@ -135,6 +135,33 @@ def prompt_text(scorer: InProcessScorer, req: GenRequest) -> str:
     if target is scorer.tokenizer:
         messages = [{"role": m["role"], "content": m["content"][-1]["text"]} for m in messages]
     return str(target.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+
+def to_messages(req: GenRequest) -> list[dict[str, Any]]:
+    """OpenAI-format chat messages of a request (images and audio as data URIs / base64)."""
+    import base64
+    import mimetypes
+
+    content: list[dict[str, Any]] = []
+    for p in req.images:
+        mime = mimetypes.guess_type(p)[0] or "image/png"
+        try:
+            data = base64.b64encode(Path(p).read_bytes()).decode()
+        except OSError as exc:
+            raise ValueError(f"cannot read image {p}: {exc}") from None
+        content.append({"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}})
+    for p in req.audio:
+        try:
+            data = base64.b64encode(Path(p).read_bytes()).decode()
+        except OSError as exc:
+            raise ValueError(f"cannot read audio {p}: {exc}") from None
+        content.append({"type": "input_audio", "input_audio": {"data": data, "format": Path(p).suffix.lstrip(".")}})
+    content.append({"type": "text", "text": req.prompt})
+    messages: list[dict[str, Any]] = []
+    if req.system:
+        messages.append({"role": "system", "content": req.system})
+    messages.append({"role": "user", "content": content if len(content) > 1 else req.prompt})
+    return messages
 
 
 def generate_one(scorer: InProcessScorer, req: GenRequest, text: str) -> str:
