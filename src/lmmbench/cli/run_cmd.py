@@ -43,7 +43,7 @@ def run_spec(spec_name: str, options: Any) -> Path:
             runner = UnifiedRunner(spec, ctx, sink.append, done=sink.done)
             try:
                 stats = runner.run(cases, options.repeats, options.warmup, clear_cache=options.clear_cache,
-                                   progress=options.progress)
+                                   progress=options.progress, interleave=options.interleave)
             except KeyboardInterrupt:
                 interrupted = True
     finally:
@@ -52,7 +52,7 @@ def run_spec(spec_name: str, options: Any) -> Path:
     fields = [c for c in read_rows_header(results_path) if c not in BASE_COLUMNS]
     write_summary(rows, fields, spec_dir / f"{spec.name}_summary.csv")
     analysis = build_analysis(spec.name, rows, spec.stage_fields, spec.fit_pairs, spec.total_field,
-                              spec.unattributed_field)
+                              spec.unattributed_field, spec.fit_stat)
     analysis.update(spec.findings(rows, analysis))
     write_json(analysis, spec_dir / f"{spec.name}_analysis.json")
     plot_path = spec_dir / f"{spec.name}_plot.png"

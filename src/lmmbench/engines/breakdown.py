@@ -8,6 +8,7 @@ into the seed's fields plus the split of ``others_ms``.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,8 @@ def run_generate_with_breakdown(
     kwargs = {"max_new_tokens": 1, "do_sample": False, **(generate_kwargs or {})}
     if hooks is not None:
         hooks.activate(timeline)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # no collector pause inside the measurement (as timeit does)
     t0 = now_ns()
     try:
         root = timeline.open("ttft")
@@ -65,6 +68,8 @@ def run_generate_with_breakdown(
         timeline.close(sid)
         timeline.close(root)
     finally:
+        if gc_was_enabled:
+            gc.enable()
         if hooks is not None:
             hooks.deactivate()
         timeline.close_all()

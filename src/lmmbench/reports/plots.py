@@ -19,6 +19,7 @@ def plot_breakdown(
     fit_pairs: Sequence[tuple[str, str]],
     path: Path,
     title: str = "",
+    fit_stat: str = "median",
 ) -> Path | None:
     """Write the PNG; returns None when there is no successful row to plot."""
     import matplotlib
@@ -28,6 +29,7 @@ def plot_breakdown(
 
     fields = list(dict.fromkeys([*stage_fields, *(p for pair in fit_pairs for p in pair)]))
     med = per_sample_medians(rows, fields)
+    pts_by_sample = per_sample_medians(rows, fields, stat=fit_stat)
     if not med:
         return None
     fits = [(y, x) for y, x in fit_pairs
@@ -52,7 +54,8 @@ def plot_breakdown(
     ax.tick_params(axis="x", rotation=30, labelsize=8)
     for k, (y, x) in enumerate(fits):
         sub = fig.add_subplot(grid[1 + k // ncols, k % ncols])
-        pts = [(m[x], m[y]) for m in med.values() if math.isfinite(m[x]) and m[x] > 0 and math.isfinite(m[y])]
+        pts = [(m[x], m[y]) for m in pts_by_sample.values()
+               if math.isfinite(m[x]) and m[x] > 0 and math.isfinite(m[y])]
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         sub.scatter(xs, ys, s=18)
         fit = linear_fit(xs, ys)
@@ -61,7 +64,7 @@ def plot_breakdown(
                      label=f"{fit.slope:.4g} ms/unit, R²={fit.r2:.3f}")
             sub.legend(fontsize=8)
         sub.set_xlabel(x)
-        sub.set_ylabel(y)
+        sub.set_ylabel(f"{y} ({fit_stat} of repeats)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)

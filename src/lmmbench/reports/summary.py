@@ -52,8 +52,9 @@ def _ok(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("status") == "ok"]
 
 
-def per_sample_medians(rows: list[dict[str, Any]], fields: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """sample_id -> {field: median over ok repeats, 'group': group}, in first-seen order."""
+def per_sample_medians(rows: list[dict[str, Any]], fields: Sequence[str],
+                       stat: str = "median") -> dict[str, dict[str, Any]]:
+    """sample_id -> {field: median (``stat``: median | mean | min) over ok repeats, 'group', 'n'}."""
     by_id: dict[str, list[dict[str, Any]]] = {}
     for r in _ok(rows):
         by_id.setdefault(str(r.get("sample_id")), []).append(r)
@@ -63,7 +64,10 @@ def per_sample_medians(rows: list[dict[str, Any]], fields: Sequence[str]) -> dic
         for f in fields:
             vals = [numeric(r.get(f)) for r in rs]
             vals = [v for v in vals if math.isfinite(v)]
-            med[f] = quantile(vals, 0.5) if vals else math.nan
+            if not vals:
+                med[f] = math.nan
+            else:
+                med[f] = {"median": quantile(vals, 0.5), "mean": statistics.fmean(vals), "min": min(vals)}[stat]
         out[sid] = med
     return out
 

@@ -44,6 +44,8 @@ class RunOptions(BaseModel):
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice; 1 gives "
                                 "steadier timings on a shared machine).")
     hooks: bool = Field(True, description="Stage hooks on (off: TTFT only, for overhead checks).")
+    interleave: bool = Field(False, description="Measure repeat 0 of every sample, then repeat 1, ... (spreads "
+                             "bursts of load on a shared machine over samples).")
     clear_cache: bool = Field(True, description="gc + CUDA cache clearing between repeats.")
     progress: bool = Field(True, description="Show a progress bar.")
 
@@ -79,6 +81,7 @@ class Spec:
     total_field: ClassVar[str] = "ttft_ms"
     fit_pairs: ClassVar[tuple[tuple[str, str], ...]] = ()  # (y, x): linear fit y = slope * x + intercept
     unattributed_field: ClassVar[str | None] = None
+    fit_stat: ClassVar[str] = "median"  # per-sample point of the fits: median | min over repeats
 
     def setup(self, ctx: SpecContext) -> list[Case]:
         """Load what the spec needs (into ``ctx.state``) and return its cases."""

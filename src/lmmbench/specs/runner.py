@@ -61,44 +61,57 @@ class UnifiedRunner:
         }
 
     def run(self, cases: list[Case], repeats: int, warmup: int, clear_cache: bool = True,
-            progress: bool = True) -> RunStats:
-        """Measure every case; returns counts. KeyboardInterrupt propagates after rows are flushed."""
+            progress: bool = True, interleave: bool = False) -> RunStats:
+        """Measure every case; returns counts. KeyboardInterrupt propagates after rows are flushed.
+
+        By default each case runs its warm-up then its repeats back to back; ``interleave`` warms
+        every case up first, then measures repeat 0 of every case, repeat 1 of every case, ...
+        so a burst of load on a shared machine hits one repeat of many cases, not one case.
+        """
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         stats = RunStats()
-        total = len(cases) * repeats
+        todo = {c.id: [r for r in range(repeats) if (c.id, r) not in self.done] for c in cases}
+        stats.skipped = sum(repeats - len(v) for v in todo.values())
+        if interleave:
+            order = [(c, r) for r in range(repeats) for c in cases if r in todo[c.id]]
+        else:
+            order = [(c, r) for c in cases for r in todo[c.id]]
+        warm_error: dict[str, str | None] = {}
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       disable=not progress, transient=False) as bar:
-            task = bar.add_task(self.spec.name, total=total)
-            for case in cases:
-                todo = [r for r in range(repeats) if (case.id, r) not in self.done]
-                stats.skipped += repeats - len(todo)
-                bar.advance(task, repeats - len(todo))
-                if not todo:
-                    continue
+            task = bar.add_task(self.spec.name, total=len(cases) * repeats, completed=stats.skipped)
+            if interleave:
+                for case in cases:
+                    if todo[case.id]:
+                        bar.update(task, description=f"{self.spec.name} warm-up {case.id}")
+                        warm_error[case.id] = self._warmup(case, warmup)
+            for case, r in order:
                 bar.update(task, description=f"{self.spec.name} {case.id}")
-                warm_error = self._warmup(case, warmup)
-                for r in todo:
-                    if warm_error is not None:
-                        self.sink(self._row(case, r, "failed", warm_error, {}))
-                        stats.failed += 1
-                        bar.advance(task)
-                        continue
-                    if clear_cache:
-                        self.spec.clear_cache(self.ctx)
-                    try:
-                        fields = self.spec.run_once(self.ctx, case)
-                    except KeyboardInterrupt:
-                        raise
-                    except Exception as exc:
-                        log.debug("sample %s repeat %d failed", case.id, r, exc_info=True)
-                        self.sink(self._row(case, r, "failed", _reason(exc), {}))
-                        stats.failed += 1
-                    else:
-                        self.sink(self._row(case, r, "ok", "", fields))
-                        stats.ok += 1
-                    bar.advance(task)
+                if case.id not in warm_error:
+                    warm_error[case.id] = self._warmup(case, warmup)
+                self._measure(case, r, warm_error[case.id], clear_cache, stats)
+                bar.advance(task)
         return stats
+
+    def _measure(self, case: Case, r: int, warm_error: str | None, clear_cache: bool, stats: RunStats) -> None:
+        if warm_error is not None:
+            self.sink(self._row(case, r, "failed", warm_error, {}))
+            stats.failed += 1
+            return
+        if clear_cache:
+            self.spec.clear_cache(self.ctx)
+        try:
+            fields = self.spec.run_once(self.ctx, case)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            log.debug("sample %s repeat %d failed", case.id, r, exc_info=True)
+            self.sink(self._row(case, r, "failed", _reason(exc), {}))
+            stats.failed += 1
+        else:
+            self.sink(self._row(case, r, "ok", "", fields))
+            stats.ok += 1
 
     def _warmup(self, case: Case, warmup: int) -> str | None:
         for _ in range(warmup):
