@@ -246,3 +246,11 @@ def test_omni_audio_and_image_input() -> None:
     assert both[0].token_ids == alone.token_ids
     prepared = engine.engine.prepare(audio_req)
     assert "input_features" in prepared.model_kwargs and "pixel_values" in prepared.model_kwargs
+
+
+def test_memory_reading_uses_cuda_allocator_on_gpu_mocked_gpu(tiny_llm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = TransformersEngine(tiny_llm)
+    monkeypatch.setattr(engine, "device", torch.device("cuda", 0))
+    seen: list[Any] = []
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: seen.append(dev) or 123456)
+    assert engine.memory_bytes() == 123456 and seen == [torch.device("cuda", 0)]

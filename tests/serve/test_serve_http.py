@@ -212,3 +212,13 @@ def test_vision_request_through_the_openai_client() -> None:
                 {"type": "image_url", "image_url": {"url": "http://example.invalid/cat.png"}}]}]},
         )  # fmt: skip
         assert bad.status_code == 400 and "data: URIs" in bad.json()["error"]["message"]
+
+
+def test_non_streaming_client_that_gives_up_frees_its_slot(llm_server: ServerThread) -> None:
+    body = {"model": "tiny-llm", "prompt": "wait for me", "max_tokens": 20000, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(llm_server.url + "/v1/completions", json=body, timeout=httpx.Timeout(5, read=0.5))
+    deadline = time.monotonic() + 5
+    while llm_server.engine.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not llm_server.engine.running and llm_server.engine.scheduler.num_waiting() == 0

@@ -43,7 +43,6 @@ class AppSettings:
     max_body_bytes: int = 16 * 1024 * 1024
     default_max_tokens: int = 256
     retry_after_s: int = 1
-    disconnect_poll_s: float = 0.25
 
 
 def _reject_constant(name: str) -> Any:
@@ -72,6 +71,7 @@ def create_app(engine: BatchEngine, settings: AppSettings, metrics: ServerMetric
     """The FastAPI application serving ``engine`` (which must be started)."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+    from starlette.background import BackgroundTask
 
     app = FastAPI(title="lmmbench serve", docs_url=None, redoc_url=None, openapi_url=None)
     stats = metrics or ServerMetrics()
@@ -153,6 +153,13 @@ def create_app(engine: BatchEngine, settings: AppSettings, metrics: ServerMetric
             if not finished:
                 engine.cancel(rid)
 
+    async def _cancel_on_disconnect(request: Request, rid: str) -> None:
+        while True:  # the body is read: the next message is the disconnect
+            message = await request.receive()
+            if message.get("type") == "http.disconnect":
+                engine.cancel(rid)
+                return
+
     async def _complete(request: Request, kind: str) -> Response:
         arrival = now_ns()
         _check_auth(request)
@@ -190,17 +197,19 @@ def create_app(engine: BatchEngine, settings: AppSettings, metrics: ServerMetric
                 _stream(builder, events, rid, prompt_tokens),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                # a client gone before the stream started never runs the generator's finally
+                background=BackgroundTask(engine.cancel, rid),
             )
-        while True:
-            try:
-                event = await asyncio.wait_for(events.get(), settings.disconnect_poll_s)
-            except asyncio.TimeoutError:
-                if await request.is_disconnected():
-                    engine.cancel(rid)
-                    return Response(status_code=499)
-                continue
-            if event.output is not None:
-                break
+        watcher = asyncio.create_task(_cancel_on_disconnect(request, rid))
+        try:
+            while True:
+                event = await events.get()
+                if event.output is not None:
+                    break
+        finally:
+            watcher.cancel()
+        if event.output.finish_reason == "abort":
+            return Response(status_code=499)  # the client is gone; nobody reads this
         if event.output.finish_reason == "error":
             return JSONResponse(error_body(event.output.error or "engine failure", "server_error"), status_code=500)
         return JSONResponse(builder.full(event.output))

@@ -39,6 +39,11 @@ class ServeConfig(BaseModel):
     max_prefill_tokens: int = Field(4096, ge=1, description="Prompt tokens admitted per engine step.")
     device: str = Field("cpu", description="cpu, cuda, cuda:N or auto.")
     dtype: str = Field("float32", description="float32, float16, bfloat16 or auto.")
+    num_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch CPU threads (default: torch's choice; 1 is fastest for tiny models on a busy CPU).",
+    )
     api_key: str | None = Field(None, description="Require 'Authorization: Bearer <key>' on /v1 routes.")
     served_model_name: str | None = Field(None, description="Model id clients use (default: the model name).")
     max_body_mb: float = Field(16.0, gt=0, description="Largest request body accepted, in MiB (else 413).")
@@ -51,6 +56,10 @@ def build_server(cfg: ServeConfig) -> tuple[BatchEngine, Any]:
     """Load the model, warm it up, start the engine thread; returns ``(engine, app)``."""
     require("fastapi", "serve")
     require("uvicorn", "serve")
+    if cfg.num_threads is not None:
+        import torch
+
+        torch.set_num_threads(cfg.num_threads)
     engine = BatchEngine.from_model(
         cfg.model,
         device=cfg.device,
