@@ -17,8 +17,15 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PrefixCache", "common_prefix_len", "prefill_prefix", "reuse_generate_kwargs", "rope_delta_owner",
-           "set_rope_deltas", "verify_reuse"]
+__all__ = [
+    "PrefixCache",
+    "common_prefix_len",
+    "prefill_prefix",
+    "reuse_generate_kwargs",
+    "rope_delta_owner",
+    "set_rope_deltas",
+    "verify_reuse",
+]
 
 
 @dataclass

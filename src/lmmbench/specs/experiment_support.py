@@ -53,6 +53,9 @@ class ResearchSpec(Spec):
 
         opts = ctx.options
         torch.manual_seed(opts.seed)
+        threads = getattr(opts, "threads", None)
+        if threads:
+            torch.set_num_threads(int(threads))
         loaded = load_spec_model(opts.model, opts.device, opts.dtype)
         eng = InProcessBreakdown(loaded, hooks=opts.hooks, video_fps=opts.video_fps, max_frames=opts.max_frames)
         ctx.state["engine"] = eng
@@ -60,6 +63,7 @@ class ResearchSpec(Spec):
             model={"name": loaded.ref.name, "path": str(loaded.ref.path), "family": loaded.ref.family,
                    "class": type(loaded.model).__name__, "dtype": str(loaded.dtype), "device": str(loaded.device)},
             timer=eng.timer_kind,
+            torch_threads=torch.get_num_threads(),
         )
         return eng
 
@@ -72,11 +76,6 @@ class ResearchSpec(Spec):
         eng = ctx.state.pop("engine", None)
         if eng is not None:
             eng.close()
-
-    def plot(self, rows: list[dict[str, Any]], path: Path) -> bool:
-        """Write the spec's own figure to ``path``; False = use the generic breakdown plot."""
-        del rows, path
-        return False
 
 
 def family_check(loaded: Any, spec: str, need_audio: bool = False, need_media: bool = False) -> None:
