@@ -151,8 +151,15 @@ def compare(
         max_ll = 0.0
         n_ll = 0
         prompt_mismatch = 0
+        text_mismatch = 0
         for s in lme["samples"][name]:
             ours = rows[int(s["doc_id"])]
+            if t.kind == "generate":
+                if s["arguments"][0][0] != ours["prompt"]:
+                    prompt_mismatch += 1
+                if s["resps"][0][0] != ours["output"]:
+                    text_mismatch += 1
+                continue
             if t.kind == "multiple_choice":
                 theirs = [float(r[0][0]) for r in s["resps"]]
                 mine = ours["loglikelihoods"]
@@ -178,13 +185,14 @@ def compare(
             rel = key in _LOWER_BETTER and not is_err
             err = diff / abs(float(value)) if rel and value else diff
             aggs[base] = {"lmmbench": mine_v, "lm_eval": value, "abs_diff": diff, "rel": rel, "ok": err <= TOL}
-        ok = max_ll <= TOL and prompt_mismatch == 0 and all(a["ok"] for a in aggs.values())
+        ok = max_ll <= TOL and prompt_mismatch == 0 and text_mismatch == 0 and all(a["ok"] for a in aggs.values())
         report["ok"] = report["ok"] and ok
         report["tasks"][t.task] = {
             "samples": len(lme["samples"][name]),
             "loglikelihoods_compared": n_ll,
             "max_abs_ll_diff": max_ll,
             "prompt_mismatches": prompt_mismatch,
+            "generated_text_mismatches": text_mismatch,
             "aggregates": aggs,
             "ok": ok,
         }
@@ -252,7 +260,11 @@ def throughput(args: argparse.Namespace, model_dir: Path, work: Path) -> dict[st
         )
         inproc.append((time.perf_counter_ns() - t0) / 1e9)
     lmm, lme = statistics.median(lmm_t), statistics.median(lme_t)
+    last_run = sorted((work / "tp_runs").iterdir())[-1]
+    results = [json.loads((last_run / "results" / f"{t.task}.json").read_text()) for t in tasks]
+    same = compare(tasks, json.loads((work / "tp_lm_eval.json").read_text()), last_run, results)
     return {
+        "identical_numbers": same,
         "tasks": args.throughput_tasks,
         "repeats": args.repeats,
         "lmmbench_process_s": lmm_t,

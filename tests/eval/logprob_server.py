@@ -1,8 +1,9 @@
 """A real OpenAI-compatible HTTP server on 127.0.0.1 backed by a real tiny model, for the endpoint tests.
 
 ``/v1/completions`` answers ``echo`` + ``logprobs`` with prompt log-probs computed by the model (vLLM's
-response shape), or, with ``logprobs_supported=False``, plain completions without them (like servers
-that lack prompt log-probs). ``/v1/chat/completions`` and ``/v1/models`` are there too.
+response shape); with ``logprobs_supported=False``, plain completions without them (like servers
+that lack prompt log-probs); with ``refuse_logprobs=True``, a 400 (like ``lmmbench serve``).
+``/v1/chat/completions`` and ``/v1/models`` are there too.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _echo_logprobs(loaded: Any, ids: list[int]) -> dict[str, Any]:
     return {"tokens": [tok.decode([t]) for t in ids], "token_logprobs": token_logprobs, "top_logprobs": tops}
 
 
-def make_app(loaded: Any, name: str, logprobs_supported: bool = True) -> web.Application:
+def make_app(loaded: Any, name: str, logprobs_supported: bool = True, refuse_logprobs: bool = False) -> web.Application:
     """The aiohttp application."""
     tok = loaded.tokenizer
 
@@ -56,6 +57,9 @@ def make_app(loaded: Any, name: str, logprobs_supported: bool = True) -> web.App
 
     async def completions(request: web.Request) -> web.Response:
         body = await request.json()
+        if refuse_logprobs and body.get("logprobs") is not None:  # as lmmbench serve answers
+            error = {"message": "logprobs: logprobs are not supported", "param": "logprobs"}
+            return web.json_response({"error": error}, status=400)
         prompt = body["prompt"]
         ids = list(prompt) if isinstance(prompt, list) else list(tok.encode(prompt))
         max_tokens = int(body.get("max_tokens", 16))
@@ -84,10 +88,12 @@ def make_app(loaded: Any, name: str, logprobs_supported: bool = True) -> web.App
 
 
 @contextmanager
-def serve(loaded: Any, port: int, name: str = "tiny-llm", logprobs_supported: bool = True) -> Iterator[str]:
+def serve(
+    loaded: Any, port: int, name: str = "tiny-llm", logprobs_supported: bool = True, refuse_logprobs: bool = False
+) -> Iterator[str]:
     """Run the server in a thread on 127.0.0.1:port; yields its base URL; shuts it down after."""
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(make_app(loaded, name, logprobs_supported))
+    runner = web.AppRunner(make_app(loaded, name, logprobs_supported, refuse_logprobs))
     started = threading.Event()
 
     def run() -> None:

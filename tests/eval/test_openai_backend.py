@@ -47,6 +47,14 @@ def test_server_without_prompt_logprobs_gets_a_clear_error(tiny_llm: Any, port: 
             scorer.loglikelihood(REQS[:1])
 
 
+def test_server_refusing_logprobs_gets_the_same_clear_error(tiny_llm: Any, port: int) -> None:
+    with (
+        serve(tiny_llm, port, refuse_logprobs=True) as url,
+        pytest.raises(UserError, match=r"does not return prompt log-probs.*HTTP 400"),
+    ):
+        OpenAIScorer(url, "tiny-llm", tiny_llm.tokenizer).loglikelihood(REQS[:1])
+
+
 def test_unreachable_server_is_a_user_error(tiny_llm: Any, port: int) -> None:
     with pytest.raises(UserError, match="cannot reach"):
         OpenAIScorer(f"http://127.0.0.1:{port}", "m", tiny_llm.tokenizer).loglikelihood(REQS[:1])

@@ -149,3 +149,13 @@ def test_parquet_and_saved_datasets_folder(tmp_path: Path) -> None:
     datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "saved"))
     path = _write_task(tmp_path, body.format(path="saved") + "", name="h")
     assert load_samples(load_task_file(path)) == rows
+
+
+def test_limit_keeps_the_whole_split_as_fewshot_pool(tmp_path: Path) -> None:
+    full = load_task_file(_write_task(tmp_path, MC_YAML + "fewshot:\n  num: 3\n", MC_ROWS))
+    limited = full.model_copy(update={"data": full.data.model_copy(update={"limit": 2})})
+    a, b = build_jobs(full, "m"), build_jobs(limited, "m")
+    assert len(b) == 2 and [j.row["prompt"] for j in b] == [j.row["prompt"] for j in a[:2]]
+    small = load_task_file(_write_task(tmp_path, MC_YAML + "fewshot:\n  num: 6\n", MC_ROWS, name="s"))
+    with pytest.raises(UserError, match=r"fewshot\.num 6 needs at least 7 samples"):
+        build_jobs(small, "m")

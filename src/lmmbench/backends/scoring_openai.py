@@ -44,6 +44,14 @@ def lmeval_encode_pair(tokenizer: Any, prefix_id: int, context: str, continuatio
     return ctx, whole[len(ctx) :]
 
 
+class HTTPStatusError(RuntimeError):
+    """A non-200 answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def _data_url(path: str) -> str:
     mime = mimetypes.guess_type(path)[0] or "application/octet-stream"
     return f"data:{mime};base64," + base64.b64encode(Path(path).read_bytes()).decode()
@@ -83,7 +91,7 @@ class OpenAIScorer:
         async with session.post(url, json=body, headers=self.headers) as resp:
             text = await resp.text()
             if resp.status != 200:
-                raise RuntimeError(f"{url} answered HTTP {resp.status}: {text[:200]}")
+                raise HTTPStatusError(resp.status, f"{url} answered HTTP {resp.status}: {text[:200]}")
         import json
 
         try:
@@ -130,18 +138,26 @@ class OpenAIScorer:
             tokens = lp["token_logprobs"]
             tops = lp.get("top_logprobs") or [None] * len(tokens)
         except (KeyError, IndexError, TypeError):
-            raise UserError(
-                f"{self.base_url}/completions does not return prompt log-probs (echo + logprobs); "
-                "log-likelihood tasks need a server that supports them (e.g. vLLM); "
-                "run generate tasks against this server instead"
-            ) from None
+            raise UserError(self._no_logprobs_message()) from None
         return list(tokens), list(tops)
+
+    def _no_logprobs_message(self) -> str:
+        return (
+            f"{self.base_url}/completions does not return prompt log-probs (echo + logprobs); "
+            "log-likelihood tasks need a server that supports them (e.g. vLLM); "
+            "run generate tasks against this server instead"
+        )
 
     async def _score_tokens(self, session: Any, ctx: list[int], cont: list[int]) -> tuple[float, bool]:
         toks = (ctx + cont)[-(self.max_length + 1) :]
         ctxlen = len(toks) - len(cont)
         body = {"model": self.model, "prompt": toks, "max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": 1}
-        data = await self._post(session, "/completions", body)
+        try:
+            data = await self._post(session, "/completions", body)
+        except HTTPStatusError as exc:
+            if exc.status in (400, 422, 501) and ("logprobs" in str(exc) or "echo" in str(exc)):
+                raise UserError(f"{self._no_logprobs_message()} (the server said: {exc})") from None
+            raise
         lps, tops = self._echo_logprobs(data)
         if len(lps) < len(toks):
             raise UserError(f"{self.base_url}/completions echoed {len(lps)} prompt log-probs for {len(toks)} tokens")

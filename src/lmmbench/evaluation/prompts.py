@@ -121,12 +121,24 @@ class PromptRenderer:
             return str(target[0])
         return str(target)
 
-    def render_all(self, docs: list[dict[str, Any]], pool: list[dict[str, Any]] | None = None) -> list[RenderedSample]:
-        """Render every sample in order; few-shot examples come from ``pool`` (default: ``docs``)."""
+    def render_all(
+        self, docs: list[dict[str, Any]], pool: list[dict[str, Any]] | None = None, pool_is_eval_split: bool = True
+    ) -> list[RenderedSample]:
+        """Render every sample in order; few-shot examples come from ``pool`` (default: ``docs``).
+
+        With ``pool_is_eval_split`` the evaluated sample is never its own example (the pool is the
+        whole split even when ``docs`` is limited, as in lm-eval).
+        """
         fs = self.task.fewshot
         rnd = random.Random(fs.seed)
-        same_pool = pool is None
+        same_pool = pool_is_eval_split
         fs_docs = docs if pool is None else pool
+        need = fs.num + (1 if same_pool else 0)
+        if fs.num > 0 and len(fs_docs) < need:
+            raise UserError(
+                f"{self.task.source_file}: fewshot.num {fs.num} needs at least {need} samples in the few-shot pool, "
+                f"which has {len(fs_docs)}"
+            )
         out: list[RenderedSample] = []
         for i, doc in enumerate(docs):
             prefix = self.task.description

@@ -22,7 +22,7 @@ from lmmbench.backends.scoring import GenRequest, LLRequest, ScoringBackend
 from lmmbench.core.errors import UserError
 from lmmbench.evaluation.prompts import PromptRenderer, RenderedSample
 from lmmbench.evaluation.task_config import TaskConfig
-from lmmbench.evaluation.task_data import load_samples, read_source
+from lmmbench.evaluation.task_data import read_source
 
 __all__ = ["InferStats", "SampleJob", "build_jobs", "read_predictions", "run_infer"]
 
@@ -74,10 +74,12 @@ def _key(model_id: str, task: TaskConfig, payload: Any) -> str:
 
 def build_jobs(task: TaskConfig, model_id: str) -> list[SampleJob]:
     """Render every sample of ``task`` into its requests."""
-    docs = load_samples(task)
-    columns = set().union(*(d.keys() for d in docs))
-    pool = read_source(task.fewshot.source, task) if task.fewshot.source is not None else None
-    rendered = PromptRenderer(task, columns).render_all(docs, pool)
+    full = read_source(task.data.model_copy(update={"limit": None}), task)
+    docs = full[: task.data.limit] if task.data.limit is not None else full
+    columns = set().union(*(d.keys() for d in full))
+    own_split = task.fewshot.source is None
+    pool = full if own_split else read_source(task.fewshot.source, task)  # type: ignore[arg-type]
+    rendered = PromptRenderer(task, columns).render_all(docs, pool, pool_is_eval_split=own_split)
     jobs: list[SampleJob] = []
     for doc, r in zip(docs, rendered, strict=True):
         jobs.append(_job(task, model_id, doc, r))
