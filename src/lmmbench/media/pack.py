@@ -9,7 +9,7 @@ resulting ``mel_frames`` are recorded).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lmmbench.core.clock import now_ns, ns_to_ms
@@ -85,6 +85,9 @@ def pack_inputs(processor: Any, tokenizer: Any, prompt: str, av: ExtractedAV,
         text = _template(tokenizer, [{"role": "user", "content": prompt}])
         inputs = tokenizer(text, return_tensors="pt")
         return PackedInputs(inputs, ns_to_ms(now_ns() - t0), 0.0, 0, 0, text)
+    fe = getattr(processor, "feature_extractor", None)
+    if fe is None and av.audio is not None:  # a vision-language processor: no audio input
+        av = replace(av, audio=None)
     text = _template(processor, _conversation(prompt, av))
     kwargs: dict[str, Any] = {"text": [text], "return_tensors": "pt"}
     if av.frames is not None:
@@ -96,7 +99,6 @@ def pack_inputs(processor: Any, tokenizer: Any, prompt: str, av: ExtractedAV,
     if av.audio is not None:
         kwargs["audio"] = [av.audio]
         kwargs["audio_kwargs"] = {"sampling_rate": SAMPLE_RATE_HZ, **(audio_kwargs or {})}
-    fe = getattr(processor, "feature_extractor", None)
     timed = _TimedCallable(fe) if fe is not None else None
     if timed is not None:
         processor.feature_extractor = timed

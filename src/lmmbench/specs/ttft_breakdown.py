@@ -98,8 +98,10 @@ def _case(row: ManifestRow, has_vision: bool, has_audio: bool, synthetic: bool) 
         video = video if has_vision else None
         image = image if has_vision else None
         audio = audio if has_audio else None
-    media = SampleMedia(prompt=row.prompt, video=video, image=image, audio=audio)
+    media = SampleMedia(prompt=row.prompt, video=video, image=image, audio=audio, video_audio=has_audio)
     parts = [n for n, p in (("video", video), ("image", image), ("audio", audio)) if p is not None]
+    if video is not None and has_audio and audio is None:
+        parts.append("video-audio-track")
     extra = {"modalities": "+".join(parts) or "text", **row.extra}
     return Case(id=row.id, group=str(row.extra.get("group") or extra["modalities"]), params={"media": media},
                 extra=extra)
