@@ -57,7 +57,8 @@ def run_spec(spec_name: str, options: Any) -> Path:
     write_json(analysis, spec_dir / f"{spec.name}_analysis.json")
     plot_path = spec_dir / f"{spec.name}_plot.png"
     if not spec.plot(rows, plot_path):
-        plot_breakdown(rows, spec.stage_fields, spec.fit_pairs, plot_path, title=f"{spec.name}: {options.model}")
+        plot_breakdown(rows, spec.stage_fields, spec.fit_pairs, plot_path, title=f"{spec.name}: {options.model}",
+                       fit_stat=spec.fit_stat)
     config = {"spec": spec.name, **options.model_dump(mode="json")}
     run_stats = {"ok": stats.ok, "failed": stats.failed, "skipped_already_done": stats.skipped,
                  "interrupted": interrupted}
