@@ -92,3 +92,15 @@ def test_empty_media_file_is_a_user_error_naming_the_row(tmp_path: Path) -> None
     path = _manifest(tmp_path, [{"id": "s1", "image": "empty.png", "prompt": "p"}])
     with pytest.raises(UserError, match=r"m\.csv:2: image file is empty"):
         load_manifest(path)
+
+
+def test_media_synth_command_writes_the_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lmmbench.cli.main import main
+
+    out = tmp_path / "set"
+    assert main(["media", "synth", "--out-dir", str(out), "--video-seconds", "1", "--audio-seconds", "1",
+                 "--image-sizes", "64"]) == 0
+    assert "manifest.csv" in capsys.readouterr().out
+    rows = load_manifest(out / "manifest.csv")
+    assert [r.modalities for r in rows] == ["video", "image+audio", "audio"]
+    assert main(["media", "synth", "--out-dir", str(out), "--video-seconds", "0"]) == 2
