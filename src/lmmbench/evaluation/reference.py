@@ -75,6 +75,27 @@ def _teacher_forced(loaded: Any, prompt_ids: list[int], gen_ids: list[int]) -> t
     return first, tops, ppl
 
 
+def _load(model: str, device: str, dtype: str, threads: int | None) -> Any:
+    import torch
+
+    from lmmbench.models import load_model
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return load_model(model, device=device, dtype=dtype)
+
+
+def host_info() -> str:
+    """The CPU model name (seed 001's "Host Info"), else the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _prompt_ids(loaded: Any, prompt: str) -> list[int]:
     tok = loaded.tokenizer
     prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
@@ -87,10 +108,8 @@ def dump_reference(cfg: DumpConfig) -> Path:
     import numpy as np
     import torch
 
-    from lmmbench.models import load_model
-
     prompts = load_prompts(cfg.prompts, cfg.num_prompts)
-    loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    loaded = _load(cfg.model, cfg.device, cfg.dtype, cfg.threads)
     records = []
     firsts = []
     for prompt in prompts:
@@ -114,7 +133,7 @@ def dump_reference(cfg: DumpConfig) -> Path:
         "model": cfg.model,
         "device": cfg.device,
         "dtype": cfg.dtype,
-        "host": platform.processor() or platform.machine(),
+        "host": host_info(),
         "max_new_tokens": cfg.max_new_tokens,
         "prompts": records,
     }
@@ -143,8 +162,6 @@ def compare_reference(cfg: CompareConfig) -> dict[str, Any]:
     """Replay the reference here; write report.json, logits_diff.png, token_diff.png, per-prompt CSVs."""
     import numpy as np
 
-    from lmmbench.models import load_model
-
     meta_path = cfg.reference / "reference.json"
     npz_path = cfg.reference / "reference.npz"
     if not meta_path.is_file() or not npz_path.is_file():
@@ -154,7 +171,7 @@ def compare_reference(cfg: CompareConfig) -> dict[str, Any]:
         ref_first = np.load(npz_path)["first_token_logits"]
     except (json.JSONDecodeError, KeyError, ValueError, OSError) as exc:
         raise UserError(f"{cfg.reference}: unreadable reference ({exc})") from None
-    loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    loaded = _load(cfg.model, cfg.device, cfg.dtype, cfg.threads)
     vocab = int(loaded.model.get_output_embeddings().weight.shape[0])
     if ref_first.shape[1] != vocab:
         raise UserError(
@@ -207,7 +224,7 @@ def compare_reference(cfg: CompareConfig) -> dict[str, Any]:
         "Model": cfg.model,
         "Backend": cfg.backend_name or f"{cfg.device}/{cfg.dtype}",
         "Reference Backend": f"{meta['device']}/{meta['dtype']}",
-        "Host Info": platform.processor() or platform.machine(),
+        "Host Info": host_info(),
         "Min New Tokens": meta["max_new_tokens"],
         "Max New Tokens": meta["max_new_tokens"],
         "Accuracy": {

@@ -24,6 +24,7 @@ class DumpConfig(BaseModel):
     device: str = "cpu"
     dtype: Dtype = "float32"
     out: Path = Field(Path("outputs/reference"), description="folder for reference.json + reference.npz")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
 
 
 class CompareConfig(BaseModel):
@@ -37,3 +38,4 @@ class CompareConfig(BaseModel):
     dtype: Dtype = "float32"
     backend_name: str | None = Field(None, description="label for the report's Backend field (default: device/dtype)")
     out_dir: Path = Field(Path("outputs/reference_compare"), description="report.json, pngs and csvs go here")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
