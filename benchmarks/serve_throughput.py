@@ -56,10 +56,14 @@ def server_command(kind: str, model_dir: Path, port: int, max_batch: int) -> lis
     return cmd
 
 
-def start_server(kind: str, model_dir: Path, out: Path, max_batch: int, hf_home: Path) -> tuple[Any, str]:
+def start_server(
+    kind: str, model_dir: Path, out: Path, max_batch: int, hf_home: Path, threads: int | None
+) -> tuple[Any, str]:
     """Start a server and wait for /health; returns (process, base url)."""
     port = _free_port()
     env = dict(os.environ, HF_HOME=str(hf_home), HF_HUB_OFFLINE="1")
+    if threads is not None:  # the same CPU thread count for every server (torch reads it at start)
+        env["OMP_NUM_THREADS"] = str(threads)
     log = (out / f"server_{kind}.log").open("w")
     proc = subprocess.Popen(
         server_command(kind, model_dir, port, max_batch), stdout=log, stderr=subprocess.STDOUT, env=env
@@ -154,6 +158,7 @@ def main() -> int:
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--max-batch-size", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for every server")
     ap.add_argument("--out", type=Path, default=Path("lmmbench-results/serve_throughput"))
     args = ap.parse_args()
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
@@ -167,7 +172,7 @@ def main() -> int:
     results = (args.out / "serve_throughput_results.jsonl").open("a")
     try:
         for srv in servers:
-            procs[srv] = start_server(srv, model_dir, args.out, args.max_batch_size, hf_home)
+            procs[srv] = start_server(srv, model_dir, args.out, args.max_batch_size, hf_home, args.threads)
             print(f"started {srv} at {procs[srv][1]}", file=sys.stderr, flush=True)
         for rep in range(args.repeats):
             for c in concurrencies:

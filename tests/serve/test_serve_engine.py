@@ -254,3 +254,18 @@ def test_memory_reading_uses_cuda_allocator_on_gpu_mocked_gpu(tiny_llm: Any, mon
     seen: list[Any] = []
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: seen.append(dev) or 123456)
     assert engine.memory_bytes() == 123456 and seen == [torch.device("cuda", 0)]
+
+
+def test_a_registered_engine_replaces_the_transformers_one(tiny_llm: Any) -> None:
+    from lmmbench.engines import ENGINES
+
+    made: list[str] = []
+
+    def vendor_engine(model: str, device: str, dtype: str) -> Any:
+        made.append(f"{model}/{device}/{dtype}")
+        return TransformersEngine(tiny_llm)
+
+    ENGINES.add("test-vendor", vendor_engine)
+    engine = BatchEngine.from_model("tiny-llm", engine="test-vendor", max_batch_size=2)
+    assert made == ["tiny-llm/cpu/float32"] and "transformers" in ENGINES.names()
+    assert len(engine.generate(GenerationRequest(prompt="x", sampling=_greedy(3))).token_ids) == 3

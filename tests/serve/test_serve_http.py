@@ -212,6 +212,12 @@ def test_vision_request_through_the_openai_client() -> None:
                 {"type": "image_url", "image_url": {"url": "http://example.invalid/cat.png"}}]}]},
         )  # fmt: skip
         assert bad.status_code == 400 and "data: URIs" in bad.json()["error"]["message"]
+        audio = httpx.post(
+            srv.url + "/v1/chat/completions", timeout=10,
+            json={"model": "tiny-vl", "messages": [{"role": "user", "content": [
+                {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]}]},
+        )  # fmt: skip
+        assert audio.status_code == 400 and "audio" in audio.json()["error"]["message"]
 
 
 def test_non_streaming_client_that_gives_up_frees_its_slot(llm_server: ServerThread) -> None:

@@ -4,6 +4,7 @@ Importing this package does not import torch; the engine loads it when a model i
 """
 
 from lmmbench.engines.batch_engine import BatchEngine, ContextLengthError, EventCallback
+from lmmbench.engines.engine_registry import ENGINES, EngineFactory
 from lmmbench.engines.inputs import InputError, InputPreparer
 from lmmbench.engines.requests import (
     GenerationEvent,
@@ -19,9 +20,11 @@ from lmmbench.engines.scheduler import FcfsScheduler, QueueFullError, Scheduler
 from lmmbench.engines.transformers_engine import Engine, TransformersEngine
 
 __all__ = [
+    "ENGINES",
     "BatchEngine",
     "ContextLengthError",
     "Engine",
+    "EngineFactory",
     "EventCallback",
     "FcfsScheduler",
     "GenerationEvent",

@@ -31,7 +31,7 @@ from lmmbench.engines.requests import (
 )
 from lmmbench.engines.sampler import Sampler, TorchSampler
 from lmmbench.engines.scheduler import FcfsScheduler, QueueFullError, Scheduler
-from lmmbench.engines.transformers_engine import Engine, TransformersEngine
+from lmmbench.engines.transformers_engine import Engine
 
 __all__ = ["BatchEngine", "ContextLengthError", "EventCallback", "QueueFullError"]
 
@@ -73,11 +73,14 @@ class BatchEngine:
         self.peak_memory_bytes = 0
 
     @classmethod
-    def from_model(cls, name_or_dir: str, device: str = "cpu", dtype: str = "float32", **kwargs: Any) -> BatchEngine:
-        """Load a model (built-in tiny name or local directory) and wrap it in a batching engine."""
-        from lmmbench.models import load_model
+    def from_model(
+        cls, name_or_dir: str, device: str = "cpu", dtype: str = "float32", engine: str = "transformers",
+        **kwargs: Any,
+    ) -> BatchEngine:  # fmt: skip
+        """Load a model (built-in tiny name or local directory) with a registered engine, batched."""
+        from lmmbench.engines.engine_registry import ENGINES
 
-        return cls(TransformersEngine(load_model(name_or_dir, device=device, dtype=dtype)), **kwargs)
+        return cls(ENGINES.get(engine)(name_or_dir, device, dtype), **kwargs)
 
     # -- submitting ---------------------------------------------------------------------------
     def prepare(self, request: GenerationRequest) -> PreparedInput:

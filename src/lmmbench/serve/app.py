@@ -26,6 +26,7 @@ from lmmbench.engines.requests import GenerationEvent, GenerationRequest
 from lmmbench.engines.scheduler import QueueFullError
 from lmmbench.serve.metrics import ServerMetrics
 from lmmbench.serve.protocol import ApiError, ChatCompletionBody, CompletionBody, error_body, parse_body
+from lmmbench.serve.relay import EventRelay, drain_merged
 from lmmbench.serve.responses import ResponseBuilder, sse
 
 __all__ = ["AppSettings", "create_app"]
@@ -78,6 +79,7 @@ def create_app(engine: BatchEngine, settings: AppSettings, metrics: ServerMetric
     app.state.engine = engine
     app.state.metrics = stats
     served = {settings.model_name, *settings.model_aliases}
+    relays: dict[asyncio.AbstractEventLoop, EventRelay] = {}
 
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
@@ -118,10 +120,14 @@ def create_app(engine: BatchEngine, settings: AppSettings, metrics: ServerMetric
             raise ApiError(400, str(exc)) from None
         events: asyncio.Queue[GenerationEvent] = asyncio.Queue()
 
+        relay = relays.get(loop)
+        if relay is None:
+            relay = relays[loop] = EventRelay(loop)
+
         def on_event(event: GenerationEvent) -> None:
             if event.output is not None:
                 stats.observe(event.output)
-            loop.call_soon_threadsafe(events.put_nowait, event)
+            relay.push(events, event)
 
         try:
             engine.submit(greq, on_event, prepared)
@@ -137,7 +143,7 @@ def create_app(engine: BatchEngine, settings: AppSettings, metrics: ServerMetric
             if builder.kind == "chat":
                 yield sse(builder.role_chunk(prompt_tokens))
             while True:
-                event = await events.get()
+                event = drain_merged(await events.get(), events)
                 if event.text_delta:
                     yield sse(builder.content_chunk(event.text_delta, event.prompt_tokens, event.completion_tokens))
                 if event.output is not None:

@@ -37,6 +37,7 @@ class ServeConfig(BaseModel):
     max_batch_size: int = Field(16, ge=1, le=1024, description="Most requests decoded together.")
     max_queue: int = Field(64, ge=0, description="Most requests waiting for a batch slot; more get 429.")
     max_prefill_tokens: int = Field(4096, ge=1, description="Prompt tokens admitted per engine step.")
+    engine: str = Field("transformers", description="Registered engine running the model (lmmbench.engines.ENGINES).")
     device: str = Field("cpu", description="cpu, cuda, cuda:N or auto.")
     dtype: str = Field("float32", description="float32, float16, bfloat16 or auto.")
     num_threads: int | None = Field(
@@ -64,6 +65,7 @@ def build_server(cfg: ServeConfig) -> tuple[BatchEngine, Any]:
         cfg.model,
         device=cfg.device,
         dtype=cfg.dtype,
+        engine=cfg.engine,
         max_batch_size=cfg.max_batch_size,
         max_queue=cfg.max_queue,
         max_prefill_tokens=cfg.max_prefill_tokens,
