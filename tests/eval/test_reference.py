@@ -12,7 +12,18 @@ from lmmbench.cli.main import main
 
 def test_dump_then_compare_same_and_other_dtype(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ref = tmp_path / "ref"
-    args = ["reference", "dump", "--model", "tiny-llm", "--prompts", "sample_qa", "--num-prompts", "4", "--threads", "1"]
+    args = [
+        "reference",
+        "dump",
+        "--model",
+        "tiny-llm",
+        "--prompts",
+        "sample_qa",
+        "--num-prompts",
+        "4",
+        "--threads",
+        "1",
+    ]
     assert main([*args, "--max-new-tokens", "5", "--out", str(ref)]) == 0
     meta = json.loads((ref / "reference.json").read_text())
     assert len(meta["prompts"]) == 4 and all(len(p["top_logits"]) == 5 for p in meta["prompts"])

@@ -97,3 +97,24 @@ def test_image_tasks_on_vl_and_omni_models(tmp_path: Path) -> None:
         preds = (run.run_dir / "predictions" / "sample_vqa.jsonl").read_text().splitlines()
         lls = [json.loads(x)["loglikelihoods"] for x in preds]
         assert all(len(x) == 4 and all(math.isfinite(v) and v < 0 for v in x) for x in lls)
+
+
+def test_audio_multiple_choice_on_omni(tmp_path: Path) -> None:
+    import numpy as np
+    import soundfile as sf
+
+    rows = []
+    for i, (freq, label) in enumerate([(220, "low"), (880, "high")]):
+        t = np.arange(8000) / 16000
+        sf.write(tmp_path / f"tone{i}.wav", (0.3 * np.sin(2 * np.pi * freq * t)).astype("float32"), 16000)
+        rows.append({"audio": f"tone{i}.wav", "pitch": label})
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "tone.yaml").write_text(
+        "task: tone\nkind: multiple_choice\ndata: {path: data.jsonl}\naudio_column: audio\n"
+        "doc_to_text: 'Is the tone low or high?\\nAnswer:'\ndoc_to_choice: \"['low', 'high']\"\ndoc_to_target: pitch\n"
+    )
+    cfg = {"model": "tiny-omni", "tasks": [str(tmp_path / "tone.yaml")], "out_dir": tmp_path / "runs", "threads": 1}
+    run = run_eval(EvalConfig.model_validate(cfg), show_progress=False)
+    assert run.results[0]["n_errors"] == 0 and run.results[0]["metrics"]["acc"]["n"] == 2
+    pred = json.loads((run.run_dir / "predictions" / "tone.jsonl").read_text().splitlines()[0])
+    assert len(pred["loglikelihoods"]) == 2 and pred["loglikelihoods"][0] != pred["loglikelihoods"][1]

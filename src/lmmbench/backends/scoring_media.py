@@ -85,6 +85,9 @@ def _process(scorer: InProcessScorer, text: str, images: list[str], audio: list[
     return {k: v.to(scorer.device) if hasattr(v, "to") else v for k, v in batch.items()}
 
 
+_CTX_LEN_CACHE: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], int] = {}
+
+
 def media_loglikelihood(scorer: InProcessScorer, req: LLRequest) -> tuple[float, bool]:
     """(LL, is_greedy) of one request with images and/or audio."""
     import torch
@@ -96,10 +99,16 @@ def media_loglikelihood(scorer: InProcessScorer, req: LLRequest) -> tuple[float,
         continuation = context[-n_spaces:] + continuation
         context = context[:-n_spaces]
     ctx_text = _with_placeholders(scorer, context, req.images, req.audio)
-    ctx_ids = _process(scorer, ctx_text, req.images, req.audio)["input_ids"][0]
+    cache_key = (scorer.model_id, ctx_text, tuple(req.images), tuple(req.audio))
+    ctx_len = _CTX_LEN_CACHE.get(cache_key)
+    if ctx_len is None:  # the choices of one question share it: process the media once for it
+        ctx_len = int(_process(scorer, ctx_text, req.images, req.audio)["input_ids"].shape[1])
+        if len(_CTX_LEN_CACHE) > 256:
+            _CTX_LEN_CACHE.clear()
+        _CTX_LEN_CACHE[cache_key] = ctx_len
     full = _process(scorer, ctx_text + continuation, req.images, req.audio)
     ids = full["input_ids"][0]
-    cont = ids[len(ctx_ids) :]
+    cont = ids[ctx_len:]
     if len(cont) == 0:
         raise ValueError("empty continuation after tokenisation")
     inputs = dict(full)

@@ -212,4 +212,10 @@ def _infer_one(task: TaskConfig, backend: ScoringBackend, run_dir: Path, show_pr
 
     with Progress(transient=True) as bar:
         tid = bar.add_task(f"{task.task}", total=None)
-        return run_infer(task, backend, pred, progress=lambda n: bar.advance(tid, n))
+        return run_infer(
+            task,
+            backend,
+            pred,
+            progress=lambda n: bar.advance(tid, n),
+            on_total=lambda n: bar.update(tid, total=n),
+        )

@@ -173,10 +173,13 @@ def run_infer(
     pred_path: Path,
     chunk_size: int = 64,
     progress: Callable[[int], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
 ) -> InferStats:
     """Run every pending sample of ``task`` and append its prediction to ``pred_path``."""
     t0 = time.perf_counter_ns()
     jobs = build_jobs(task, backend.model_id)
+    if on_total is not None:
+        on_total(len(jobs))
     existing = read_predictions(pred_path)
     pending = [j for j in jobs if j.key not in existing or existing[j.key].get("error")]
     skipped = len(jobs) - len(pending)
