@@ -59,7 +59,11 @@ class GenRequest:
 
 
 class ScoringBackend(Protocol):
-    """What the evaluation runner needs from a model."""
+    """What the evaluation runner needs from a model.
+
+    A backend may put an exception in place of one failed request's result (an endpoint error, an
+    unreadable image); the runner records it on that sample and goes on. ``UserError`` aborts.
+    """
 
     model_id: str
     supports_media: bool
