@@ -11,8 +11,10 @@ split into client-side and server-side time where the server reports it.
   before the clock starts, sent on a fresh keep-alive connection opened before the clock starts
   (``backends.openai_http``). ``request_ttft_ms`` = client TTFT (request written -> first content
   chunk). When the response carries lmmbench's ``metrics`` object, the split is
-  ``server_queue_ms`` + ``server_preprocess_ms`` + ``server_compute_ms`` = ``server_ttft_ms`` and
-  ``client_side_ms`` = client TTFT - server TTFT (HTTP, JSON, SSE framing, loopback, the client).
+  ``server_preprocess_ms`` (decode + processor) + ``server_queue_ms`` (waiting for a batch slot; the
+  server's ``queue_ms`` minus its preprocessing, which it counts inside) + ``server_compute_ms``
+  (joined the batch -> first token) = ``server_ttft_ms``, and ``client_side_ms`` = client TTFT -
+  server TTFT (HTTP, JSON, SSE framing, loopback, the client).
 
 OpenAI chat has no video part, so only manifest rows without video are used (the synthetic set's
 image + audio and audio rows).
@@ -223,10 +225,12 @@ class BackendComparisonSpec(ResearchSpec):
         ctx.environment["backend_comparison"] = {"manifest": str(manifest), "targets": targets,
                                                  "builtin_server": server is not None}
         cases = []
-        for r in rows:
-            media = SampleMedia(prompt=r.prompt, image=r.image, audio=r.audio)
-            payload = chat_payload(r.prompt, r.image, r.audio)
-            for backend in (IN_PROCESS, *targets):
+        # backend by backend: a server's idle worker threads (OpenMP spin-wait) must not overlap the
+        # in-process measurements on a small machine
+        for backend in (IN_PROCESS, *targets):
+            for r in rows:
+                media = SampleMedia(prompt=r.prompt, image=r.image, audio=r.audio)
+                payload = chat_payload(r.prompt, r.image, r.audio)
                 cases.append(Case(id=f"{r.id}@{backend}", group=backend,
                                   params={"media": media, "payload": payload, "backend": backend},
                                   extra={"sample": r.id, "backend": backend, "modalities": r.modalities}))
@@ -249,9 +253,12 @@ class BackendComparisonSpec(ResearchSpec):
                                   "ttft_ms": client_ttft, "e2e_ms": (rec.end_ns - rec.sent_ns) / 1e6,
                                   "prompt_tokens": rec.prompt_tokens if rec.prompt_tokens is not None else ""}
         if "ttft_ms" in m:
+            # lmmbench serve prepares a request (decode, processor) before queueing it, so its queue_ms
+            # (arrival -> joined the batch) contains preprocess_ms: the wait is the difference
             queue, pre = m.get("queue_ms", 0.0), m.get("preprocess_ms", 0.0)
-            fields.update(server_ttft_ms=m["ttft_ms"], server_queue_ms=queue, server_preprocess_ms=pre,
-                          server_compute_ms=m["ttft_ms"] - queue - pre, client_side_ms=client_ttft - m["ttft_ms"])
+            fields.update(server_ttft_ms=m["ttft_ms"], server_queue_ms=max(0.0, queue - pre),
+                          server_preprocess_ms=pre, server_compute_ms=m["ttft_ms"] - max(queue, pre),
+                          client_side_ms=client_ttft - m["ttft_ms"])
         return fields
 
     def teardown(self, ctx: SpecContext) -> None:
