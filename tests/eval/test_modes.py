@@ -20,7 +20,7 @@ def _cfg(tmp: Path, **kw: Any) -> EvalConfig:
 
 
 def test_all_mode_writes_the_aisbench_layout_and_group_pivots(tmp_path: Path) -> None:
-    run = run_eval(_cfg(tmp_path, limit=8), show_progress=False)
+    run = run_eval(_cfg(tmp_path, limit=8, group_by=["id"]), show_progress=False)
     d = run.run_dir
     assert d.parent == tmp_path
     for sub in ("logs", "predictions", "results", "summary"):
@@ -35,6 +35,8 @@ def test_all_mode_writes_the_aisbench_layout_and_group_pivots(tmp_path: Path) ->
     assert result["metrics"]["acc"]["value"] == pytest.approx(acc)
     pivot = list(csv.DictReader((d / "summary" / "sample_mc_by_subject.csv").open()))
     assert sum(int(r["n"]) for r in pivot) == 8
+    by_id = list(csv.DictReader((d / "summary" / "sample_mc_by_id.csv").open()))  # --group-by adds a column
+    assert len(by_id) == 8 and all(int(r["n"]) == 1 for r in by_id)
     md = (d / "summary" / "summary.md").read_text()
     assert "| sample_ppl | word_perplexity |" in md and "## sample_mc by subject" in md
     assert (d / "logs" / "all.log").read_text().count("infer sample_") == 2
