@@ -43,7 +43,9 @@ class EvalConfig(BaseModel):
     out_dir: Path = Field(Path("outputs/eval"), description="runs go to <out-dir>/<timestamp>/")
     resume: str | None = Field(None, description="'latest' or a run folder name to resume / re-score")
     batch_size: int = Field(16, ge=1, description="requests per forward (equal lengths only unless --pad-batches)")
-    pad_batches: bool = Field(False, description="right-pad mixed lengths into one batch (faster; log-likelihoods move by up to ~4e-6)")
+    pad_batches: bool = Field(
+        False, description="right-pad mixed lengths into one batch (faster; log-likelihoods move by up to ~4e-6)"
+    )
     device: str = Field("cpu", description="torch device of the in-process model (cpu, cuda, cuda:1)")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     limit: int | None = Field(None, ge=1, description="only the first N samples of each task")
