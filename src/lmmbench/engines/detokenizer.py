@@ -30,9 +30,15 @@ class Detokenizer:
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
+        # the Rust tokenizer directly (3x less overhead per call) when transformers adds nothing to it
+        backend = getattr(tokenizer, "_tokenizer", None)
+        cleans = getattr(tokenizer, "clean_up_tokenization_spaces", False)
+        self._fast = backend.decode if backend is not None and not cleans else None
 
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids`` without special tokens."""
+        if self._fast is not None:
+            return str(self._fast(ids, skip_special_tokens=True))
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def update(self, state: RequestState, final: bool = False) -> tuple[str, bool]:
