@@ -259,18 +259,20 @@ class _ServerConn(asyncio.Protocol):
         s.handle = st.call_at_pc(t0 + cfg.ttft_ms / 1e3, self._emit, s)
 
     def _payload(self, s: _Stream, delta: dict[str, Any], finish: str | None, cum_tokens: int) -> bytes:
+        # rendered by hand (same JSON as json.dumps of the chunk object): this runs for every chunk
         cfg = self.state.cfg
+        kind = "chat.completion.chunk" if s.chat else "text_completion"
+        head = f'{{"id":"{s.rid}","object":"{kind}","created":0,"model":{json.dumps(cfg.model)},"choices":[{{"index":0,'
+        fin = "null" if finish is None else f'"{finish}"'
         if s.chat:
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
-            obj: dict[str, Any] = {"id": s.rid, "object": "chat.completion.chunk", "created": 0,
-                                   "model": cfg.model, "choices": [choice]}  # fmt: skip
+            body = f'"delta":{json.dumps(delta, separators=(",", ":"))},"finish_reason":{fin}}}]'
         else:
-            choice = {"index": 0, "text": delta.get("content", ""), "finish_reason": finish}
-            obj = {"id": s.rid, "object": "text_completion", "created": 0, "model": cfg.model, "choices": [choice]}
+            body = f'"text":{json.dumps(delta.get("content", ""))},"finish_reason":{fin}}}]'
+        tail = "}"
         if s.continuous:
-            obj["usage"] = {"prompt_tokens": s.prompt_tokens, "completion_tokens": cum_tokens,
-                            "total_tokens": s.prompt_tokens + cum_tokens}  # fmt: skip
-        return json.dumps(obj, separators=(",", ":")).encode()
+            tail = (f',"usage":{{"prompt_tokens":{s.prompt_tokens},"completion_tokens":{cum_tokens},'
+                    f'"total_tokens":{s.prompt_tokens + cum_tokens}}}}}')  # fmt: skip
+        return (head + body + tail).encode()
 
     def _emit(self, s: _Stream) -> None:
         if self.stream is not s or self.transport is None:

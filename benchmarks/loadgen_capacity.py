@@ -1,0 +1,138 @@
+"""Load generator capacity: the highest open-loop rate lmmbench sustains against the shipped test server.
+
+For each client configuration (``--workers``) and each rate of a ladder, one open-loop Poisson run
+of ``--duration-s`` against ``lmmbench testserver`` on the same machine (TTFT 20 ms, ITL 5 ms).
+A rate is *clean* when the achieved send rate is within 2 % of the schedule's own rate, the p99
+client lateness (sent − scheduled) is at most 1 ms, and no request failed. Reported per
+configuration: the highest clean rate (median over ``--repeats``), the mean TTFT overhead over
+the injected value at 200 and 400 req/s (from the scheduled time and from the send time), and
+the machine's load average during each run (the box may be shared: only a quiet box measures
+the client rather than its neighbours).
+
+    .venv/bin/python benchmarks/loadgen_capacity.py --repeats 3 --out /tmp/cap.json
+
+Peers (aiperf, inference-perf) are not run by this script: the report records whether their
+executables are on PATH; their figures in docs/benchmarks.md come from FIELD-NOTES, measured on
+the same kind of machine with the same kind of mock server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lmmbench.config.perf import PerfConfig
+from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.loadgen import run_benchmark
+from lmmbench.loadgen.arrivals import arrival_offsets_ns
+from lmmbench.testing import running_testserver
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _one(url: str, rate: float, args: argparse.Namespace, workers: int, seed: int) -> dict[str, Any]:
+    cfg = PerfConfig(
+        url=url, model="test-model", rate=rate, arrival="poisson", duration_s=args.duration_s,
+        output_tokens=args.output_tokens, input_tokens=32, workers=workers, progress=False, plots=False,
+        seed=seed, warmup_requests=20, loop=args.loop,
+    )  # fmt: skip
+    load_before = os.getloadavg()[0]
+    res = run_benchmark(cfg)
+    s, m = res.summary, res.summary["metrics"]
+    offs = arrival_offsets_ns("poisson", rate, duration_s=args.duration_s, seed=seed)
+    scheduled_rate = (len(offs) - 1) / (offs[-1] / 1e9)
+    rate_err = abs(s["send_rate_rps"] - scheduled_rate) / scheduled_rate
+    clean = rate_err <= 0.02 and m["lateness_ms"]["p99"] <= 1.0 and s["errors"] == 0 and s["not_sent"] == 0
+    return {
+        "rate": rate, "workers": workers, "requests": s["requests"], "errors": s["errors"],
+        "send_rate_rps": s["send_rate_rps"], "scheduled_rate_rps": scheduled_rate, "rate_error": rate_err,
+        "lateness_p50_ms": m["lateness_ms"]["p50"], "lateness_p99_ms": m["lateness_ms"]["p99"],
+        "ttft_mean_ms": m["ttft_ms"]["mean"], "ttft_send_mean_ms": m["ttft_send_ms"]["mean"],
+        "ttft_overhead_ms": m["ttft_ms"]["mean"] - args.ttft_ms,
+        "ttft_send_overhead_ms": m["ttft_send_ms"]["mean"] - args.ttft_ms,
+        "itl_mean_ms": m["itl_ms"]["mean"], "new_connections": s["new_connections"],
+        "clean": clean, "loadavg_before": load_before, "loadavg_after": os.getloadavg()[0],
+    }  # fmt: skip
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rates", default="100,200,300,400,500,600,800,1000,1200")
+    p.add_argument("--workers", default="1,2", help="client process counts to compare")
+    p.add_argument("--server-workers", type=int, default=1)
+    p.add_argument("--duration-s", type=float, default=5.0)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--output-tokens", type=int, default=16)
+    p.add_argument("--ttft-ms", type=float, default=20.0)
+    p.add_argument("--itl-ms", type=float, default=5.0)
+    p.add_argument("--loop", default="auto", choices=["auto", "asyncio", "uvloop"])
+    p.add_argument("--out", type=Path, default=Path("loadgen_capacity.json"))
+    args = p.parse_args()
+    rates = [float(x) for x in args.rates.split(",")]
+    worker_counts = [int(x) for x in args.workers.split(",")]
+    scfg = TestServerConfig(port=_free_port(), ttft_ms=args.ttft_ms, itl_ms=args.itl_ms,
+                            output_tokens=args.output_tokens, workers=args.server_workers)  # fmt: skip
+    runs: list[dict[str, Any]] = []
+    with running_testserver(scfg) as url:
+        for rep in range(args.repeats):
+            for workers in worker_counts:
+                fails = 0
+                for rate in rates:
+                    r = _one(url, rate, args, workers, seed=rep)
+                    r["repeat"] = rep
+                    runs.append(r)
+                    print(f"rep {rep} workers {workers} rate {rate:6.0f}: sent {r['send_rate_rps']:7.1f}/s "
+                          f"late p99 {r['lateness_p99_ms']:6.3f} ms  TTFT +{r['ttft_overhead_ms']:.2f} ms "
+                          f"(send +{r['ttft_send_overhead_ms']:.2f})  errors {r['errors']}  "
+                          f"{'clean' if r['clean'] else 'NOT clean'}  load {r['loadavg_before']:.1f}",
+                          flush=True)  # fmt: skip
+                    fails = 0 if r["clean"] else fails + 1
+                    if fails >= 2 and rate >= 400:
+                        break
+    summary: dict[str, Any] = {}
+    for workers in worker_counts:
+        best = []
+        for rep in range(args.repeats):
+            clean = [r["rate"] for r in runs if r["workers"] == workers and r["repeat"] == rep and r["clean"]]
+            best.append(max(clean, default=0.0))
+        entry: dict[str, Any] = {"highest_clean_rate_median": statistics.median(best), "per_repeat": best}
+        for rate in (200.0, 400.0):
+            sel = [r for r in runs if r["workers"] == workers and r["rate"] == rate]
+            if sel:
+                entry[f"ttft_overhead_ms_at_{int(rate)}"] = statistics.median(r["ttft_overhead_ms"] for r in sel)
+                entry[f"ttft_send_overhead_ms_at_{int(rate)}"] = statistics.median(
+                    r["ttft_send_overhead_ms"] for r in sel
+                )
+        summary[f"lmmbench workers={workers}"] = entry
+    peers = {
+        "aiperf": f"on PATH: {bool(shutil.which('aiperf'))}; not run by this script",
+        "inference-perf": f"on PATH: {bool(shutil.which('inference-perf'))}; needs Python >= 3.12 "
+        f"(this is {sys.version.split()[0]}); not run by this script",
+    }
+    report = {
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpu_count": os.cpu_count(),
+        "settings": vars(args) | {"out": str(args.out)},
+        "summary": summary,
+        "peers": peers,
+        "runs": runs,
+    }
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({"summary": summary, "peers": peers}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
