@@ -34,6 +34,7 @@ from lmmbench.config.perf_testserver import TestServerConfig
 from lmmbench.loadgen import run_benchmark
 from lmmbench.loadgen.arrivals import arrival_offsets_ns
 from lmmbench.testing import running_testserver
+from lmmbench.testing.fixtures import server_stats
 
 
 def _free_port() -> int:
@@ -49,7 +50,9 @@ def _one(url: str, rate: float, args: argparse.Namespace, workers: int, seed: in
         seed=seed, warmup_requests=20, loop=args.loop,
     )  # fmt: skip
     load_before = os.getloadavg()[0]
+    server_cpu0 = server_stats(url).get("cpu_s", 0.0)
     res = run_benchmark(cfg)
+    server_cpu = server_stats(url).get("cpu_s", 0.0) - server_cpu0
     s, m = res.summary, res.summary["metrics"]
     offs = arrival_offsets_ns("poisson", rate, duration_s=args.duration_s, seed=seed)
     scheduled_rate = (len(offs) - 1) / (offs[-1] / 1e9)
@@ -63,6 +66,8 @@ def _one(url: str, rate: float, args: argparse.Namespace, workers: int, seed: in
         "ttft_overhead_ms": m["ttft_ms"]["mean"] - args.ttft_ms,
         "ttft_send_overhead_ms": m["ttft_send_ms"]["mean"] - args.ttft_ms,
         "itl_mean_ms": m["itl_ms"]["mean"], "new_connections": s["new_connections"],
+        "client_cpu_us_per_request": res.client_cpu_s / max(s["requests"], 1) * 1e6,
+        "server_cpu_us_per_request": server_cpu / max(s["requests"] + 20, 1) * 1e6,
         "clean": clean, "loadavg_before": load_before, "loadavg_after": os.getloadavg()[0],
     }  # fmt: skip
 
@@ -96,10 +101,13 @@ def main() -> int:
                     print(f"rep {rep} workers {workers} rate {rate:6.0f}: sent {r['send_rate_rps']:7.1f}/s "
                           f"late p99 {r['lateness_p99_ms']:6.3f} ms  TTFT +{r['ttft_overhead_ms']:.2f} ms "
                           f"(send +{r['ttft_send_overhead_ms']:.2f})  errors {r['errors']}  "
-                          f"{'clean' if r['clean'] else 'NOT clean'}  load {r['loadavg_before']:.1f}",
+                          f"{'clean' if r['clean'] else 'NOT clean'}  load {r['loadavg_before']:.1f}  "
+                          f"cpu/req client {r['client_cpu_us_per_request']:.0f} us "
+                          f"server {r['server_cpu_us_per_request']:.0f} us",
                           flush=True)  # fmt: skip
-                    fails = 0 if r["clean"] else fails + 1
-                    if fails >= 2 and rate >= 400:
+                    # stop climbing once the client cannot even keep the average rate
+                    fails = fails + 1 if r["rate_error"] > 0.05 or r["errors"] else 0
+                    if fails >= 2:
                         break
     summary: dict[str, Any] = {}
     for workers in worker_counts:
@@ -108,6 +116,10 @@ def main() -> int:
             clean = [r["rate"] for r in runs if r["workers"] == workers and r["repeat"] == rep and r["clean"]]
             best.append(max(clean, default=0.0))
         entry: dict[str, Any] = {"highest_clean_rate_median": statistics.median(best), "per_repeat": best}
+        mine = [r for r in runs if r["workers"] == workers]
+        entry["client_cpu_us_per_request_median"] = statistics.median(r["client_cpu_us_per_request"] for r in mine)
+        entry["server_cpu_us_per_request_median"] = statistics.median(r["server_cpu_us_per_request"] for r in mine)
+        entry["loadavg_median"] = statistics.median(r["loadavg_before"] for r in mine)
         for rate in (200.0, 400.0):
             sel = [r for r in runs if r["workers"] == workers and r["rate"] == rate]
             if sel:

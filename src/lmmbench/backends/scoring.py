@@ -82,6 +82,10 @@ class ScoringBackend(Protocol):
         """Greedy continuation of each prompt, cut at the first stop string."""
         ...
 
+    def chat_prompt(self, user: str, system: str | None, n_images: int = 0, n_audio: int = 0) -> str:
+        """``user`` / ``system`` rendered with the model's chat template (generation prompt added)."""
+        ...
+
 
 def resolve_max_length(config: Any, tokenizer: Any, default: int = 2048) -> int:
     """The model's context length: text_config, then config, then tokenizer, then ``default``."""
@@ -226,6 +230,12 @@ class InProcessScorer:
         return [x for x in out if x is not None]
 
     # ------------------------------------------------------------------ the ScoringBackend protocol
+    def chat_prompt(self, user: str, system: str | None, n_images: int = 0, n_audio: int = 0) -> str:
+        """The chat-templated context of a log-likelihood request (lm-eval's ``apply_chat_template``)."""
+        from lmmbench.backends.scoring_media import chat_text
+
+        return chat_text(self.tokenizer, self.processor, user, system, n_images, n_audio)
+
     def loglikelihood(
         self, requests: Sequence[LLRequest], progress: Progress | None = None
     ) -> list[tuple[float, bool]]:

@@ -16,7 +16,7 @@ from lmmbench.core.errors import UserError
 if TYPE_CHECKING:
     from lmmbench.backends.scoring import GenRequest, InProcessScorer, LLRequest
 
-__all__ = ["generate_one", "media_loglikelihood", "prompt_text", "to_messages"]
+__all__ = ["chat_text", "generate_one", "media_loglikelihood", "prompt_text", "to_messages"]
 
 
 def _placeholder(tokenizer: Any, kind: str) -> str:
@@ -133,17 +133,27 @@ def prompt_text(scorer: InProcessScorer, req: GenRequest) -> str:
         return (
             _with_placeholders(scorer, req.prompt, req.images, req.audio) if (req.images or req.audio) else req.prompt
         )
-    content: list[dict[str, Any]] = [{"type": "image"} for _ in req.images]
-    content += [{"type": "audio"} for _ in req.audio]
-    content.append({"type": "text", "text": req.prompt})
-    messages: list[dict[str, Any]] = []
-    if req.system:
-        messages.append({"role": "system", "content": [{"type": "text", "text": req.system}]})
-    messages.append({"role": "user", "content": content})
-    target = scorer.processor if scorer.processor is not None else scorer.tokenizer
-    if target is scorer.tokenizer:
-        messages = [{"role": m["role"], "content": m["content"][-1]["text"]} for m in messages]
-    return str(target.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+    return chat_text(scorer.tokenizer, scorer.processor, req.prompt, req.system, len(req.images), len(req.audio))
+
+
+def chat_text(
+    tokenizer: Any, processor: Any, user: str, system: str | None, n_images: int = 0, n_audio: int = 0
+) -> str:
+    """``user`` (and ``system``) in the model's chat template with the generation prompt, as lm-eval's
+    ``apply_chat_template``; media placeholders come from the processor's template."""
+    if (n_images or n_audio) and processor is not None:
+        content: list[dict[str, Any]] = [{"type": "image"} for _ in range(n_images)]
+        content += [{"type": "audio"} for _ in range(n_audio)]
+        content.append({"type": "text", "text": user})
+        messages: list[dict[str, Any]] = []
+        if system:
+            messages.append({"role": "system", "content": [{"type": "text", "text": system}]})
+        messages.append({"role": "user", "content": content})
+        return str(processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+    plain = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise UserError("this model's tokenizer has no chat template; set chat_template: false in the task")
+    return str(tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True))
 
 
 def to_messages(req: GenRequest) -> list[dict[str, Any]]:

@@ -131,6 +131,12 @@ class OpenAIScorer:
                 raise UserError(f"cannot reach {self.base_url}: {r}; is the server running?")
         return results
 
+    def chat_prompt(self, user: str, system: str | None, n_images: int = 0, n_audio: int = 0) -> str:
+        """The chat-templated context, rendered with the local tokenizer (for log-likelihood requests)."""
+        from lmmbench.backends.scoring_media import chat_text
+
+        return chat_text(self.tokenizer, None, user, system)
+
     # ------------------------------------------------------------------ log-likelihood
     def _echo_logprobs(self, data: dict[str, Any]) -> tuple[list[Any], list[Any]]:
         try:

@@ -171,7 +171,7 @@ def _read_json_rows(path: Path) -> list[tuple[int, Any]]:
 
 def _sharegpt(cfg: PerfConfig, path: Path, tok: Any | None) -> list[_Item]:
     items: list[_Item] = []
-    for lineno, row in _read_json_rows(path):
+    for _lineno, row in _read_json_rows(path):
         conv = row.get("conversations") or row.get("conversation") if isinstance(row, dict) else None
         if not isinstance(conv, list):
             continue
@@ -184,7 +184,6 @@ def _sharegpt(cfg: PerfConfig, path: Path, tok: Any | None) -> list[_Item]:
                 if prompt.strip():
                     items.append((prompt, _count(tok, prompt), own or None, {}))
                 break
-        del lineno
     if not items:
         raise UserError(f"{path}: no ShareGPT conversations (rows with 'conversations': [{{from, value}}])")
     return items

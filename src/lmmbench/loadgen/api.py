@@ -54,6 +54,7 @@ class LoadResult:
     workers: int = 1
     model: str = ""
     warnings: list[str] = field(default_factory=list)
+    client_cpu_s: float = 0.0  # CPU time of the client process(es) during the load
 
 
 def _client_kwargs(cfg: PerfConfig, model: str, continuous: bool) -> dict[str, Any]:
@@ -282,6 +283,7 @@ def run_benchmark(
     summary = summarize_records(records, cfg.slo, not_sent)
     result = LoadResult(cfg, records, summary, not_sent, any(r.interrupted for r in results),
                         sum(r.connections_opened for r in results), workers, pf.model)  # fmt: skip
+    result.client_cpu_s = sum(r.cpu_s for r in results)
     late = summary["metrics"]["lateness_ms"]["p99"]
     if late > LATENESS_WARN_MS:
         result.warnings.append(

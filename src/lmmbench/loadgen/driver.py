@@ -61,6 +61,7 @@ class WorkerResult:
     not_sent: int
     connections_opened: int
     interrupted: bool
+    cpu_s: float = 0.0  # CPU time (user + system) of this process during the load itself
 
 
 class _Driver:
@@ -262,6 +263,7 @@ async def run_worker_async(
         else:
             t0 = _now() + 50_000_000
         driver.t0 = t0
+        cpu0 = time.process_time()
         if not driver.stopped:
             if plan.schedule is not None:
                 await driver.run_open(plan.schedule, t0)
@@ -271,6 +273,7 @@ async def run_worker_async(
                 else:
                     ids_iter = _count_from(plan.worker, plan.closed_stride)
                 await driver.run_closed(ids_iter, plan.concurrency or 1, t0, plan.duration_ns)
+        cpu_s = time.process_time() - cpu0
     finally:
         ticker.cancel()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -288,7 +291,7 @@ async def run_worker_async(
         req = plan.requests[r.request_id % len(plan.requests)]
         r.input_tokens = req.input_tokens
     opened = int(getattr(client, "connections_opened", 0))
-    return WorkerResult(plan.worker, records, driver.not_sent, opened, interrupted)
+    return WorkerResult(plan.worker, records, driver.not_sent, opened, interrupted, cpu_s)
 
 
 def _count_from(start: int, stride: int) -> Any:

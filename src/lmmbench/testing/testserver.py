@@ -193,6 +193,7 @@ class _ServerConn(asyncio.Protocol):
             elif path == "/stats":
                 st = self.state
                 self.write(_json_response(200, {"requests": st.requests, "faults": st.fault_counts,
+                                                "cpu_s": time.process_time(),
                                                 "pid": os.getpid()}))  # fmt: skip
             else:
                 self.write(_error(404, f"no route {path}"))
