@@ -13,7 +13,7 @@ def synth_manifest(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from lmmbench.media.synth import SynthConfig, synth_media
 
     root = tmp_path_factory.mktemp("ttft_synth")
-    return synth_media(root, SynthConfig(video_durations_s=(1.0, 2.0), audio_durations_s=(2.0,), seed=1))
+    return synth_media(root, SynthConfig(video_durations_s=(1.0, 2.0), audio_durations_s=(4.0,), seed=1))
 
 
 @pytest.fixture(scope="session")
