@@ -8,6 +8,7 @@ Output: ``<out-dir>/<spec>/{<spec>_results.csv, <spec>_summary.csv, <spec>_plot.
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -80,11 +81,13 @@ def read_rows_header(path: Path) -> list[str]:
 def _report(spec_dir: Path, name: str, stats: Any, analysis: dict[str, Any]) -> None:
     typer.echo(f"{name}: {stats.ok} measured, {stats.failed} failed, {stats.skipped} already done -> {spec_dir}")
     una = analysis.get("unattributed")
-    if una and una.get("max_pct_per_sample") is not None:
-        typer.echo(f"  unattributed: worst sample {una['max_pct_per_sample']:.2f} % of ttft_ms "
+    worst = una.get("max_pct_per_sample") if una else None
+    if una and isinstance(worst, float) and math.isfinite(worst):
+        typer.echo(f"  unattributed: worst sample {worst:.2f} % of ttft_ms "
                    f"(goal <= {una['goal_pct']:g} %)")
     for key, fit in analysis.get("fits", {}).items():
-        if fit.get("r2") is not None and fit.get("n_samples", 0) >= 3:
+        r2 = fit.get("r2")
+        if isinstance(r2, float) and math.isfinite(r2) and fit.get("n_samples", 0) >= 3:
             typer.echo(f"  fit {key}: {fit['slope_ms_per_unit']:.4g} ms/unit, R2={fit['r2']:.3f}")
     if stats.failed:
         first: dict[str, Any] = next(iter(analysis.get("failures", [])), {})
