@@ -1,7 +1,7 @@
 """Spec ``oom-boundary``: the largest input (seconds of video, total tokens) whose TTFT pass fits in
 memory, found by doubling then bisection on the video length.
 
-Each probe builds a synthetic clip of ``s`` seconds (frames at ``--fps``, ``--frame-size`` pixels,
+Each probe builds a synthetic clip of ``s`` seconds (frames at ``--video-fps``, ``--frame-size`` pixels,
 with an audio track of the same length on audio models), packs it with the model's processor and
 runs ``generate(max_new_tokens=1)`` under a peak-memory probe (``profiling.peak_memory``):
 
@@ -59,7 +59,6 @@ class OOMBoundaryOptions(RunOptions):
                                            f"(default {DEFAULT_CPU_BUDGET_GB}); CUDA: optional, a smaller card "
                                            "than the real one (default: until out-of-memory).")
     frame_size: int = Field(224, ge=28, description="Height and width of the synthetic video frames (pixels).")
-    fps: float = Field(2.0, gt=0, description="Video frames per second of clip.")
     with_audio: bool = Field(True, description="Add an audio track as long as the clip (audio models).")
     start_s: float = Field(4.0, gt=0, description="First probe length (s); doubled until a probe does not fit.")
     max_s: float = Field(600.0, gt=0, description="Longest clip tried (s).")
@@ -153,10 +152,10 @@ class _ProbeRunner:
 
     def _inputs(self, seconds: float) -> dict[str, Any]:
         opts, proc = self.opts, self.loaded.processor
-        n_frames = max(2, int(seconds * opts.fps) // 2 * 2)
+        n_frames = max(2, int(seconds * opts.video_fps) // 2 * 2)
         content: list[dict[str, Any]] = [{"type": "video"}]
         kwargs: dict[str, Any] = {"videos": [synthetic_frames(n_frames, opts.frame_size, opts.frame_size, opts.seed)],
-                                  "videos_kwargs": {"fps": opts.fps}}
+                                  "videos_kwargs": {"fps": opts.video_fps}}
         if opts.with_audio and self.loaded.ref.has_audio:
             content.append({"type": "audio"})
             kwargs["audio"] = [synthetic_audio(seconds, seed=opts.seed)]
@@ -188,7 +187,7 @@ class _ProbeRunner:
         release_cpu_memory()
         inputs_mb = max(0.0, resident_mb() - base)
         stats = token_stats(inputs["input_ids"], self.loaded.tokenizer)
-        n_frames = int(self.opts.fps * seconds) // 2 * 2
+        n_frames = int(self.opts.video_fps * seconds) // 2 * 2
 
         def ttft_pass() -> float:
             return run_generate_with_breakdown(self.loaded.model, inputs, self.loaded.device).ttft_wall_ms
