@@ -104,8 +104,11 @@ def lm_eval_task_yaml(task: TaskConfig) -> dict[str, Any]:
     return cfg
 
 
-def run_lm_eval(py: str, model_dir: Path, tasks: list[TaskConfig], work: Path, batch_size: int = 1) -> dict[str, Any]:
-    """Run lm-eval on ``tasks`` in its own interpreter; its JSON answer."""
+def run_lm_eval(
+    py: str, model_dir: Path, tasks: list[TaskConfig], work: Path, batch_size: int = 1, chat: bool = False
+) -> dict[str, Any]:
+    """Run lm-eval on ``tasks`` in its own interpreter (``chat``: --apply_chat_template); its JSON answer."""
+    work = work / ("lm_eval_chat" if chat else "lm_eval_plain")
     tdir = work / "lm_eval_tasks"
     tdir.mkdir(parents=True, exist_ok=True)
     for t in tasks:
@@ -116,6 +119,7 @@ def run_lm_eval(py: str, model_dir: Path, tasks: list[TaskConfig], work: Path, b
         "tasks": [f"lmm_{t.task}" for t in tasks],
         "batch_size": batch_size,
         "bootstrap_iters": 100,
+        "apply_chat_template": chat,
     }
     spec_path = work / "lm_eval_spec.json"
     out_path = work / "lm_eval_out.json"
@@ -129,6 +133,22 @@ def run_lm_eval(py: str, model_dir: Path, tasks: list[TaskConfig], work: Path, b
         raise SystemExit(f"lm-eval failed (exit {proc.returncode})")
     result: dict[str, Any] = json.loads(out_path.read_text())
     return result
+
+
+def chat_copies(names: list[str], work: Path) -> list[Path]:
+    """Task YAMLs that are copies of ``names`` with ``chat_template: true`` (name suffixed ``_chat``)."""
+    out = []
+    folder = work / "chat_tasks"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        t = resolve_task(name)
+        data = yaml.safe_load(Path(t.source_file).read_text())
+        data.update(task=f"{t.task}_chat", chat_template=True)
+        data["data"]["path"] = str(t.resolve(t.data.path).resolve())
+        path = folder / f"{t.task}_chat.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        out.append(path)
+    return out
 
 
 def _rows(run_dir: Path, task: str) -> dict[int, dict[str, Any]]:
@@ -283,6 +303,7 @@ def main() -> int:
     ap.add_argument("--lm-eval-python", required=True, help="python of a virtualenv with lm-eval[hf]")
     ap.add_argument("--model", default="tiny-llm", help="tiny model name or local model dir")
     ap.add_argument("--tasks", default="sample_mc,sample_ppl", help="tasks for the numeric cross-check")
+    ap.add_argument("--chat-tasks", default="sample_mc,sample_qa", help="also checked with the chat template")
     ap.add_argument("--throughput-tasks", default="sample_mc,sample_qa,sample_ppl")
     ap.add_argument("--batch-size", type=int, default=16, help="lmmbench batch size (equal-length batches)")
     ap.add_argument("--repeats", type=int, default=3, help="throughput repeats (0: skip throughput)")
@@ -298,14 +319,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         tasks = [resolve_task(n) for n in args.tasks.split(",")]
+        chat_paths = chat_copies([n for n in args.chat_tasks.split(",") if n], work)
+        chat_tasks = [resolve_task(str(p)) for p in chat_paths]
         lme = run_lm_eval(args.lm_eval_python, model_dir, tasks, work)
-        run = run_eval(
-            EvalConfig(
-                model=str(model_dir), tasks=args.tasks.split(","), out_dir=work / "runs", batch_size=args.batch_size
-            ),
-            show_progress=False,
+        cfg = EvalConfig(
+            model=str(model_dir),
+            tasks=[*args.tasks.split(","), *map(str, chat_paths)],
+            out_dir=work / "runs",
+            batch_size=args.batch_size,
         )
+        run = run_eval(cfg, show_progress=False)
         report = compare(tasks, lme, run.run_dir, run.results)
+        if chat_tasks:
+            lme_chat = run_lm_eval(args.lm_eval_python, model_dir, chat_tasks, work, chat=True)
+            chat_report = compare(chat_tasks, lme_chat, run.run_dir, run.results)
+            report["tasks"].update(chat_report["tasks"])
+            report["ok"] = report["ok"] and chat_report["ok"]
         report.update(
             threads=args.threads,
             model=str(model_dir),

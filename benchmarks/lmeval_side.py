@@ -48,6 +48,7 @@ def main() -> int:
         torch_random_seed=1234,
         fewshot_random_seed=1234,
         bootstrap_iters=int(spec.get("bootstrap_iters", 0)),
+        apply_chat_template=bool(spec.get("apply_chat_template", False)),
     )
     t_end = time.perf_counter_ns()
     assert res is not None

@@ -159,3 +159,28 @@ def test_limit_keeps_the_whole_split_as_fewshot_pool(tmp_path: Path) -> None:
     small = load_task_file(_write_task(tmp_path, MC_YAML + "fewshot:\n  num: 6\n", MC_ROWS, name="s"))
     with pytest.raises(UserError, match=r"fewshot\.num 6 needs at least 7 samples"):
         build_jobs(small, "m")
+
+
+def test_chat_template_few_shot_turns_like_lm_eval(tmp_path: Path) -> None:
+    from lmmbench.evaluation.prompts import PromptRenderer, chat_messages
+
+    body = MC_YAML + "description: 'Answer well.'\nchat_template: true\nfewshot:\n  num: 2\n"
+    task = load_task_file(_write_task(tmp_path, body, MC_ROWS))
+    seen: list[list[dict[str, str]]] = []
+
+    def render(messages: list[dict[str, str]], n_images: int, n_audio: int) -> str:
+        seen.append(messages)
+        return "|".join(f"{m['role']}:{m['content']}" for m in messages) + "|assistant:"
+
+    job = build_jobs(task, "m", render)[0]
+    roles = [m["role"] for m in seen[0]]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert seen[0][0]["content"] == "Answer well." and seen[0][-1]["content"] == "Question 0?\nAnswer:"
+    assert job.row["prompt"].endswith("|assistant:")
+    assert [r.continuation for r in job.ll] == ["yes", "no", "maybe"]  # no target delimiter after a chat turn
+    docs = load_samples(task)
+    sample = PromptRenderer(task, set(docs[0])).render_all(docs)[0]
+    single = chat_messages(sample, "S", multiturn=False)
+    assert [m["role"] for m in single] == ["system", "user"] and single[1]["content"] == sample.user_text
+    with pytest.raises(UserError, match="chat_template needs a model"):
+        build_jobs(task, "m")

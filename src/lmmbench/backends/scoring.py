@@ -55,7 +55,7 @@ class GenRequest:
     images: list[str] = field(default_factory=list)
     audio: list[str] = field(default_factory=list)
     chat: bool = False
-    system: str | None = None
+    messages: list[dict[str, str]] | None = None  # chat messages (system / user / assistant), text only
 
 
 class ScoringBackend(Protocol):
@@ -82,8 +82,8 @@ class ScoringBackend(Protocol):
         """Greedy continuation of each prompt, cut at the first stop string."""
         ...
 
-    def chat_prompt(self, user: str, system: str | None, n_images: int = 0, n_audio: int = 0) -> str:
-        """``user`` / ``system`` rendered with the model's chat template (generation prompt added)."""
+    def chat_prompt(self, messages: list[dict[str, str]], n_images: int = 0, n_audio: int = 0) -> str:
+        """Chat messages rendered with the model's chat template (generation prompt added)."""
         ...
 
 
@@ -230,11 +230,11 @@ class InProcessScorer:
         return [x for x in out if x is not None]
 
     # ------------------------------------------------------------------ the ScoringBackend protocol
-    def chat_prompt(self, user: str, system: str | None, n_images: int = 0, n_audio: int = 0) -> str:
-        """The chat-templated context of a log-likelihood request (lm-eval's ``apply_chat_template``)."""
+    def chat_prompt(self, messages: list[dict[str, str]], n_images: int = 0, n_audio: int = 0) -> str:
+        """The chat-templated context of a request (lm-eval's ``apply_chat_template``)."""
         from lmmbench.backends.scoring_media import chat_text
 
-        return chat_text(self.tokenizer, self.processor, user, system, n_images, n_audio)
+        return chat_text(self.tokenizer, self.processor, messages, n_images, n_audio)
 
     def loglikelihood(
         self, requests: Sequence[LLRequest], progress: Progress | None = None

@@ -16,7 +16,7 @@ from lmmbench.core.errors import UserError
 if TYPE_CHECKING:
     from lmmbench.backends.scoring import GenRequest, InProcessScorer, LLRequest
 
-__all__ = ["chat_text", "generate_one", "media_loglikelihood", "prompt_text", "to_messages"]
+__all__ = ["chat_text", "gen_messages", "generate_one", "media_loglikelihood", "prompt_text", "to_messages"]
 
 
 def _placeholder(tokenizer: Any, kind: str) -> str:
@@ -133,34 +133,47 @@ def prompt_text(scorer: InProcessScorer, req: GenRequest) -> str:
         return (
             _with_placeholders(scorer, req.prompt, req.images, req.audio) if (req.images or req.audio) else req.prompt
         )
-    return chat_text(scorer.tokenizer, scorer.processor, req.prompt, req.system, len(req.images), len(req.audio))
+    return chat_text(scorer.tokenizer, scorer.processor, gen_messages(req), len(req.images), len(req.audio))
+
+
+def gen_messages(req: GenRequest) -> list[dict[str, str]]:
+    """The text chat messages of a request: its own, or one user turn with the prompt."""
+    return [dict(m) for m in req.messages] if req.messages else [{"role": "user", "content": req.prompt}]
+
+
+def _last_user(messages: list[dict[str, Any]]) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i]["role"] == "user":
+            return i
+    raise ValueError("chat messages without a user turn")
 
 
 def chat_text(
-    tokenizer: Any, processor: Any, user: str, system: str | None, n_images: int = 0, n_audio: int = 0
+    tokenizer: Any, processor: Any, messages: list[dict[str, str]], n_images: int = 0, n_audio: int = 0
 ) -> str:
-    """``user`` (and ``system``) in the model's chat template with the generation prompt, as lm-eval's
-    ``apply_chat_template``; media placeholders come from the processor's template."""
+    """Messages in the model's chat template with the generation prompt (lm-eval's ``apply_chat_template``);
+    with media, the processor's template puts the placeholders in the last user turn."""
     if (n_images or n_audio) and processor is not None:
-        content: list[dict[str, Any]] = [{"type": "image"} for _ in range(n_images)]
-        content += [{"type": "audio"} for _ in range(n_audio)]
-        content.append({"type": "text", "text": user})
-        messages: list[dict[str, Any]] = []
-        if system:
-            messages.append({"role": "system", "content": [{"type": "text", "text": system}]})
-        messages.append({"role": "user", "content": content})
-        return str(processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
-    plain = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+        parts: list[dict[str, Any]] = [
+            {"role": m["role"], "content": [{"type": "text", "text": m["content"]}]} for m in messages
+        ]
+        media = [{"type": "image"} for _ in range(n_images)] + [{"type": "audio"} for _ in range(n_audio)]
+        last = _last_user(parts)
+        parts[last]["content"] = media + parts[last]["content"]
+        return str(processor.apply_chat_template(parts, tokenize=False, add_generation_prompt=True))
     if getattr(tokenizer, "chat_template", None) is None:
         raise UserError("this model's tokenizer has no chat template; set chat_template: false in the task")
-    return str(tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True))
+    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 
 
 def to_messages(req: GenRequest) -> list[dict[str, Any]]:
-    """OpenAI-format chat messages of a request (images and audio as data URIs / base64)."""
+    """OpenAI-format chat messages of a request; images (data URIs) and audio (base64) in the last user turn."""
     import base64
     import mimetypes
 
+    messages: list[dict[str, Any]] = list(gen_messages(req))
+    if not req.images and not req.audio:
+        return messages
     content: list[dict[str, Any]] = []
     for p in req.images:
         mime = mimetypes.guess_type(p)[0] or "image/png"
@@ -175,11 +188,8 @@ def to_messages(req: GenRequest) -> list[dict[str, Any]]:
         except OSError as exc:
             raise ValueError(f"cannot read audio {p}: {exc}") from None
         content.append({"type": "input_audio", "input_audio": {"data": data, "format": Path(p).suffix.lstrip(".")}})
-    content.append({"type": "text", "text": req.prompt})
-    messages: list[dict[str, Any]] = []
-    if req.system:
-        messages.append({"role": "system", "content": req.system})
-    messages.append({"role": "user", "content": content if len(content) > 1 else req.prompt})
+    last = _last_user(messages)
+    messages[last] = {"role": "user", "content": [*content, {"type": "text", "text": messages[last]["content"]}]}
     return messages
 
 

@@ -11,10 +11,7 @@ Tokenisation follows the same rules as the in-process scorer, with a local token
 from __future__ import annotations
 
 import asyncio
-import base64
-import mimetypes
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from lmmbench.backends.scoring import GenRequest, LLRequest, Progress, cut_at_stop, disjoint_rolling_windows
@@ -50,11 +47,6 @@ class HTTPStatusError(RuntimeError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-def _data_url(path: str) -> str:
-    mime = mimetypes.guess_type(path)[0] or "application/octet-stream"
-    return f"data:{mime};base64," + base64.b64encode(Path(path).read_bytes()).decode()
 
 
 class OpenAIScorer:
@@ -131,11 +123,11 @@ class OpenAIScorer:
                 raise UserError(f"cannot reach {self.base_url}: {r}; is the server running?")
         return results
 
-    def chat_prompt(self, user: str, system: str | None, n_images: int = 0, n_audio: int = 0) -> str:
+    def chat_prompt(self, messages: list[dict[str, str]], n_images: int = 0, n_audio: int = 0) -> str:
         """The chat-templated context, rendered with the local tokenizer (for log-likelihood requests)."""
         from lmmbench.backends.scoring_media import chat_text
 
-        return chat_text(self.tokenizer, None, user, system)
+        return chat_text(self.tokenizer, None, messages)
 
     # ------------------------------------------------------------------ log-likelihood
     def _echo_logprobs(self, data: dict[str, Any]) -> tuple[list[Any], list[Any]]:
@@ -211,18 +203,9 @@ class OpenAIScorer:
     # ------------------------------------------------------------------ generation
     async def _generate(self, session: Any, r: GenRequest) -> str:
         if r.chat or r.images or r.audio:
-            content: list[dict[str, Any]] = [
-                {"type": "image_url", "image_url": {"url": _data_url(p)}} for p in r.images
-            ]
-            for p in r.audio:
-                fmt = Path(p).suffix.lstrip(".") or "wav"
-                b64 = base64.b64encode(Path(p).read_bytes()).decode()
-                content.append({"type": "input_audio", "input_audio": {"data": b64, "format": fmt}})
-            content.append({"type": "text", "text": r.prompt})
-            messages: list[dict[str, Any]] = []
-            if r.system:
-                messages.append({"role": "system", "content": r.system})
-            messages.append({"role": "user", "content": content if (r.images or r.audio) else r.prompt})
+            from lmmbench.backends.scoring_media import to_messages
+
+            messages = to_messages(r)
             body: dict[str, Any] = {
                 "model": self.model,
                 "messages": messages,

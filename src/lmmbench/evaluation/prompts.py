@@ -13,13 +13,22 @@ from __future__ import annotations
 import ast
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lmmbench.core.errors import UserError
 from lmmbench.evaluation.task_config import TaskConfig
 
-__all__ = ["PromptRenderer", "RenderedSample"]
+__all__ = ["PromptRenderer", "RenderedSample", "chat_messages", "maybe_delimit"]
+
+
+def maybe_delimit(prefix: str | None, suffix: str | None, delimiter: str = " ") -> str:
+    """lm-eval's join of a system instruction and a description: a delimiter only if neither has space."""
+    if not prefix:
+        return suffix or ""
+    if not suffix:
+        return prefix
+    return prefix + suffix if (prefix[-1].isspace() or suffix[0].isspace()) else prefix + delimiter + suffix
 
 
 def _regex_replace(value: str, pattern: str, repl: str, count: int = 0) -> str:
@@ -36,6 +45,23 @@ class RenderedSample:
     choices: list[str] | None
     gold: int | None
     references: list[str]
+    user_text: str = ""  # the context without the description: the user turn when a chat template is used
+    examples: list[tuple[str, str]] = field(default_factory=list)  # few-shot (text, answer) pairs
+    question: str = ""  # this sample's own text
+
+
+def chat_messages(sample: RenderedSample, system: str | None, multiturn: bool) -> list[dict[str, str]]:
+    """lm-eval's chat messages: system (+ description), then the few-shot examples as user / assistant
+    turns (``multiturn``) or everything in one user turn, then the question."""
+    messages = [{"role": "system", "content": system}] if system else []
+    if not multiturn:
+        return [*messages, {"role": "user", "content": sample.user_text}]
+    for text, answer in sample.examples:
+        messages.append({"role": "user", "content": text})
+        if answer != "":
+            messages.append({"role": "assistant", "content": answer})
+    messages.append({"role": "user", "content": sample.question})
+    return messages
 
 
 class PromptRenderer:
@@ -141,7 +167,8 @@ class PromptRenderer:
             )
         out: list[RenderedSample] = []
         for i, doc in enumerate(docs):
-            prefix = self.task.description
+            prefix = ""
+            examples: list[tuple[str, str]] = []
             if fs.num > 0:
                 if same_pool:
                     drawn = [x for x in rnd.sample(fs_docs, fs.num + 1) if x != doc][: fs.num]
@@ -153,6 +180,7 @@ class PromptRenderer:
                     ex_choices = self.choices(ex, i)
                     ans = self.answer_text(self.target(ex, i), ex_choices)
                     prefix += self.text(ex, i)
+                    examples.append((self.text(ex, i), ans))
                     if ans != "":
                         prefix += self.task.target_delimiter + ans + self.task.fewshot_delimiter
             choices = self.choices(doc, i)
@@ -170,5 +198,9 @@ class PromptRenderer:
                 else:
                     raise UserError(f"{self.task.source_file}: sample {i}: target {target!r} is not a choice index")
             refs = [str(x) for x in target] if isinstance(target, list) else [self.answer_text(target, choices)]
-            out.append(RenderedSample(i, prefix + self.text(doc, i), target, choices, gold, refs))
+            question = self.text(doc, i)
+            user = prefix + question
+            out.append(
+                RenderedSample(i, self.task.description + user, target, choices, gold, refs, user, examples, question)
+            )
         return out

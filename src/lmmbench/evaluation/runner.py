@@ -20,7 +20,7 @@ from typing import Any
 
 from lmmbench.backends.scoring import GenRequest, LLRequest, ScoringBackend
 from lmmbench.core.errors import UserError
-from lmmbench.evaluation.prompts import PromptRenderer, RenderedSample
+from lmmbench.evaluation.prompts import PromptRenderer, RenderedSample, chat_messages, maybe_delimit
 from lmmbench.evaluation.task_config import TaskConfig
 from lmmbench.evaluation.task_data import read_source
 
@@ -72,8 +72,11 @@ def _key(model_id: str, task: TaskConfig, payload: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def build_jobs(task: TaskConfig, model_id: str) -> list[SampleJob]:
-    """Render every sample of ``task`` into its requests."""
+ChatPrompt = Callable[[list[dict[str, str]], int, int], str]
+
+
+def build_jobs(task: TaskConfig, model_id: str, chat_prompt: ChatPrompt | None = None) -> list[SampleJob]:
+    """Render every sample of ``task`` into its requests (``chat_prompt``: the backend's chat template)."""
     full = read_source(task.data.model_copy(update={"limit": None}), task)
     docs = full[: task.data.limit] if task.data.limit is not None else full
     columns = set().union(*(d.keys() for d in full))
@@ -81,14 +84,29 @@ def build_jobs(task: TaskConfig, model_id: str) -> list[SampleJob]:
     pool = full if own_split else read_source(task.fewshot.source, task)  # type: ignore[arg-type]
     rendered = PromptRenderer(task, columns).render_all(docs, pool, pool_is_eval_split=own_split)
     jobs: list[SampleJob] = []
+    if task.chat_template and task.kind == "multiple_choice" and chat_prompt is None:
+        raise UserError(f"{task.source_file}: chat_template needs a model to render the chat template")
     for doc, r in zip(docs, rendered, strict=True):
-        jobs.append(_job(task, model_id, doc, r))
+        jobs.append(_job(task, model_id, doc, r, chat_prompt))
     return jobs
 
 
-def _job(task: TaskConfig, model_id: str, doc: dict[str, Any], r: RenderedSample) -> SampleJob:
+def _job(
+    task: TaskConfig, model_id: str, doc: dict[str, Any], r: RenderedSample, chat_prompt: ChatPrompt | None
+) -> SampleJob:
     images = _media(task, doc, task.image_column, r.doc_id)
     audio = _media(task, doc, task.audio_column, r.doc_id)
+    # with a chat template (lm-eval's apply_chat_template): the description joins the system prompt,
+    # the few-shot examples are user / assistant turns (or one user turn), the target delimiter is dropped
+    messages: list[dict[str, str]] | None = None
+    if task.chat_template:
+        system = maybe_delimit(task.system_prompt, task.description, task.fewshot_delimiter)
+        messages = chat_messages(r, system, task.fewshot_as_multiturn)
+    context = r.context
+    delimiter = task.target_delimiter
+    if messages is not None and task.kind == "multiple_choice" and chat_prompt is not None:
+        context = chat_prompt(messages, len(images), len(audio))
+        delimiter = ""
     meta = {c: doc.get(c) for c in task.group_by}
     row: dict[str, Any] = {
         "task": task.task,
@@ -96,22 +114,24 @@ def _job(task: TaskConfig, model_id: str, doc: dict[str, Any], r: RenderedSample
         "doc_id": r.doc_id,
         "kind": task.kind,
         "model": model_id,
-        "prompt": r.context,
+        "prompt": context,
         "meta": meta,
     }
     if task.kind == "multiple_choice":
         choices = r.choices or []
         row.update(choices=choices, gold=r.gold)
-        reqs = [LLRequest(r.context, task.target_delimiter + c, images, audio) for c in choices]
-        return SampleJob(_key(model_id, task, [r.context, choices, images, audio]), row, ll=reqs)
+        reqs = [LLRequest(context, delimiter + c, images, audio) for c in choices]
+        return SampleJob(_key(model_id, task, [context, choices, images, audio]), row, ll=reqs)
     if task.kind == "loglikelihood_rolling":
         text = r.references[0] if r.references else ""
         row.update(words=len(re.split(r"\s+", text)), bytes=len(text.encode("utf-8")))
         return SampleJob(_key(model_id, task, [text]), row, rolling=text)
     g = task.generation
-    gen = GenRequest(r.context, g.max_tokens, list(g.stop), images, audio, task.chat_template, task.system_prompt)
+    gen = GenRequest(r.context, g.max_tokens, list(g.stop), images, audio, messages is not None, messages=messages)
+    if messages is not None and chat_prompt is not None:
+        row["prompt"] = chat_prompt(messages, len(images), len(audio))  # what the model sees, for the record
     row.update(references=r.references)
-    payload = [r.context, images, audio, g.max_tokens, g.stop, task.chat_template, task.system_prompt]
+    payload = [r.context, images, audio, g.max_tokens, g.stop, messages]
     return SampleJob(_key(model_id, task, payload), row, gen=gen)
 
 
@@ -177,7 +197,7 @@ def run_infer(
 ) -> InferStats:
     """Run every pending sample of ``task`` and append its prediction to ``pred_path``."""
     t0 = time.perf_counter_ns()
-    jobs = build_jobs(task, backend.model_id)
+    jobs = build_jobs(task, backend.model_id, backend.chat_prompt)
     if on_total is not None:
         on_total(len(jobs))
     existing = read_predictions(pred_path)

@@ -75,8 +75,11 @@ class TaskConfig(_Strict):
     target_delimiter: str = " "
     fewshot_delimiter: str = "\n\n"
     fewshot: FewShot = Field(default_factory=lambda: FewShot.model_validate({}))
-    chat_template: bool = Field(False, description="wrap the prompt in the model's chat template (generate only)")
-    system_prompt: str | None = None
+    chat_template: bool = Field(
+        False, description="wrap the prompt in the model's chat template (generate, multiple_choice)"
+    )
+    fewshot_as_multiturn: bool = Field(True, description="with a chat template: examples as separate turns")
+    system_prompt: str | None = Field(None, description="system message when a chat template is used")
     image_column: str | None = Field(None, description="column holding an image path (relative to the data)")
     audio_column: str | None = Field(None, description="column holding an audio path (relative to the data)")
     generation: GenerationParams = Field(default_factory=lambda: GenerationParams.model_validate({}))

@@ -70,7 +70,7 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
 
 def _read_hf_disk(path: Path, split: str | None) -> list[dict[str, Any]]:
     try:
-        import datasets  # type: ignore[import-not-found]
+        import datasets  # type: ignore[import-untyped, import-not-found, unused-ignore]
     except ImportError:
         raise UserError(
             f"{path}: a saved `datasets` folder needs the 'datasets' package: pip install datasets"
