@@ -64,7 +64,7 @@ def test_mean_ttft_and_itl_within_1ms_of_injected_at_low_load(server: str) -> No
     assert abs(m["ttft_ms"]["p50"] - 20.0) <= 1.0, m["ttft_ms"]
     assert abs(m["itl_ms"]["mean"] - 5.0) <= 1.0, m["itl_ms"]
     assert abs(m["tpot_ms"]["mean"] - 5.0) <= 1.0
-    assert m["ttft_ms"]["min"] >= 18.5  # the server's adaptive timers may fire up to ~1 ms early
+    assert m["ttft_ms"]["min"] >= 19.9  # never below the injected value (the server's timerfd is exact)
     assert res.summary["new_connections"] == 0  # connections were opened before the load
     assert res.summary["token_sources"] == {"continuous_usage": 40}
 

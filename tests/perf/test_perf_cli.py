@@ -145,3 +145,18 @@ def test_testserver_cli_serves_and_stops(tmp_path: Path) -> None:
         assert proc.wait(10) is not None
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+def test_server_cmd_starts_and_stops_a_server_per_tp_size(tmp_path: Path) -> None:
+    port = _free_port()
+    wl = tmp_path / "w.json"
+    wl.write_text(json.dumps({"model": "x", "min_new_tokens": 1, "max_new_tokens": 2, "tp_sizes": [1, 2],
+                              "batch_sizes": [1], "input_tokens": [8], "perf_time": 0.3}))  # fmt: skip
+    cmd = f"{sys.executable} -m lmmbench.cli.main testserver --port {{port}} --ttft-ms 1 --itl-ms 1"
+    argv = ["perf", "--url", f"http://127.0.0.1:{port}", "--model", "test-model", "--workload", str(wl),
+            "--server-cmd", cmd, "--no-plots", "--out-dir", str(tmp_path / "o")]  # fmt: skip
+    assert main(argv) == 0
+    perf = json.loads((_run_dir(tmp_path / "o") / "report.json").read_text())["Performance"]
+    assert [p["TP Size"] for p in perf] == [1, 2] and all(p["Request Number"] > 0 for p in perf)
+    with socket.socket() as s:  # the server of the last tp size was stopped
+        assert s.connect_ex(("127.0.0.1", port)) != 0

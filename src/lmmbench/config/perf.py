@@ -56,7 +56,9 @@ class PerfConfig(BaseModel):
     workers: int = Field(1, ge=1, le=64, description="Client processes; each owns a slice of one schedule.")
     timeout_s: float = Field(600.0, gt=0, description="Per-request time-out.")
     seed: int = Field(0, description="Seed of prompts, lengths and arrivals.")
-    spin_us: float = Field(1000.0, ge=0, description="Busy-wait (yielding to I/O) this long before each send.")
+    spin_us: float = Field(
+        1000.0, ge=0, description="Without timerfd (not Linux): busy-wait (yielding to I/O) this long before each send."
+    )
     loop: Literal["auto", "asyncio", "uvloop"] = Field("auto", description="Event loop (auto: uvloop if there).")
     continuous_usage: bool = Field(True, description="Ask for per-chunk usage when the server accepts it.")
     # SLOs and search

@@ -43,10 +43,11 @@ class TestServerConfig(BaseModel):
     )
     workers: int = Field(1, ge=1, le=64, description="Server processes sharing the port (SO_REUSEPORT).")
     loop: Literal["auto", "asyncio", "uvloop"] = Field("auto", description="Event loop (auto: uvloop if installed).")
-    timer: Literal["adaptive", "spin"] = Field(
-        "adaptive",
-        description="adaptive: wake timers early by a lead that tracks the loop's ~1 ms rounding (cheap, exact "
-        "on average); spin: wake 1 ms early and yield until the exact instant (exact per chunk, costs CPU).",
+    timer: Literal["timerfd", "adaptive", "spin"] = Field(
+        "timerfd",
+        description="timerfd: one Linux timerfd at absolute instants (exact, cheap; falls back to adaptive "
+        "elsewhere); adaptive: loop timers woken early by a lead that tracks their ~1 ms rounding (exact on "
+        "average); spin: wake 1 ms early and yield until the instant (exact, costs CPU).",
     )
     timer_lead_us: float = Field(-1.0, description="Initial timer lead (-1: per event loop default).")
 

@@ -1,8 +1,10 @@
 """The event-loop driver of one load-generating process.
 
-Open loop: every request has an absolute target time ``t0 + offset``; the driver sleeps until
-``spin_us`` before it (event-loop timers round to ~1 ms), then yields to the loop (``sleep(0)``,
-so responses keep being read) until the target, and sends. A concurrency cap is a separate
+Open loop: every request has an absolute target time ``t0 + offset``. On Linux a timerfd armed at
+that absolute instant wakes the loop and the request is sent from that callback (no busy-waiting,
+no millisecond timer rounding). Elsewhere the driver sleeps until ``spin_us`` before the target
+(event-loop timers round to ~1 ms), then yields to the loop (``sleep(0)``, so responses keep being
+read) until the target, and sends. A concurrency cap is a separate
 queue: a request that finds no free slot waits, and its latency still counts from its scheduled
 time. Closed loop: N clients, each sending its next request when the previous one finished.
 Sending and receiving are callbacks (no task per request); raw responses are parsed only after
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmmbench.core.request_records import PerfRequest, RequestRecord
+from lmmbench.loadgen.precise_timer import PreciseTimers
 from lmmbench.loadgen.protocol import StreamClient, make_client
 
 __all__ = ["WorkerPlan", "WorkerResult", "run_worker", "run_worker_async"]
@@ -49,6 +52,7 @@ class WorkerPlan:
     keep_text: bool = False
     backend: str = "openai-http"
     drain_timeout_s: float = 600.0
+    precise_timers: bool = True  # timerfd-driven sends where available (Linux)
     labels: dict[str, Any] = field(default_factory=dict)
 
 
@@ -87,6 +91,7 @@ class _Driver:
         self._closed_iter: Any = None
         self._closed_deadline = 0
         self.t0 = 0
+        self._wake: Callable[[], None] | None = None
 
     # callbacks -------------------------------------------------------------------------
     def _data(self, rid: int) -> bytes:
@@ -139,6 +144,8 @@ class _Driver:
             self.all_issued = True
             if self.in_flight == 0:
                 self.done.set()
+            if self._wake is not None:
+                self._wake()
 
     # phases ----------------------------------------------------------------------------
     async def run_closed(self, ids: Any, clients: int, t0: int, duration_ns: int | None) -> None:
@@ -155,6 +162,13 @@ class _Driver:
     async def run_open(self, schedule: list[tuple[int, int]], t0: int) -> None:
         self.all_issued = False
         self.done.clear()
+        timers = PreciseTimers.create() if self.plan.precise_timers else None
+        if timers is not None:
+            try:
+                await self._run_open_timerfd(schedule, t0, timers)
+            finally:
+                timers.close()
+            return
         spin = self.plan.spin_ns
         sleep = asyncio.sleep
         worker, labels, cap = self.plan.worker, self.plan.labels, self.cap
@@ -187,6 +201,56 @@ class _Driver:
                 self._send(rec, self._data(rid), target)
         if self.stopped:
             self.not_sent += len(schedule) - dispatched
+        self.all_issued = True
+        if self.in_flight == 0 and not self.waiting:
+            self.done.set()
+        await self._drain()
+
+    def _dispatch(self, rid: int, target: int) -> None:
+        rec = RequestRecord(rid, self.plan.worker, False, scheduled_ns=target)
+        rec.labels = self.plan.labels
+        if self.cap is not None and self.in_flight >= self.cap:
+            self.waiting.append((rec, self._data(rid)))
+        else:
+            self._send(rec, self._data(rid), target)
+
+    async def _run_open_timerfd(self, schedule: list[tuple[int, int]], t0: int, timers: PreciseTimers) -> None:
+        """Open loop driven by a timerfd: every send happens in a callback at its exact instant."""
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[int] = loop.create_future()
+        n = len(schedule)
+        idx = 0
+
+        def fire() -> None:
+            nonlocal idx
+            now = _now()
+            burst = 0
+            while idx < n and not self.stopped:
+                rid, off = schedule[idx]
+                target = t0 + off
+                if target > now:
+                    timers.call_at_ns(target, fire)
+                    return
+                self._dispatch(rid, target)
+                idx += 1
+                burst += 1
+                if burst >= 16:  # behind schedule: let responses be read, then go on at once
+                    loop.call_soon(fire)
+                    return
+                now = _now()
+            if not finished.done():
+                finished.set_result(idx)
+
+        def wake() -> None:
+            if not finished.done():
+                finished.set_result(idx)
+
+        self._wake = wake
+        timers.call_at_ns(t0 + schedule[0][1] if schedule else t0, fire)
+        dispatched = await finished
+        self._wake = None
+        if self.stopped:
+            self.not_sent += n - dispatched
         self.all_issued = True
         if self.in_flight == 0 and not self.waiting:
             self.done.set()

@@ -128,7 +128,7 @@ def _wait_ready(cfg: PerfConfig, proc: subprocess.Popen[bytes] | None, timeout_s
         except UserError:
             if proc is None or time.monotonic() > deadline or proc.poll() is not None:
                 raise
-            time.sleep(1.0)
+            time.sleep(0.25)
 
 
 def _print_point(labels: dict[str, Any], res: LoadResult) -> None:

@@ -21,6 +21,7 @@ from collections import deque
 from typing import Any
 
 from lmmbench.config.perf_testserver import FAULT_KINDS, TestServerConfig
+from lmmbench.loadgen.precise_timer import PreciseTimers
 
 __all__ = ["TestServerState", "run_testserver", "serve"]
 
@@ -44,14 +45,18 @@ class TestServerState:
         self.fault_counts = dict.fromkeys(FAULT_KINDS, 0)
         self.counter = 0
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.precise: PreciseTimers | None = None
         self.spin = cfg.timer == "spin"
         self.active = 0
         self.queued: deque[tuple[_ServerConn, str, str, bytes]] = deque()
         self.adaptive = cfg.timer == "adaptive"
 
-    def call_at_pc(self, target_pc: float, cb: Any, *args: Any) -> asyncio.TimerHandle:
+    def call_at_pc(self, target_pc: float, cb: Any, *args: Any) -> asyncio.TimerHandle | None:
         """Call ``cb(*args)`` at ``perf_counter`` time ``target_pc`` (see ``timer``)."""
         assert self.loop is not None
+        if self.precise is not None:
+            self.precise.call_at_ns(round(target_pc * 1e9), cb, *args)
+            return None
         delay = target_pc - time.perf_counter() - self.lead_s
         return self.loop.call_later(max(delay, 0.0), self._fire, target_pc, cb, args)
 
@@ -355,6 +360,10 @@ async def serve(cfg: TestServerConfig, ready: Any = None) -> None:
     loop = asyncio.get_running_loop()
     state = TestServerState(cfg, _default_lead_s(loop, cfg))
     state.loop = loop
+    if cfg.timer == "timerfd":
+        state.precise = PreciseTimers.create(loop)
+        if state.precise is None:
+            state.adaptive = True
     server = await loop.create_server(
         lambda: _ServerConn(state), cfg.host, cfg.port, reuse_port=cfg.workers > 1, backlog=4096
     )
