@@ -190,3 +190,19 @@ def test_token_scaling_visual_encoder_is_linear_in_visual_tokens(tmp_path: Path)
     assert all(int(r["audio_tokens"]) == 0 for r in rows if r["sweep"] == "frames")
     with (out / "token-scaling_results.csv").open() as fh:
         assert "sweep" in next(csv.reader(fh))
+
+
+@pytest.mark.parametrize(("model", "visual"), [("tiny-vl", True), ("tiny-llm", False)])
+def test_vision_language_and_text_models_run_the_same_spec(tmp_path: Path, model: str, visual: bool) -> None:
+    assert main(["run", "ttft-breakdown", "--model", model, "--out-dir", str(tmp_path), "--repeats", "1",
+                 "--warmup", "0", "--threads", "1", "--no-progress"]) == 0
+    rows = read_rows(tmp_path / "ttft-breakdown" / "ttft-breakdown_results.csv")
+    assert rows and all(r["status"] == "ok" for r in rows)
+    assert all(int(r["audio_tokens"]) == 0 and float(r["audio_encoder_ms"]) == 0 for r in rows)
+    video = next(r for r in rows if r["sample_id"] == "video_1s")
+    assert (float(video["visual_encoder_ms"]) > 0) is visual and (int(video["visual_tokens"]) > 0) is visual
+    assert video["modalities"] == ("video" if visual else "text")
+    for r in rows:
+        assert sum(_f(r, p) for p in OTHERS_PARTS) == pytest.approx(_f(r, "others_ms"), rel=1e-4, abs=1e-3)
+    run = json.loads((tmp_path / "ttft-breakdown" / "run.json").read_text())
+    assert run["run"]["hooks"]["module_paths"]["llm"] in ("model.language_model", "model")
