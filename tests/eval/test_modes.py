@@ -63,6 +63,13 @@ def test_infer_then_resume_then_eval(tmp_path: Path) -> None:
     assert fresh_mc["metrics"] == mc_res["metrics"]
 
 
+def test_a_longer_limit_resumes_a_shorter_run(tmp_path: Path) -> None:
+    run_eval(_cfg(tmp_path, tasks=["sample_mc"], mode="infer", limit=3), show_progress=False)
+    again = run_eval(_cfg(tmp_path, tasks=["sample_mc"], limit=5, resume="latest"), show_progress=False)
+    assert (again.infer[0]["skipped"], again.infer[0]["done"]) == (3, 2)
+    assert again.results[0]["n_samples"] == 5
+
+
 def test_eval_mode_needs_a_run_and_a_failing_sample_is_recorded(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

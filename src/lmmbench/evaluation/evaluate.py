@@ -73,7 +73,8 @@ def evaluate_task(task: TaskConfig, pred_path: Path, results_dir: Path, model: s
     by_doc: dict[int, dict[str, Any]] = {}
     for r in rows:  # the last prediction of a sample wins
         by_doc[int(r["doc_id"])] = r
-    rows = [by_doc[k] for k in sorted(by_doc)]
+    limit = task.data.limit
+    rows = [by_doc[k] for k in sorted(by_doc) if limit is None or k < limit]
     specs = task.default_metrics()
     metrics = [(s, get_metric(s.name, task.kind, f"{task.source_file}: metrics")) for s in specs]
     results_dir.mkdir(parents=True, exist_ok=True)

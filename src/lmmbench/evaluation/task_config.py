@@ -107,8 +107,10 @@ class TaskConfig(_Strict):
         return [MetricSpec(name=n) for n in defaults]
 
     def fingerprint(self) -> str:
-        """A short hash of everything that changes what is asked of the model."""
-        blob = json.dumps(self.model_dump(mode="json", exclude={"metrics", "group_by"}), sort_keys=True)
+        """A short hash of everything that changes what is asked of the model (not the metrics, the
+        groups or ``data.limit``: a longer limit resumes a shorter run)."""
+        exclude: Any = {"metrics": True, "group_by": True, "data": {"limit"}}
+        blob = json.dumps(self.model_dump(mode="json", exclude=exclude), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def resolve(self, rel: str) -> Path:
