@@ -160,3 +160,9 @@ def test_server_cmd_starts_and_stops_a_server_per_tp_size(tmp_path: Path) -> Non
     assert [p["TP Size"] for p in perf] == [1, 2] and all(p["Request Number"] > 0 for p in perf)
     with socket.socket() as s:  # the server of the last tp size was stopped
         assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.parametrize("command", ["perf", "testserver"])
+def test_help_renders(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([command, "--help"]) == 0
+    assert "--url" in capsys.readouterr().out or command == "testserver"
