@@ -133,12 +133,16 @@ class _CountingSpec(Spec):
 
     def __init__(self, interrupt_at: int) -> None:
         self.calls = 0
+        self.warm_calls = 0
         self.interrupt_at = interrupt_at
 
     def setup(self, ctx: SpecContext) -> list[Case]:
         return [Case(id=f"s{i}", group="g") for i in range(3)]
 
     def run_once(self, ctx: SpecContext, case: Case) -> dict[str, Any]:
+        if ctx.warmup:
+            self.warm_calls += 1
+            return {}
         self.calls += 1
         if self.calls == self.interrupt_at:
             raise KeyboardInterrupt
@@ -158,11 +162,13 @@ def test_ctrl_c_keeps_every_row_already_measured(tmp_path: Path) -> None:
     assert [(r["sample_id"], r["repeat"], r["status"]) for r in rows] == [
         ("s0", "0", "ok"), ("s0", "1", "ok"), ("s1", "0", "failed")]
     assert rows[2]["error"] == "ValueError: bad sample"
+    again = _CountingSpec(0)
     with ResultsCsv(path, ["spec", "sample_id", "group", "repeat", "status", "error", "value_ms"],
                     resume=True) as sink:
-        stats = UnifiedRunner(_CountingSpec(0), ctx, sink.append, sink.done).run(
-            spec.setup(ctx), repeats=2, warmup=0, progress=False)
+        stats = UnifiedRunner(again, ctx, sink.append, sink.done).run(
+            spec.setup(ctx), repeats=2, warmup=1, progress=False, interleave=True)
     assert (stats.skipped, stats.ok, stats.failed) == (2, 2, 2)
+    assert again.warm_calls == 2 and not ctx.warmup  # s1 and s2 warmed up once each, s0 was done
     assert not math.isnan(float(read_rows(path)[-1]["value_ms"]))
 
 

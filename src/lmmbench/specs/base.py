@@ -68,6 +68,7 @@ class SpecContext:
     spec_dir: Path
     state: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)  # merged into run.json
+    warmup: bool = False  # True while the runner makes an unrecorded warm-up call of run_once
 
 
 class Spec:

@@ -114,12 +114,16 @@ class UnifiedRunner:
             stats.ok += 1
 
     def _warmup(self, case: Case, warmup: int) -> str | None:
-        for _ in range(warmup):
-            try:
-                self.spec.run_once(self.ctx, case)
-            except KeyboardInterrupt:
-                raise
-            except Exception as exc:
-                log.debug("warm-up of %s failed", case.id, exc_info=True)
-                return _reason(exc)
+        self.ctx.warmup = True
+        try:
+            for _ in range(warmup):
+                try:
+                    self.spec.run_once(self.ctx, case)
+                except KeyboardInterrupt:
+                    raise
+                except Exception as exc:
+                    log.debug("warm-up of %s failed", case.id, exc_info=True)
+                    return _reason(exc)
+        finally:
+            self.ctx.warmup = False
         return None
