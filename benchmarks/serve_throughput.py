@@ -40,8 +40,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_command(kind: str, model_dir: Path, port: int, max_batch: int) -> list[str]:
-    """The command line that starts server ``kind`` on ``port``."""
+def server_command(spec: str, model_dir: Path, port: int, max_batch: int) -> list[str]:
+    """The command line that starts server ``spec`` (``kind`` or ``kind:extra args``) on ``port``."""
+    kind, _, extra = spec.partition(":")
+    return _base_command(kind, model_dir, port, max_batch) + extra.split()
+
+
+def _base_command(kind: str, model_dir: Path, port: int, max_batch: int) -> list[str]:
     if kind == "lmmbench":
         return [
             str(BIN / "lmmbench"), "serve", "--model", str(model_dir), "--served-model-name", str(model_dir),
@@ -64,7 +69,7 @@ def start_server(
     env = dict(os.environ, HF_HOME=str(hf_home), HF_HUB_OFFLINE="1")
     if threads is not None:  # the same CPU thread count for every server (torch reads it at start)
         env["OMP_NUM_THREADS"] = str(threads)
-    log = (out / f"server_{kind}.log").open("w")
+    log = (out / f"server_{kind.replace(':', '_').replace(' ', '_')}.log").open("w")
     proc = subprocess.Popen(
         server_command(kind, model_dir, port, max_batch), stdout=log, stderr=subprocess.STDOUT, env=env
     )

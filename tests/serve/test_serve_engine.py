@@ -269,3 +269,22 @@ def test_a_registered_engine_replaces_the_transformers_one(tiny_llm: Any) -> Non
     engine = BatchEngine.from_model("tiny-llm", engine="test-vendor", max_batch_size=2)
     assert made == ["tiny-llm/cpu/float32"] and "transformers" in ENGINES.names()
     assert len(engine.generate(GenerationRequest(prompt="x", sampling=_greedy(3))).token_ids) == 3
+
+
+def test_an_engine_failure_fails_its_requests_and_the_loop_goes_on(tiny_llm: Any) -> None:
+    class FlakyEngine(TransformersEngine):
+        fail_next = True
+
+        def decode(self, states: Any) -> Any:
+            if self.fail_next:
+                self.fail_next = False
+                raise RuntimeError("injected decode failure")
+            return super().decode(states)
+
+    engine = BatchEngine(FlakyEngine(tiny_llm), max_batch_size=4)
+    failed = engine.generate_many([GenerationRequest(prompt=f"p{i}", sampling=_greedy(4)) for i in range(3)])
+    assert [o.finish_reason for o in failed] == ["error"] * 3
+    assert all("injected decode failure" in (o.error or "") for o in failed)
+    assert engine.running == [] and engine.engine.kv.rows == 0  # type: ignore[attr-defined]
+    ok = engine.generate(GenerationRequest(prompt="after", sampling=_greedy(4)))
+    assert ok.finish_reason == "length" and len(ok.token_ids) == 4

@@ -55,3 +55,25 @@ def test_sampling_params_validation() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad} was accepted")
+
+
+def test_scheduler_budget_and_prefill_wait() -> None:
+    from lmmbench.engines import FcfsScheduler
+
+    sched = FcfsScheduler(max_batch_size=4, max_queue=8, max_prefill_tokens=4096, prefill_wait_steps=3)
+    a = _state()
+    sched.add(a)
+    assert sched.schedule(num_running=0) == [a]  # nothing running: no reason to wait
+    b = _state()
+    sched.add(b)
+    assert sched.schedule(num_running=1) == [] and sched.schedule(num_running=1) == []
+    assert sched.schedule(num_running=1) == [b]  # waited 3 steps
+    more = [_state() for _ in range(3)]
+    for s in more:
+        sched.add(s)
+    assert sched.schedule(num_running=1) == more  # enough to fill the free slots: admitted at once
+    budget = FcfsScheduler(max_batch_size=8, max_queue=8, max_prefill_tokens=1)
+    two = [_state(), _state()]
+    for s in two:
+        budget.add(s)
+    assert budget.schedule(0) == two[:1] and budget.schedule(1) == two[1:]  # first always, then budget

@@ -56,10 +56,13 @@ class BatchEngine:
         max_batch_size: int = 16,
         max_queue: int = 256,
         max_prefill_tokens: int = 4096,
+        prefill_wait_steps: int = 0,
     ) -> None:
         self.engine = engine
         self.sampler: Sampler = sampler or TorchSampler(engine.eos_token_ids)
-        self.scheduler: Scheduler = scheduler or FcfsScheduler(max_batch_size, max_queue, max_prefill_tokens)
+        self.scheduler: Scheduler = scheduler or FcfsScheduler(
+            max_batch_size, max_queue, max_prefill_tokens, prefill_wait_steps
+        )
         self.detokenizer = Detokenizer(engine.tokenizer)
         self.running: list[RequestState] = []
         self._callbacks: dict[str, EventCallback | None] = {}

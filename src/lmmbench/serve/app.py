@@ -145,7 +145,7 @@ def create_app(engine: BatchEngine, settings: AppSettings, metrics: ServerMetric
             while True:
                 event = drain_merged(await events.get(), events)
                 if event.text_delta:
-                    yield sse(builder.content_chunk(event.text_delta, event.prompt_tokens, event.completion_tokens))
+                    yield builder.content_sse(event.text_delta, event.prompt_tokens, event.completion_tokens)
                 if event.output is not None:
                     finished = True
                     if event.output.finish_reason == "error":

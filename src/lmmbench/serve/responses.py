@@ -9,7 +9,7 @@ then ``data: [DONE]``. The server-side ``metrics`` object rides on the last chun
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lmmbench.engines.requests import GenerationOutput
@@ -48,6 +48,7 @@ class ResponseBuilder:
     created: int
     include_usage: bool = False
     continuous_usage: bool = False
+    _content_parts: tuple[str, str, str] | None = field(default=None, init=False, repr=False)
 
     @property
     def _object(self) -> str:
@@ -81,6 +82,25 @@ class ResponseBuilder:
         """The first chat chunk (role, empty content)."""
         usage = usage_of(prompt_tokens, 0) if self.continuous_usage else None
         return self._chunk(self._choice(None, None, role=True), usage)
+
+    def content_sse(self, text: str, prompt_tokens: int, completion_tokens: int) -> str:
+        """``sse(content_chunk(...))`` without building and serialising the whole dict each time."""
+        if self._content_parts is None:
+            text_mark, usage_mark = "\u0000T", {"\u0000": 0}
+            body = json.dumps(
+                self._chunk(self._choice(text_mark, None), usage_mark if self.continuous_usage else None),
+                separators=(",", ":"),
+            )
+            head, _, rest = body.partition(json.dumps(text_mark))
+            mid, tail = rest, ""
+            if self.continuous_usage:
+                mid, _, tail = rest.partition(json.dumps(usage_mark, separators=(",", ":")))
+            self._content_parts = (head, mid, tail)
+        head, mid, tail = self._content_parts
+        out = "data: " + head + json.dumps(text) + mid
+        if self.continuous_usage:
+            out += json.dumps(usage_of(prompt_tokens, completion_tokens), separators=(",", ":")) + tail
+        return out + "\n\n"
 
     def content_chunk(self, text: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
         """A chunk carrying newly released text."""

@@ -8,6 +8,7 @@ background thread (tests, benchmarks, notebooks).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import Any
@@ -37,7 +38,15 @@ class ServeConfig(BaseModel):
     max_batch_size: int = Field(16, ge=1, le=1024, description="Most requests decoded together.")
     max_queue: int = Field(64, ge=0, description="Most requests waiting for a batch slot; more get 429.")
     max_prefill_tokens: int = Field(4096, ge=1, description="Prompt tokens admitted per engine step.")
+    gil_switch_ms: float | None = Field(
+        None,
+        gt=0,
+        description="Python thread switch interval in ms (default: Python's 5 ms).",
+    )
     engine: str = Field("transformers", description="Registered engine running the model (lmmbench.engines.ENGINES).")
+    prefill_wait_steps: int = Field(
+        0, ge=0, description="While requests run, let newcomers wait up to N steps to share one prefill forward."
+    )
     device: str = Field("cpu", description="cpu, cuda, cuda:N or auto.")
     dtype: str = Field("float32", description="float32, float16, bfloat16 or auto.")
     num_threads: int | None = Field(
@@ -57,6 +66,8 @@ def build_server(cfg: ServeConfig) -> tuple[BatchEngine, Any]:
     """Load the model, warm it up, start the engine thread; returns ``(engine, app)``."""
     require("fastapi", "serve")
     require("uvicorn", "serve")
+    if cfg.gil_switch_ms is not None:
+        sys.setswitchinterval(cfg.gil_switch_ms / 1000.0)
     if cfg.num_threads is not None:
         import torch
 
@@ -69,6 +80,7 @@ def build_server(cfg: ServeConfig) -> tuple[BatchEngine, Any]:
         max_batch_size=cfg.max_batch_size,
         max_queue=cfg.max_queue,
         max_prefill_tokens=cfg.max_prefill_tokens,
+        prefill_wait_steps=cfg.prefill_wait_steps,
     )
     if cfg.warmup:
         for _ in range(2):
