@@ -11,9 +11,10 @@ the client rather than its neighbours).
 
     .venv/bin/python benchmarks/loadgen_capacity.py --repeats 3 --out /tmp/cap.json
 
-Peers (aiperf, inference-perf) are not run by this script: the report records whether their
-executables are on PATH; their figures in docs/benchmarks.md come from FIELD-NOTES, measured on
-the same kind of machine with the same kind of mock server.
+Peers: with ``--aiperf PATH --peer-tokenizer DIR`` aiperf runs at 200 and 400 req/s in the same
+repeat loop, against the same server (``--use-server-token-count``, so its ITL is not skewed by a
+tokenizer that disagrees with the server); its mean TTFT overhead, ITL and achieved throughput are
+reported next to lmmbench's. inference-perf needs Python >= 3.12 and is not run.
 """
 
 from __future__ import annotations
@@ -72,6 +73,32 @@ def _one(url: str, rate: float, args: argparse.Namespace, workers: int, seed: in
     }  # fmt: skip
 
 
+def _aiperf(exe: str, url: str, rate: float, args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """One aiperf run at ``rate`` for about ``duration_s``; its TTFT, ITL and throughput."""
+    import subprocess
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix="aiperf-"))
+    cmd = [exe, "profile", "--model", "test-model", "--url", url, "--endpoint-type", "chat", "--streaming",
+           "--request-rate", str(rate), "--request-count", str(int(rate * args.duration_s)),
+           "--prompt-input-tokens-mean", "32", "--output-tokens-mean", str(args.output_tokens),
+           "--tokenizer", str(args.peer_tokenizer), "--use-server-token-count", "--artifact-dir", str(out),
+           "--ui-type", "none", "--random-seed", str(seed)]  # fmt: skip
+    load_before = os.getloadavg()[0]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    try:
+        d = json.loads((out / "profile_export_aiperf.json").read_text())
+    except (OSError, ValueError):
+        return {"tool": "aiperf", "rate": rate, "error": proc.stderr[-500:]}
+    shutil.rmtree(out, ignore_errors=True)
+    return {
+        "tool": "aiperf", "rate": rate, "repeat": seed, "request_throughput": d["request_throughput"]["avg"],
+        "ttft_mean_ms": d["time_to_first_token"]["avg"],
+        "ttft_overhead_ms": d["time_to_first_token"]["avg"] - args.ttft_ms,
+        "itl_mean_ms": d["inter_token_latency"]["avg"], "loadavg_before": load_before,
+    }  # fmt: skip
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default="100,200,300,400,500,600,800,1000,1200")
@@ -83,6 +110,8 @@ def main() -> int:
     p.add_argument("--ttft-ms", type=float, default=20.0)
     p.add_argument("--itl-ms", type=float, default=5.0)
     p.add_argument("--loop", default="auto", choices=["auto", "asyncio", "uvloop"])
+    p.add_argument("--aiperf", default=None, help="aiperf executable (e.g. from a throwaway venv)")
+    p.add_argument("--peer-tokenizer", default=None, help="local HF tokenizer directory for aiperf")
     p.add_argument("--out", type=Path, default=Path("loadgen_capacity.json"))
     args = p.parse_args()
     rates = [float(x) for x in args.rates.split(",")]
@@ -90,6 +119,7 @@ def main() -> int:
     scfg = TestServerConfig(port=_free_port(), ttft_ms=args.ttft_ms, itl_ms=args.itl_ms,
                             output_tokens=args.output_tokens, workers=args.server_workers)  # fmt: skip
     runs: list[dict[str, Any]] = []
+    peer_runs: list[dict[str, Any]] = []
     with running_testserver(scfg) as url:
         for rep in range(args.repeats):
             for workers in worker_counts:
@@ -109,6 +139,11 @@ def main() -> int:
                     fails = fails + 1 if r["rate_error"] > 0.05 or r["errors"] else 0
                     if fails >= 2:
                         break
+            if args.aiperf:
+                for rate in (200.0, 400.0):
+                    a = _aiperf(args.aiperf, url, rate, args, rep)
+                    peer_runs.append(a)
+                    print(f"rep {rep} aiperf rate {rate:6.0f}: {a}", flush=True)
     summary: dict[str, Any] = {}
     for workers in worker_counts:
         best = []
@@ -128,8 +163,15 @@ def main() -> int:
                     r["ttft_send_overhead_ms"] for r in sel
                 )
         summary[f"lmmbench workers={workers}"] = entry
+    aiperf_summary: dict[str, Any] = {}
+    for rate in (200.0, 400.0):
+        sel = [a for a in peer_runs if a["rate"] == rate and "error" not in a]
+        if sel:
+            aiperf_summary[f"ttft_overhead_ms_at_{int(rate)}"] = statistics.median(a["ttft_overhead_ms"] for a in sel)
+            aiperf_summary[f"itl_mean_ms_at_{int(rate)}"] = statistics.median(a["itl_mean_ms"] for a in sel)
+            aiperf_summary[f"throughput_at_{int(rate)}"] = statistics.median(a["request_throughput"] for a in sel)
     peers = {
-        "aiperf": f"on PATH: {bool(shutil.which('aiperf'))}; not run by this script",
+        "aiperf": aiperf_summary if args.aiperf else "not run (no --aiperf)",
         "inference-perf": f"on PATH: {bool(shutil.which('inference-perf'))}; needs Python >= 3.12 "
         f"(this is {sys.version.split()[0]}); not run by this script",
     }
@@ -140,6 +182,7 @@ def main() -> int:
         "summary": summary,
         "peers": peers,
         "runs": runs,
+        "peer_runs": peer_runs,
     }
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({"summary": summary, "peers": peers}, indent=2))
