@@ -181,7 +181,8 @@ class BackendComparisonSpec(ResearchSpec):
     help = ("The same manifest in-process and sent to OpenAI-compatible endpoints (--endpoints; default: a "
             "built-in lmmbench serve): TTFT per sample side by side, client-side vs server-side time.")
     options_model: ClassVar[type[RunOptions]] = BackendComparisonOptions
-    columns = ("backend", "modalities", "request_ttft_ms", "preprocess_ms", "ttft_ms", "client_ttft_ms",
+    columns = ("backend", "modalities", "request_ttft_ms", "preprocess_ms", "extract_ms", "pack_ms",
+               "audio_feature_ms", "ttft_ms", "client_ttft_ms",
                "server_ttft_ms", "server_queue_ms", "server_preprocess_ms", "server_compute_ms", "client_side_ms",
                "e2e_ms", "prompt_tokens")
     stage_fields: ClassVar[tuple[str, ...]] = ("preprocess_ms", "ttft_ms", "server_queue_ms", "server_preprocess_ms",
@@ -243,8 +244,9 @@ class BackendComparisonSpec(ResearchSpec):
         if backend == IN_PROCESS:
             row = ctx.state["engine"].measure(case.params["media"])
             return {"request_ttft_ms": row["preprocess_ms"] + row["ttft_ms"], "preprocess_ms": row["preprocess_ms"],
-                    "ttft_ms": row["ttft_ms"], "e2e_ms": row["preprocess_ms"] + row["ttft_ms"],
-                    "prompt_tokens": row["total_tokens"]}
+                    "extract_ms": row["extract_ms"], "pack_ms": row["pack_ms"],
+                    "audio_feature_ms": row["audio_feature_ms"], "ttft_ms": row["ttft_ms"],
+                    "e2e_ms": row["preprocess_ms"] + row["ttft_ms"], "prompt_tokens": row["total_tokens"]}
         target = ctx.state["targets"][backend]
         out = asyncio.run(_send(target["url"], target["model"], case.params["payload"], opts.api_key, opts.timeout_s))
         rec, m = out["rec"], out["metrics"]

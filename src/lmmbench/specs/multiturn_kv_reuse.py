@@ -264,6 +264,7 @@ def plot_multiturn(rows: list[dict[str, Any]], path: Any) -> None:
     fig, (ax1, ax2) = new_figure(2)
     for mode, by_turn in _by_turn(good, "ttft_ms").items():
         ax1.plot(list(by_turn), list(by_turn.values()), marker="o", label=mode)
+    ax1.set_xticks(sorted({t for by_turn in _by_turn(good, "ttft_ms").values() for t in by_turn}))
     ax1.set_xlabel("turn")
     ax1.set_ylabel("TTFT (ms, median)")
     ax1.set_title("TTFT per turn")
@@ -273,6 +274,7 @@ def plot_multiturn(rows: list[dict[str, Any]], path: Any) -> None:
     width = 0.4
     for i, (mode, by_turn) in enumerate(sorted(tokens.items())):
         ax2.bar([t + (i - 0.5) * width for t in by_turn], list(by_turn.values()), width=width, label=mode)
+    ax2.set_xticks(sorted({t for by_turn in tokens.values() for t in by_turn}))
     ax2.set_xlabel("turn")
     ax2.set_ylabel("tokens computed in the prefill")
     ax2.set_title("tokens recomputed per turn")

@@ -307,7 +307,7 @@ def oom_findings(rows: list[dict[str, Any]], probes: list[dict[str, Any]]) -> di
     fail_s = median(r.get("first_fail_s") for r in good)
     budget = median(r.get("budget_mb") for r in good)
     used = median(r.get("boundary_used_mb") for r in good)
-    reasons = sorted({str(r.get("first_fail_reason")) for r in good})
+    reasons = sorted({str(r.get("first_fail_reason")).split(":")[0] for r in good})  # kinds, not sizes
     out: dict[str, Any] = {
         "boundary_s": boundary_s,
         "boundary_tokens": boundary_tokens,
