@@ -73,10 +73,12 @@ def test_injected_delays_land_in_their_stage(tiny_omni: Any, video_inputs: Any) 
         finally:
             for h in handles:
                 h.remove()
-    # the visual encoder runs BEFORE the first forward in transformers 5.x: still attributed to visual
-    assert slow["visual_encoder_ms"] - base["visual_encoder_ms"] >= 45
-    assert slow["llm_prefill_ms"] - base["llm_prefill_ms"] >= 27
-    assert slow["others_lm_head_ms"] - base["others_lm_head_ms"] >= 18
+    # a sleep inside a stage is a hard lower bound of that stage, whatever the machine's load; the
+    # visual encoder runs BEFORE the first forward in transformers 5.x and is still attributed to visual
+    assert slow["visual_encoder_ms"] >= 50
+    assert slow["llm_prefill_ms"] >= 30 and slow["prefill_ms"] >= 30
+    assert slow["others_lm_head_ms"] >= 20
+    # and the 100 ms injected did not land in the unattributed rest
     assert slow["others_unattributed_ms"] < 0.05 * slow["ttft_ms"]
     for f in (base, slow):
         assert f["visual_encoder_ms"] + f["audio_encoder_ms"] + f["prefill_ms"] + f["others_ms"] == pytest.approx(

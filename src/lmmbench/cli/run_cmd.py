@@ -59,12 +59,14 @@ def run_spec(spec_name: str, options: Any) -> Path:
     plot_path = spec_dir / f"{spec.name}_plot.png"
     if not spec.plot(rows, plot_path):
         plot_breakdown(rows, spec.stage_fields, spec.fit_pairs, plot_path, title=f"{spec.name}: {options.model}",
-                       fit_stat=spec.fit_stat)
+                       fit_stat=spec.fit_stat, preprocess_fields=spec.preprocess_fields)
     config = {"spec": spec.name, **options.model_dump(mode="json")}
     run_stats = {"ok": stats.ok, "failed": stats.failed, "skipped_already_done": stats.skipped,
                  "interrupted": interrupted}
     write_json(run_record(spec.name, config, ctx.environment, started, run_stats), spec_dir / "run.json")
     _report(spec_dir, spec.name, stats, analysis)
+    if spec.unattributed_field and options.progress:
+        _table(rows, analysis, spec.total_field)
     if interrupted:
         raise KeyboardInterrupt
     return spec_dir
@@ -92,6 +94,26 @@ def _report(spec_dir: Path, name: str, stats: Any, analysis: dict[str, Any]) -> 
     if stats.failed:
         first: dict[str, Any] = next(iter(analysis.get("failures", [])), {})
         typer.echo(f"  {stats.failed} row(s) failed, e.g. {first.get('sample_id')}: {first.get('error')}", err=True)
+
+
+def _table(rows: list[dict[str, Any]], analysis: dict[str, Any], total: str) -> None:
+    """Per-sample medians of the main stages, on the terminal."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from lmmbench.reports.summary import per_sample_medians
+
+    cols = {"preprocess_ms": "preproc", "visual_encoder_ms": "visual", "audio_encoder_ms": "audio",
+            "prefill_ms": "prefill", "others_ms": "others", total: total.removesuffix("_ms")}
+    med = per_sample_medians(rows, list(cols))
+    pcts = (analysis.get("unattributed") or {}).get("per_sample_pct", {})
+    if not med:
+        return
+    table = Table("sample", *cols.values(), "unattr. %", title="ms, medians over repeats")
+    for sid, m in med.items():
+        pct = pcts.get(sid)
+        table.add_row(sid, *(f"{m[c]:.1f}" for c in cols), "" if pct is None else f"{pct:.2f}")
+    Console(stderr=True).print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -79,6 +79,7 @@ class Spec:
     options_model: ClassVar[type[RunOptions]] = RunOptions
     columns: ClassVar[tuple[str, ...]] = ()  # measured fields, in CSV order
     stage_fields: ClassVar[tuple[str, ...]] = ()  # stacked per-sample bars, and shares of total_field
+    preprocess_fields: ClassVar[tuple[str, ...]] = ()  # a second stacked-bar panel (CPU work before TTFT)
     total_field: ClassVar[str] = "ttft_ms"
     fit_pairs: ClassVar[tuple[tuple[str, str], ...]] = ()  # (y, x): linear fit y = slope * x + intercept
     unattributed_field: ClassVar[str | None] = None

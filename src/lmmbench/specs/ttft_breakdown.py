@@ -45,7 +45,30 @@ class InProcessSpec(Spec):
     """Shared set-up of in-process specs: load the model, install hooks, seed torch."""
 
     stage_fields = STAGES
+    preprocess_fields = ("extract_ms", "pack_ms", "audio_feature_ms")
     unattributed_field = "others_unattributed_ms"
+
+    def findings(self, rows: list[dict[str, Any]], analysis: dict[str, Any]) -> dict[str, Any]:
+        """Audio padding (seed 000 section 5): mel frames produced vs the clip's own frames."""
+        del analysis
+        from lmmbench.reports.results_csv import numeric
+
+        audio = [r for r in rows if r.get("status") == "ok" and numeric(r.get("mel_frames")) > 0]
+        if not audio:
+            return {}
+        mel = [numeric(r.get("mel_frames")) for r in audio]
+        valid = [numeric(r.get("mel_valid_frames")) for r in audio]
+        feat = [numeric(r.get("audio_feature_ms")) for r in audio]
+        pre = [numeric(r.get("preprocess_ms")) for r in audio]
+        return {"audio_padding": {
+            "rows_with_audio": len(audio),
+            "mel_frames_min": min(mel), "mel_frames_max": max(mel),
+            "mel_valid_frames_mean": sum(valid) / len(valid),
+            "padded_share_pct": 100.0 * (1.0 - sum(valid) / sum(mel)),
+            "audio_feature_ms_mean": sum(feat) / len(feat),
+            "audio_feature_share_of_preprocess_pct": 100.0 * sum(feat) / sum(pre) if sum(pre) > 0 else None,
+            "note": "the processor's default padding is kept (what users get); mel_frames is what it produced",
+        }}
 
     def engine(self, ctx: SpecContext) -> InProcessBreakdown:
         eng = ctx.state.get("engine")
