@@ -228,3 +228,26 @@ def test_non_streaming_client_that_gives_up_frees_its_slot(llm_server: ServerThr
     while llm_server.engine.running and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not llm_server.engine.running and llm_server.engine.scheduler.num_waiting() == 0
+
+
+def test_omni_audio_request_over_http() -> None:
+    from conftest import wav_base64
+
+    cfg = ServeConfig(model="tiny-omni", port=free_port(), warmup=False)
+    with ServerThread(cfg) as srv:
+        content = [
+            {"type": "input_audio", "input_audio": {"data": wav_base64(0.5), "format": "wav"}},
+            {"type": "text", "text": "what do you hear?"},
+        ]
+        body = {
+            "model": "tiny-omni", "messages": [{"role": "user", "content": content}], "max_tokens": 3,
+            "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
+        }  # fmt: skip
+        resp = httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=60)
+        events = _sse_events(resp)
+        assert resp.status_code == 200 and events[-1] == "[DONE]"
+        assert events[-2]["usage"]["completion_tokens"] == 3 and events[-2]["usage"]["prompt_tokens"] > 20
+        assert events[-2]["metrics"]["ttft_ms"] > 0
+        bad = {**body, "messages": [{"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": "bm90IGF1ZGlv", "format": "wav"}}]}]}  # fmt: skip
+        assert httpx.post(srv.url + "/v1/chat/completions", json=bad, timeout=30).status_code == 400
