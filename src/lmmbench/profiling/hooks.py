@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from lmmbench.profiling.families import ResolvedModules, resolve_modules
@@ -60,15 +59,18 @@ GENERATE = "generate"
 
 
 class StageHooks:
-    """Installs stage hooks on a model; ``with hooks.measuring(timeline):`` activates them."""
+    """Stage hooks on one model: ``install()`` (or ``with StageHooks(model) as hooks:``), then
+    ``activate(timeline)`` / ``deactivate()`` around each measurement; ``remove()`` restores the model."""
 
     def __init__(self, model: Any, family: str | None = None) -> None:
         self.modules: ResolvedModules = resolve_modules(model, family)
         self.timeline: Timeline | None = None
         self.errors: list[str] = []
         self._handles: dict[str, list[Any]] = {}
-        self._wrapped: list[tuple[Any, str, bool]] = []
+        self._wrapped: list[tuple[Any, str]] = []
         self._open: dict[str, list[int]] = {}
+        self._dropped_methods: set[str] = set()
+        self._forward_done = False
         self._installed = False
 
     @property
@@ -100,9 +102,7 @@ class StageHooks:
             for h in handles:
                 h.remove()
         self._handles.clear()
-        for obj, name, had_own in reversed(self._wrapped):
-            if had_own:
-                continue  # never wrapped an instance attribute (see _wrap_method)
+        for obj, name in reversed(self._wrapped):
             with contextlib.suppress(AttributeError):
                 delattr(obj, name)
         self._wrapped.clear()
@@ -116,8 +116,9 @@ class StageHooks:
 
     # -- activation -----------------------------------------------------------------------
     def activate(self, timeline: Timeline) -> None:
-        """Send spans to ``timeline`` until ``deactivate``."""
+        """Send spans to ``timeline`` until ``deactivate``; ``errors`` then lists this measurement's."""
         self.timeline = timeline
+        self.errors = []
         self._open = {}
         self._forward_done = False
 
@@ -192,10 +193,7 @@ class StageHooks:
                         hooks._drop_method(key, exc)
 
         setattr(obj, name, wrapper)
-        self._wrapped.append((obj, name, False))
-
-    _dropped_methods: set[str] = set()
-    _forward_done = False
+        self._wrapped.append((obj, name))
 
     def _maybe_open_first_token(self, tl: Timeline) -> None:
         """Once the first forward has returned to generate() itself, everything until generate()
@@ -208,15 +206,5 @@ class StageHooks:
         msg = f"hook '{key}' failed and was dropped: {type(exc).__name__}: {exc}"
         log.warning(msg)
         self.errors.append(msg)
-        self._dropped_methods = {*self._dropped_methods, key}
+        self._dropped_methods.add(key)
 
-
-def timed_call(timeline: Timeline | None, category: str, fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` inside a span of ``category`` (no span when ``timeline`` is None)."""
-    if timeline is None:
-        return fn()
-    sid = timeline.open(category)
-    try:
-        return fn()
-    finally:
-        timeline.close(sid)
