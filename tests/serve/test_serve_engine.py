@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 import torch
+from serve_helpers import png_data_uri, wav_base64
 
-from conftest import png_data_uri, wav_base64
 from lmmbench.engines import (
     BatchEngine,
     FcfsScheduler,

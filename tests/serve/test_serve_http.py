@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from serve_helpers import free_port, png_data_uri
 
-from conftest import free_port, png_data_uri
 from lmmbench.serve import ServeConfig, ServerThread
 
 METRIC_KEYS = {"queue_ms", "ttft_ms", "tpot_ms", "e2e_ms", "prompt_tokens", "completion_tokens", "peak_memory_bytes"}
@@ -231,7 +231,7 @@ def test_non_streaming_client_that_gives_up_frees_its_slot(llm_server: ServerThr
 
 
 def test_omni_audio_request_over_http() -> None:
-    from conftest import wav_base64
+    from serve_helpers import wav_base64
 
     cfg = ServeConfig(model="tiny-omni", port=free_port(), warmup=False)
     with ServerThread(cfg) as srv:

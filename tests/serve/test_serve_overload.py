@@ -6,8 +6,8 @@ import asyncio
 import time
 
 import httpx
+from serve_helpers import free_port
 
-from conftest import free_port
 from lmmbench.engines.transformers_engine import process_memory_bytes
 from lmmbench.serve import ServeConfig, ServerThread
 
