@@ -57,6 +57,25 @@ def test_transformers_4_layout_is_found_too() -> None:
         "visual", "audio_tower", "model", None)
 
 
+def test_other_multimodal_models_get_the_generic_layout() -> None:
+    import torch
+
+    class Inner(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.vision_tower, self.language_model = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+
+    class LlavaLike(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model, self.lm_head = Inner(), torch.nn.Linear(2, 2)
+
+    mods = resolve_modules(LlavaLike(), "causal_lm")  # a loader that only knows "causal_lm"
+    assert mods.family == "generic_multimodal" and mods.multimodal
+    assert (mods.paths["visual"], mods.paths["llm"], mods.paths["wrapper"]) == (
+        "model.vision_tower", "model.language_model", "model")
+
+
 def _sleep_hook(module: Any, seconds: float) -> Any:
     return module.register_forward_pre_hook(lambda *_: time.sleep(seconds))
 

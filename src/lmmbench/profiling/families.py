@@ -50,6 +50,14 @@ for _name in ("qwen2_5_vl", "qwen2_vl"):
         family=_name, visual=("model.visual", "visual"), llm=("model.language_model", "model"), multimodal=True,
     ))
 HOOK_LAYOUTS.add("causal_lm", ModuleLayout(family="causal_lm"))
+# any other multimodal model: the usual attribute names of vision / audio towers (LLaVA, Gemma 3, ...)
+HOOK_LAYOUTS.add("generic_multimodal", ModuleLayout(
+    family="generic_multimodal",
+    visual=("model.visual", "visual", "model.vision_tower", "vision_tower", "model.vision_model", "vision_model"),
+    audio=("model.audio_tower", "audio_tower", "model.audio_model", "audio_model"),
+    llm=("model.language_model", "language_model", "model"),
+    multimodal=True,
+))
 
 
 @dataclass
@@ -93,12 +101,15 @@ def detect_family(model: Any) -> str:
         return "qwen2_5_vl"
     if "Qwen2VL" in name:
         return "qwen2_vl"
+    generic = HOOK_LAYOUTS.get("generic_multimodal")
+    if _first(model, generic.visual)[0] is not None or _first(model, generic.audio)[0] is not None:
+        return "generic_multimodal"
     return "causal_lm"
 
 
 def resolve_modules(model: Any, family: str | None = None) -> ResolvedModules:
     """Find the generation model and its stage modules for ``family`` (detected if None)."""
-    fam = family if family in HOOK_LAYOUTS else detect_family(model)
+    fam = family if family in HOOK_LAYOUTS and family != "causal_lm" else detect_family(model)
     layout = HOOK_LAYOUTS.get(fam or "causal_lm")
     gen_model, gen_path = _first(model, layout.generation_model) if layout.generation_model else (None, "")
     gm = gen_model if gen_model is not None else model
