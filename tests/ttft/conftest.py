@@ -18,9 +18,6 @@ def synth_manifest(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_omni() -> Any:
-    import torch
-
     from lmmbench.models import load_model
 
-    torch.set_num_threads(1)
     return load_model("tiny-omni")

@@ -85,6 +85,7 @@ class InProcessSpec(Spec):
         opts = ctx.options
         torch.manual_seed(opts.seed)
         if opts.threads:
+            ctx.state["threads_before"] = torch.get_num_threads()
             torch.set_num_threads(opts.threads)
         loaded = load_model(opts.model, device=opts.device, dtype=opts.dtype)
         eng = InProcessBreakdown(loaded, hooks=opts.hooks, video_fps=opts.video_fps, max_frames=opts.max_frames)
@@ -112,6 +113,11 @@ class InProcessSpec(Spec):
         eng = ctx.state.pop("engine", None)
         if isinstance(eng, InProcessBreakdown):
             eng.close()
+        before = ctx.state.pop("threads_before", None)
+        if before:
+            import torch
+
+            torch.set_num_threads(before)
 
 
 def _case(row: ManifestRow, has_vision: bool, has_audio: bool, synthetic: bool) -> Case:
