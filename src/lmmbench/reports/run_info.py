@@ -77,7 +77,7 @@ def capture_environment() -> dict[str, Any]:
         "gpu": _gpu(),
         "libraries": versions,
         "git": git_commit(),
-        "note": "shared machine: timings may be noisy" if (os.cpu_count() or 0) <= 4 else "",
+        "load_average_1_5_15m": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
 
 
