@@ -14,7 +14,8 @@ the client rather than its neighbours).
 Peers: with ``--aiperf PATH --peer-tokenizer DIR`` aiperf runs at 200 and 400 req/s in the same
 repeat loop, against the same server (``--use-server-token-count``, so its ITL is not skewed by a
 tokenizer that disagrees with the server); its mean TTFT overhead, ITL and achieved throughput are
-reported next to lmmbench's. inference-perf needs Python >= 3.12 and is not run.
+reported next to lmmbench's. With ``--inference-perf PATH`` (a Python 3.12 venv) the same for
+inference-perf (completions API: its chat API is not supported by its random data generator).
 """
 
 from __future__ import annotations
@@ -99,6 +100,45 @@ def _aiperf(exe: str, url: str, rate: float, args: argparse.Namespace, seed: int
     }  # fmt: skip
 
 
+def _inference_perf(exe: str, url: str, rate: float, args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """One inference-perf run (poisson, completions API, streamed) at ``rate``."""
+    import subprocess
+    import tempfile
+
+    import yaml
+
+    out = Path(tempfile.mkdtemp(prefix="inference-perf-"))
+    n_out = args.output_tokens
+    cfg = {
+        "load": {"type": "poisson", "stages": [{"rate": rate, "duration": args.duration_s}], "base_seed": seed},
+        "api": {"type": "completion", "streaming": True},
+        "server": {"type": "vllm", "model_name": "test-model", "base_url": url, "ignore_eos": True},
+        "tokenizer": {"pretrained_model_name_or_path": str(args.peer_tokenizer)},
+        "data": {"type": "random", "input_distribution": {"min": 32, "max": 32, "mean": 32},
+                 "output_distribution": {"min": n_out, "max": n_out, "mean": n_out}},
+        "report": {"request_lifecycle": {"summary": True, "per_stage": True}},
+        "storage": {"local_storage": {"path": str(out / "report")}},
+    }  # fmt: skip
+    (out / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    load_before = os.getloadavg()[0]
+    proc = subprocess.run([exe, "-c", str(out / "cfg.yaml")], capture_output=True, text=True, timeout=600)
+    try:
+        d = json.loads((out / "report" / "stage_0_lifecycle_metrics.json").read_text())
+    except (OSError, ValueError):
+        return {"tool": "inference-perf", "rate": rate, "error": proc.stderr[-500:]}
+    shutil.rmtree(out, ignore_errors=True)
+    lat = d["successes"]["latency"]
+    return {
+        "tool": "inference-perf", "rate": rate, "repeat": seed,
+        "request_throughput": d["successes"]["throughput"]["requests_per_sec"],
+        "achieved_send_rate": d["load_summary"]["achieved_rate"],
+        "schedule_delay_mean_ms": d["load_summary"]["schedule_delay"]["mean"] * 1e3,
+        "ttft_mean_ms": lat["time_to_first_token"]["mean"] * 1e3,
+        "ttft_overhead_ms": lat["time_to_first_token"]["mean"] * 1e3 - args.ttft_ms,
+        "itl_mean_ms": lat["inter_token_latency"]["mean"] * 1e3, "loadavg_before": load_before,
+    }  # fmt: skip
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default="100,200,300,400,500,600,800,1000,1200")
@@ -111,6 +151,7 @@ def main() -> int:
     p.add_argument("--itl-ms", type=float, default=5.0)
     p.add_argument("--loop", default="auto", choices=["auto", "asyncio", "uvloop"])
     p.add_argument("--aiperf", default=None, help="aiperf executable (e.g. from a throwaway venv)")
+    p.add_argument("--inference-perf", default=None, help="inference-perf executable (Python >= 3.12 venv)")
     p.add_argument("--peer-tokenizer", default=None, help="local HF tokenizer directory for aiperf")
     p.add_argument("--out", type=Path, default=Path("loadgen_capacity.json"))
     args = p.parse_args()
@@ -139,11 +180,14 @@ def main() -> int:
                     fails = fails + 1 if r["rate_error"] > 0.05 or r["errors"] else 0
                     if fails >= 2:
                         break
-            if args.aiperf:
+            for tool, exe, fn in (("aiperf", args.aiperf, _aiperf), ("inference-perf", args.inference_perf,
+                                                                      _inference_perf)):  # fmt: skip
+                if not exe:
+                    continue
                 for rate in (200.0, 400.0):
-                    a = _aiperf(args.aiperf, url, rate, args, rep)
+                    a = fn(exe, url, rate, args, rep)
                     peer_runs.append(a)
-                    print(f"rep {rep} aiperf rate {rate:6.0f}: {a}", flush=True)
+                    print(f"rep {rep} {tool} rate {rate:6.0f}: {a}", flush=True)
     summary: dict[str, Any] = {}
     for workers in worker_counts:
         best = []
@@ -163,18 +207,19 @@ def main() -> int:
                     r["ttft_send_overhead_ms"] for r in sel
                 )
         summary[f"lmmbench workers={workers}"] = entry
-    aiperf_summary: dict[str, Any] = {}
-    for rate in (200.0, 400.0):
-        sel = [a for a in peer_runs if a["rate"] == rate and "error" not in a]
-        if sel:
-            aiperf_summary[f"ttft_overhead_ms_at_{int(rate)}"] = statistics.median(a["ttft_overhead_ms"] for a in sel)
-            aiperf_summary[f"itl_mean_ms_at_{int(rate)}"] = statistics.median(a["itl_mean_ms"] for a in sel)
-            aiperf_summary[f"throughput_at_{int(rate)}"] = statistics.median(a["request_throughput"] for a in sel)
-    peers = {
-        "aiperf": aiperf_summary if args.aiperf else "not run (no --aiperf)",
-        "inference-perf": f"on PATH: {bool(shutil.which('inference-perf'))}; needs Python >= 3.12 "
-        f"(this is {sys.version.split()[0]}); not run by this script",
-    }
+    peers: dict[str, Any] = {}
+    for tool, exe in (("aiperf", args.aiperf), ("inference-perf", args.inference_perf)):
+        if not exe:
+            peers[tool] = "not run"
+            continue
+        peer: dict[str, Any] = {}
+        for rate in (200.0, 400.0):
+            sel = [a for a in peer_runs if a["tool"] == tool and a["rate"] == rate and "error" not in a]
+            if sel:
+                peer[f"ttft_overhead_ms_at_{int(rate)}"] = statistics.median(a["ttft_overhead_ms"] for a in sel)
+                peer[f"itl_mean_ms_at_{int(rate)}"] = statistics.median(a["itl_mean_ms"] for a in sel)
+                peer[f"throughput_at_{int(rate)}"] = statistics.median(a["request_throughput"] for a in sel)
+        peers[tool] = peer
     report = {
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "cpu_count": os.cpu_count(),
