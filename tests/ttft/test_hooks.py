@@ -161,3 +161,49 @@ def test_measure_gives_every_seed_field(tiny_omni: Any, synth_manifest: Path) ->
     assert row["preprocess_ms"] == pytest.approx(row["extract_ms"] + row["pack_ms"] + row["audio_feature_ms"])
     assert row["audio_feature_ms"] > 0 and row["timer"] == "perf_counter_ns"
     assert row["duration"] == pytest.approx(4.0, abs=0.01)
+
+
+class _WallEvent:
+    """A CUDA event stand-in timed by the host clock; elapsed_time is only legal after a sync."""
+
+    synced = False
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing
+        self.ns = 0
+
+    def record(self) -> None:
+        self.ns = time.perf_counter_ns()
+
+    def elapsed_time(self, other: Any) -> float:
+        assert _WallEvent.synced, "elapsed_time read before the synchronisation"
+        return (other.ns - self.ns) / 1e6
+
+
+def test_mocked_gpu_breakdown_uses_events_and_one_sync(tiny_omni: Any, video_inputs: Any,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import torch
+
+    import lmmbench.engines.breakdown as bd
+
+    syncs: list[int] = []
+
+    def sync() -> None:
+        syncs.append(1)
+        _WallEvent.synced = True
+
+    _WallEvent.synced = False
+    monkeypatch.setattr(torch.cuda, "Event", _WallEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", sync)
+    monkeypatch.setattr(bd, "_to_device", lambda inputs, device, dtype=None: dict(inputs))  # stays on CPU
+    fake_cuda = types.SimpleNamespace(type="cuda")
+    with StageHooks(tiny_omni.model, "qwen2_5_omni_thinker") as hooks:
+        res = run_generate_with_breakdown(tiny_omni.model, video_inputs, fake_cuda, hooks)
+    assert res.timer == "cuda_event" and syncs == [1]
+    f = res.fields
+    assert f["visual_encoder_ms"] > 0 and f["llm_prefill_ms"] > 0
+    assert f["visual_encoder_ms"] + f["audio_encoder_ms"] + f["prefill_ms"] + f["others_ms"] == pytest.approx(
+        f["ttft_ms"])
+    assert sum(f[p] for p in OTHERS_PARTS) == pytest.approx(f["others_ms"])
