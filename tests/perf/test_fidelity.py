@@ -151,3 +151,12 @@ def test_warmup_is_excluded_and_caps_queue_from_scheduled_time(server: str) -> N
     q = res.summary["metrics"]["queue_ms"]
     assert q["max"] > 10  # a cap of 2 cannot keep up with 400/s: requests waited for a slot ...
     assert res.summary["metrics"]["ttft_ms"]["max"] > q["max"]  # ... and that wait counts in TTFT
+
+
+def test_completions_endpoint_and_a_server_that_rejects_continuous_usage() -> None:
+    scfg = TestServerConfig(port=free_port(), ttft_ms=5, itl_ms=2, reject_continuous_usage=True)
+    with running_testserver(scfg) as url:
+        res = run_benchmark(_cfg(url, endpoint="completions", concurrency=2, num_requests=10, output_tokens=6))
+    assert res.summary["ok"] == 10
+    assert res.summary["token_sources"] == {"usage": 10}  # the pre-flight turned continuous usage off
+    assert all(r.output_tokens == 6 and len(r.chunk_times_ns) == 6 for r in res.records)
