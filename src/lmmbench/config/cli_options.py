@@ -145,7 +145,7 @@ def command_from_model(
             else:
                 shown = "" if default_val is None else str(default_val)
             if shown:
-                desc = f"{desc} [default: {shown}]"
+                desc = f"{desc} \\[default: {shown}]"  # escaped: rich markup would eat it
         opt_name = "--" + fname.replace("_", "-")
         if fname in positional:
             info: Any = typer.Argument(None, help=desc, show_default=False)
