@@ -19,7 +19,7 @@ class SynthOptions(BaseModel):
     seed: int = Field(0, description="Seed of the content.")
     video_seconds: list[float] = Field([1.0, 2.0, 4.0], description="Video durations in seconds.")
     image_sizes: list[int] = Field([224], description="Square image sides in pixels.")
-    audio_seconds: list[float] = Field([4.0, 8.0], description="wav durations in seconds.")
+    audio_seconds: list[float] = Field([6.0, 12.0], description="wav durations in seconds.")
 
 
 def _synth(opts: SynthOptions) -> None:

@@ -26,7 +26,7 @@ class SynthConfig:
     video_size: tuple[int, int] = (160, 120)
     video_fps: int = 10
     image_sizes: tuple[tuple[int, int], ...] = ((224, 224),)
-    audio_durations_s: tuple[float, ...] = (4.0, 8.0)
+    audio_durations_s: tuple[float, ...] = (6.0, 12.0)
     seed: int = 0
 
 
