@@ -221,6 +221,8 @@ class BackendComparisonSpec(ResearchSpec):
             model = opts.endpoint_models[i] if opts.endpoint_models else None
             model = model or asyncio.run(_served_model(url, opts.api_key)) or opts.model
             label = f"lmmbench-serve(built-in)@{url}" if server is not None else url
+            if label in targets:  # the same URL twice (e.g. two model ids on one server)
+                label = f"{url}#{i + 1}"
             targets[label] = {"url": url, "model": model}
         ctx.state["targets"] = targets
         ctx.environment["backend_comparison"] = {"manifest": str(manifest), "targets": targets,
