@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
     times: dict[str, dict[bool, list[float]]] = {sid: {True: [], False: []} for sid in samples}
     for rnd in range(args.warmup + args.rounds):
-        for arm in ((True, False) if rnd % 2 == 0 else (False, True)):
+        for arm in (True, False) if rnd % 2 == 0 else (False, True):
             if arm:
                 hooks.install()  # installed for a whole block: install / remove stay outside every measurement
             for sid, inputs in samples.items():
@@ -65,8 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     per_sample = {}
     for sid, arms in times.items():
         on, off = statistics.median(arms[True]), statistics.median(arms[False])
-        per_sample[sid] = {"ttft_ms_p50_hooks": on, "ttft_ms_p50_no_hooks": off, "ratio": on / off,
-                           "ratio_of_minimums": min(arms[True]) / min(arms[False])}
+        per_sample[sid] = {
+            "ttft_ms_p50_hooks": on,
+            "ttft_ms_p50_no_hooks": off,
+            "ratio": on / off,
+            "ratio_of_minimums": min(arms[True]) / min(arms[False]),
+        }
     all_on = statistics.median([t for a in times.values() for t in a[True]])
     all_off = statistics.median([t for a in times.values() for t in a[False]])
     ratios = [v["ratio"] for v in per_sample.values()]
@@ -80,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         "median_ratio_of_minimums": statistics.median(v["ratio_of_minimums"] for v in per_sample.values()),
         "target": 1.03,
         "per_sample": per_sample,
-        "environment": {k: v for k, v in capture_environment().items() if k in ("cpu", "cpu_count", "libraries",
-                                                                                 "git")},
+        "environment": {
+            k: v for k, v in capture_environment().items() if k in ("cpu", "cpu_count", "libraries", "git")
+        },
     }
     text = json.dumps(report, indent=2)
     print(text)
