@@ -115,6 +115,7 @@ def test_a_corrupt_file_fails_its_row_and_the_run_goes_on(tmp_path: Path, synth_
         (["--manifest", "{tmp}/missing.csv"], "manifest not found"),
         (["--manifest", "{tmp}/nocol.csv"], "missing column"),
         (["--repeats", "0"], "repeats"),
+        (["--device", "tpu"], "device"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
