@@ -19,3 +19,10 @@ def llm() -> Any:
     from lmmbench.models import load_model
 
     return load_model("tiny-llm")
+
+
+@pytest.fixture(scope="session")
+def vl() -> Any:
+    from lmmbench.models import load_model
+
+    return load_model("tiny-vl")

@@ -19,7 +19,7 @@ def test_common_prefix_len() -> None:
     assert common_prefix_len([], [1]) == 0
 
 
-@pytest.mark.parametrize("which", ["omni", "llm"])
+@pytest.mark.parametrize("which", ["omni", "vl", "llm"])
 def test_reuse_matches_recompute(which: str, request: pytest.FixtureRequest) -> None:
     loaded = request.getfixturevalue(which)
     opts = MultiturnKVReuseOptions(turns=3, video_frames=4, audio_s=1.0, first_turn_words=60)

@@ -63,11 +63,17 @@ def set_rope_deltas(model: Any, deltas: Any | None) -> None:
         owner.rope_deltas = deltas
 
 
+def _token_aligned(inputs: dict[str, Any]) -> list[str]:
+    """Keys of the per-token tensors (ids, masks, Qwen2.5-VL's ``mm_token_type_ids``): shape (batch, seq)."""
+    ids = inputs["input_ids"]
+    return [k for k, v in inputs.items()
+            if getattr(v, "ndim", 0) == 2 and tuple(v.shape) == tuple(ids.shape)]
+
+
 def _slice_inputs(inputs: dict[str, Any], length: int) -> dict[str, Any]:
     out = dict(inputs)
-    out["input_ids"] = inputs["input_ids"][:, :length]
-    if inputs.get("attention_mask") is not None:
-        out["attention_mask"] = inputs["attention_mask"][:, :length]
+    for key in _token_aligned(inputs):
+        out[key] = inputs[key][:, :length]
     return out
 
 
@@ -88,12 +94,9 @@ def prefill_prefix(model: Any, inputs: dict[str, Any], length: int) -> PrefixCac
 
 
 def reuse_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
-    """What ``generate`` needs on a reuse turn: the full ids and mask (the cached part is skipped by
-    generate; the media tensors are not needed, their tokens are in the cache)."""
-    out = {"input_ids": inputs["input_ids"]}
-    if inputs.get("attention_mask") is not None:
-        out["attention_mask"] = inputs["attention_mask"]
-    return out
+    """What ``generate`` needs on a reuse turn: the full per-token tensors (ids, mask, token types; the
+    cached part is skipped by generate); the media tensors are not needed, their tokens are cached."""
+    return {k: inputs[k] for k in _token_aligned(inputs)}
 
 
 def reuse_generate_kwargs(model: Any, prefix: PrefixCache) -> dict[str, Any]:
