@@ -144,3 +144,15 @@ def test_short_cpu_run_against_a_budget(tmp_path: Path) -> None:
     probes = (spec_dir / "oom-boundary_probes.csv").read_text().splitlines()
     assert len(probes) - 1 == analysis["n_probes"] >= 3
     assert (spec_dir / "oom-boundary_plot.png").is_file()
+
+
+def test_findings_when_everything_fits() -> None:
+    from lmmbench.specs.oom_boundary import oom_findings
+
+    rows = [{"status": "ok", "boundary_s": 16, "boundary_tokens": 2356, "boundary_used_mb": 62,
+             "first_fail_s": float("nan"), "first_fail_reason": "none: max_s fits", "budget_mb": 153.6}]
+    probes = [{"fits": "True", "total_tokens": t, "used_mb": 10 + t / 100} for t in (500, 1000, 2000)]
+    out = oom_findings(rows, probes)
+    assert "raise --max-s" in out["finding"]
+    assert out["mb_per_token"] == pytest.approx(0.01)
+    assert out["predicted_tokens_at_budget"] == pytest.approx((153.6 - 10) / 0.01)

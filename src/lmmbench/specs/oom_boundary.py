@@ -325,9 +325,11 @@ def oom_findings(rows: list[dict[str, Any]], probes: list[dict[str, Any]]) -> di
     if math.isfinite(budget) and math.isfinite(fit["slope"]) and fit["slope"] > 0:
         out["predicted_tokens_at_budget"] = (budget - fit["intercept"]) / fit["slope"]
     budget_txt = f"a {budget / 1024:.2f} GB budget" if math.isfinite(budget) else "device memory"
+    fail_txt = (f"{fail_s:g} s does not fit ({'; '.join(reasons)})" if math.isfinite(fail_s)
+                else "every length tried fits: raise --max-s to find the boundary")
     out["finding"] = (
         f"largest input that fits {budget_txt}: {boundary_s:g} s of video = {boundary_tokens:.0f} tokens "
-        f"({used:.0f} MB used); {fail_s:g} s does not fit ({'; '.join(reasons)}); memory grows "
+        f"({used:.0f} MB used); {fail_txt}; memory grows "
         f"{1024 * fit['slope']:.1f} KB per token (R² {fit['r2']:.2f}) over {len(fitting)} fitting probes")
     return out
 
