@@ -23,6 +23,7 @@ def test_chat_payload_carries_the_media_in_order(tmp_path: Path) -> None:
     assert parts[0]["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(b"\x89PNG fake").decode()
     assert parts[1]["input_audio"] == {"data": base64.b64encode(b"RIFF fake").decode(), "format": "wav"}
     assert body["max_tokens"] == 1 and body["temperature"] == 0.0
+    assert chat_payload("Just text.", None, None, max_tokens=8)["messages"][0]["content"] == "Just text."
 
 
 def test_server_metrics_of_reads_the_last_chunk() -> None:

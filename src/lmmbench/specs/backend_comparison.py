@@ -7,7 +7,7 @@ split into client-side and server-side time where the server reports it.
   media files to its first token.
 * each endpoint (``--endpoints URL[,URL]``; none given: a built-in ``lmmbench serve`` of the same
   model is started on a free loopback port and stopped afterwards): one streaming chat request
-  (``max_tokens=1``, greedy) with the image as a ``data:`` URI and the audio as base64 WAV, encoded
+  (``--max-tokens``, default 8, greedy) with the image as a ``data:`` URI and the audio as base64 WAV, encoded
   before the clock starts, sent on a fresh keep-alive connection opened before the clock starts
   (``backends.openai_http``). ``request_ttft_ms`` = client TTFT (request written -> first content
   chunk). When the response carries lmmbench's ``metrics`` object, the split is
@@ -17,7 +17,7 @@ split into client-side and server-side time where the server reports it.
   server TTFT (HTTP, JSON, SSE framing, loopback, the client).
 
 OpenAI chat has no video part, so only manifest rows without video are used (the synthetic set's
-image + audio and audio rows).
+image + audio and audio rows; for a text model, the synthetic set's prompts without their media).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -57,6 +58,9 @@ class BackendComparisonOptions(RunOptions):
     api_key: str | None = Field(None, description="Bearer key for the endpoints (else $OPENAI_API_KEY).")
     timeout_s: float = Field(120.0, gt=0, description="Per-request time-out.")
     server_threads: int | None = Field(None, ge=1, description="torch threads of the built-in server it starts.")
+    max_tokens: int = Field(8, ge=1, description="max_tokens of the endpoint requests. More than 1: a server holds "
+                            "back a token that is not yet valid UTF-8 (byte-level BPE), so with 1 the stream can end "
+                            "without any content (transformers serve does).")
 
 
 def _data_uri(path: Path) -> str:
@@ -79,7 +83,8 @@ def chat_payload(prompt: str, image: Path | None, audio: Path | None, max_tokens
         parts.append({"type": "input_audio",
                       "input_audio": {"data": base64.b64encode(audio.read_bytes()).decode(), "format": fmt}})
     parts.append({"type": "text", "text": prompt})
-    return {"messages": [{"role": "user", "content": parts}], "max_tokens": max_tokens, "temperature": 0.0}
+    content: str | list[dict[str, Any]] = parts if len(parts) > 1 else prompt  # text only: a plain string
+    return {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0.0}
 
 
 def server_metrics_of(event_data: list[bytes]) -> dict[str, float]:
@@ -199,8 +204,12 @@ class BackendComparisonSpec(ResearchSpec):
         assert isinstance(opts, BackendComparisonOptions)
         eng = self.load(ctx)
         ref = eng.loaded.ref
-        manifest = synthetic_manifest(opts.seed) if opts.manifest is None else Path(opts.manifest)
-        rows = [r for r in load_manifest(manifest) if r.video is None
+        synthetic = opts.manifest is None
+        manifest = synthetic_manifest(opts.seed) if synthetic else Path(opts.manifest or "")
+        rows = load_manifest(manifest)
+        if synthetic and not ref.is_multimodal:  # a text model gets the synthetic set's prompts alone
+            rows = [replace(r, video=None, image=None, audio=None) for r in rows if r.video is None]
+        rows = [r for r in rows if r.video is None
                 and (r.image is None or ref.is_multimodal) and (r.audio is None or ref.has_audio)]
         if opts.limit:
             rows = rows[: opts.limit]
@@ -233,7 +242,7 @@ class BackendComparisonSpec(ResearchSpec):
         for backend in (IN_PROCESS, *targets):
             for r in rows:
                 media = SampleMedia(prompt=r.prompt, image=r.image, audio=r.audio)
-                payload = chat_payload(r.prompt, r.image, r.audio)
+                payload = chat_payload(r.prompt, r.image, r.audio, max_tokens=opts.max_tokens)
                 cases.append(Case(id=f"{r.id}@{backend}", group=backend,
                                   params={"media": media, "payload": payload, "backend": backend},
                                   extra={"sample": r.id, "backend": backend, "modalities": r.modalities}))
