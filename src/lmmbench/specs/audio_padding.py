@@ -255,6 +255,7 @@ def _variation_pct(values: list[float]) -> float:
 
 def audio_padding_findings(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The numbers of the finding: encoder variation across durations, padded fraction, padding time."""
+    nan = float("nan")
     good = ok_rows(rows)
     enc = _per_padding(good, "audio_encoder_ms")
     feat = _per_padding(good, "audio_feature_ms")
@@ -285,6 +286,12 @@ def audio_padding_findings(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["padding_ttft_ms_by_duration"] = ttft_saved
         out["feature_time_ratio_default_vs_longest"] = {
             d: feat["max_length"][d] / feat["longest"][d] if feat["longest"][d] else float("nan") for d in durs}
+        for field in ("others_embedding_merge_ms", "others_input_transfer_ms"):
+            by = _per_padding(good, field)
+            diffs = [by["max_length"].get(d, nan) - by["longest"].get(d, nan) for d in durs
+                     if "max_length" in by and "longest" in by]
+            diffs = [x for x in diffs if x == x]
+            out[f"padding_extra_{field}_mean"] = sum(diffs) / len(diffs) if diffs else nan
         wasted = [saved[d] / feat["max_length"][d] for d in durs if feat["max_length"][d]]
         out["wasted_feature_time_fraction_mean"] = sum(wasted) / len(wasted) if wasted else float("nan")
     if "max_length" in padded:
@@ -308,6 +315,11 @@ def audio_padding_findings(rows: list[dict[str, Any]]) -> dict[str, Any]:
             f"{100 * out['wasted_feature_time_fraction_mean']:.0f} % of the default's feature time is spent on padding")
         summary.append(f"TTFT saved by padding='longest': {out['padding_ttft_ms_by_duration'][lo]:.1f} ms at {lo:g} s, "
                        f"{out['padding_ttft_ms_by_duration'][hi]:.1f} ms at {hi:g} s")
+        merge = out.get("padding_extra_others_embedding_merge_ms_mean", nan)
+        moved = out.get("padding_extra_others_input_transfer_ms_mean", nan)
+        if merge == merge:
+            summary.append(f"inside TTFT the padded features cost {merge:.2f} ms more in the embedding merge (masking "
+                           f"out the padded frames) and {moved:.2f} ms more moving inputs to the device (mean)")
     out["finding"] = "; ".join(summary)
     return out
 
