@@ -22,10 +22,9 @@ __all__ = [
     "group_median",
     "load_spec_model",
     "median",
+    "new_figure",
     "ok_rows",
-    "pct_change",
     "save_figure",
-    "sync_device",
     "synthetic_audio",
     "synthetic_frames",
 ]
@@ -89,14 +88,6 @@ def family_check(loaded: Any, spec: str, need_audio: bool = False, need_media: b
                         f"Qwen2.5-Omni / -VL); this one is {ref.family}")
 
 
-def sync_device(device: Any) -> None:
-    """Wait for queued CUDA work (no-op on CPU), so wall-clock spans cover the device work."""
-    if getattr(device, "type", str(device)) == "cuda":
-        import torch
-
-        torch.cuda.synchronize(device)
-
-
 def synthetic_audio(duration_s: float, seed: int = 0, freq_hz: float = 440.0) -> Any:
     """A seeded 16 kHz mono float32 waveform: a tone plus a little noise."""
     import numpy as np
@@ -153,13 +144,6 @@ def group_median(rows: Sequence[dict[str, Any]], keys: Sequence[str], field: str
     for row in rows:
         groups.setdefault(tuple(str(row.get(k)) for k in keys), []).append(row.get(field))
     return {k: median(v) for k, v in groups.items()}
-
-
-def pct_change(new: float, old: float) -> float:
-    """``100 * (new - old) / old`` (NaN when ``old`` is 0 or NaN)."""
-    if not old or math.isnan(old) or math.isnan(new):
-        return float("nan")
-    return 100.0 * (new - old) / old
 
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float]:
