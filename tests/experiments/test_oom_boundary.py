@@ -133,7 +133,7 @@ def test_short_cpu_run_against_a_budget(tmp_path: Path) -> None:
     from lmmbench.specs.oom_boundary import OOMBoundarySpec
 
     opts = OOMBoundaryOptions(out_dir=tmp_path, memory_budget_gb=0.07, frame_size=56, start_s=2, max_s=64,
-                              resolution_s=2, progress=False)
+                              resolution_s=2, warmup=1, progress=False)
     spec_dir = run_spec(OOMBoundarySpec.name, opts)
     analysis = json.loads((spec_dir / "oom-boundary_analysis.json").read_text())
     assert analysis["rows_ok"] == 1
@@ -143,6 +143,7 @@ def test_short_cpu_run_against_a_budget(tmp_path: Path) -> None:
     assert analysis["first_fail_s"] - analysis["boundary_s"] <= 2
     probes = (spec_dir / "oom-boundary_probes.csv").read_text().splitlines()
     assert len(probes) - 1 == analysis["n_probes"] >= 3
+    assert {line.split(",")[0] for line in probes[1:]} == {"1"}  # the warm-up search's probes are not kept
     assert (spec_dir / "oom-boundary_plot.png").is_file()
 
 

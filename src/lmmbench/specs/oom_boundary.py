@@ -255,9 +255,9 @@ class OOMBoundarySpec(ResearchSpec):
         assert isinstance(opts, OOMBoundaryOptions)
         runner: _ProbeRunner = ctx.state["probe_runner"]
         runner.largest_fit = None
-        self.searches += 1
         result = bisect_boundary(runner, opts.start_s, opts.max_s, opts.resolution_s)
-        if self.probes_path is not None:
+        if self.probes_path is not None and not ctx.warmup:  # the probes of warm-up searches are not kept
+            self.searches += 1
             _append_probes(self.probes_path, self.searches, result.probes, runner.budget_mb, runner.memory.method)
         ok = [p for p in result.probes if p.fits and math.isfinite(p.used_mb)]
         fit = fit_line([p.total_tokens for p in ok], [p.used_mb for p in ok])
