@@ -139,14 +139,16 @@ async def _served_model(url: str, api_key: str | None) -> str | None:
 class _BuiltinServer:
     """``lmmbench serve`` of the spec's model in a child process on a free loopback port."""
 
-    def __init__(self, model: str, log_path: Path, threads: int | None) -> None:
+    def __init__(self, model: str, log_path: Path, threads: int | None, device: str = "cpu",
+                 dtype: str = "float32") -> None:
         import socket
 
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
             self.port = int(s.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "lmmbench.cli.main", "serve", "--model", model, "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "lmmbench.cli.main", "serve", "--model", model, "--port", str(self.port),
+               "--device", device, "--dtype", dtype]  # the same device and dtype as the in-process side
         if threads:
             cmd += ["--num-threads", str(threads)]
         self.log = log_path.open("w", encoding="utf-8")
@@ -221,7 +223,8 @@ class BackendComparisonSpec(ResearchSpec):
         server = None
         urls = list(opts.endpoints)
         if not urls:
-            server = _BuiltinServer(opts.model, ctx.spec_dir / "builtin-serve.log", opts.server_threads)
+            server = _BuiltinServer(opts.model, ctx.spec_dir / "builtin-serve.log", opts.server_threads,
+                                    opts.device, opts.dtype)
             ctx.state["server"] = server
             server.wait_ready()
             urls = [server.url]
