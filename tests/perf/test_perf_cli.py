@@ -166,3 +166,14 @@ def test_server_cmd_starts_and_stops_a_server_per_tp_size(tmp_path: Path) -> Non
 def test_help_renders(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([command, "--help"]) == 0
     assert "--url" in capsys.readouterr().out or command == "testserver"
+
+
+def test_a_server_rejecting_ignore_eos_is_reported_before_the_load(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    scfg = TestServerConfig(port=_free_port(), ttft_ms=1, itl_ms=1, reject_ignore_eos=True)
+    with running_testserver(scfg) as u:
+        base = ["perf", "--url", u, "--model", "test-model", "--num-requests", "4", "--output-tokens", "2",
+                "--no-plots", "--out-dir", str(tmp_path)]  # fmt: skip
+        assert main(base) == 2
+        assert "--no-ignore-eos" in capsys.readouterr().err
+        assert main([*base, "--no-ignore-eos"]) == 0

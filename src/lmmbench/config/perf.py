@@ -22,7 +22,9 @@ class PerfConfig(BaseModel):
     action: Literal["run", "search"] = Field(
         "run", description="run: measure the given load(s); search: find the highest load meeting --slo."
     )
-    url: str = Field("http://127.0.0.1:8000", description="Server base URL: http://host:port, optionally ending in /v1.")
+    url: str = Field(
+        "http://127.0.0.1:8000", description="Server base URL: http://host:port, optionally ending in /v1."
+    )
     model: str | None = Field(None, description="Model name; default: the first one the server lists.")
     endpoint: Literal["chat", "completions"] = Field("chat", description="API to call.")
     api_key: str | None = Field(None, description="Bearer token (default: $OPENAI_API_KEY if set).")

@@ -33,6 +33,9 @@ class TestServerConfig(BaseModel):
     reject_continuous_usage: bool = Field(
         False, description="Answer 400 to continuous_usage_stats (like servers that reject unknown fields)."
     )
+    reject_ignore_eos: bool = Field(
+        False, description="Answer 400 to ignore_eos / min_tokens (like the OpenAI API, which rejects them)."
+    )
     send_done: bool = Field(True, description="End streams with 'data: [DONE]'.")
     faults: dict[str, float] = Field(
         default_factory=dict,

@@ -98,15 +98,26 @@ async def _preflight_async(cfg: PerfConfig) -> Preflight:
         probe_payload["messages"] = [{"role": "user", "content": "hello"}]
     else:
         probe_payload["prompt"] = "hello"
-    probe = PerfRequest(-1, probe_payload, cfg.endpoint)
-    for attempt in range(2):
-        client = make_client("openai-http", **_client_kwargs(cfg, model, continuous))
-        rec = await client.request_once(probe, timeout_s=min(cfg.timeout_s, 60.0))  # type: ignore[attr-defined]
-        finalize_record(rec)
-        if rec.status == 400 and continuous and attempt == 0:
-            continuous = False  # the server rejects stream_options.continuous_usage_stats
-            continue
-        break
+    if cfg.ignore_eos:
+        probe_payload.update(ignore_eos=True, min_tokens=4)  # sent with every request: must be accepted
+
+    async def probe_once(payload: dict[str, Any], cont: bool) -> RequestRecord:
+        client = make_client("openai-http", **_client_kwargs(cfg, model, cont))
+        r: RequestRecord = await client.request_once(  # type: ignore[attr-defined]
+            PerfRequest(-1, payload, cfg.endpoint), timeout_s=min(cfg.timeout_s, 60.0)
+        )
+        return finalize_record(r)
+
+    rec = await probe_once(probe_payload, continuous)
+    if rec.status == 400 and continuous:
+        continuous = False  # the server rejects stream_options.continuous_usage_stats
+        rec = await probe_once(probe_payload, continuous)
+    if rec.status == 400 and "ignore_eos" in probe_payload:
+        plain = {k: v for k, v in probe_payload.items() if k not in ("ignore_eos", "min_tokens")}
+        if (await probe_once(plain, continuous)).status == 200:
+            raise UserError(
+                f"{cfg.url} rejects ignore_eos/min_tokens ({rec.error_message}); rerun with --no-ignore-eos"
+            )
     if rec.status == 404:
         raise UserError(f"{cfg.url}: model '{model}' not found ({rec.error_message})")
     if rec.error_kind in ("connect", "timeout") or rec.status == 0:

@@ -221,6 +221,9 @@ class _ServerConn(asyncio.Protocol):
         if cfg.reject_continuous_usage and opts.get("continuous_usage_stats"):
             self.write(_error(400, "unknown field stream_options.continuous_usage_stats"))
             return
+        if cfg.reject_ignore_eos and ("ignore_eos" in req or "min_tokens" in req):
+            self.write(_error(400, "Unrecognized request arguments supplied: ignore_eos, min_tokens"))
+            return
         st = self.state
         st.requests += 1
         st.counter += 1
