@@ -168,8 +168,7 @@ def test_help_renders(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert "--url" in capsys.readouterr().out or command == "testserver"
 
 
-def test_a_server_rejecting_ignore_eos_is_reported_before_the_load(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_server_rejecting_ignore_eos_fails_before_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scfg = TestServerConfig(port=_free_port(), ttft_ms=1, itl_ms=1, reject_ignore_eos=True)
     with running_testserver(scfg) as u:
         base = ["perf", "--url", u, "--model", "test-model", "--num-requests", "4", "--output-tokens", "2",
