@@ -299,7 +299,8 @@ def run_benchmark(
     if late > LATENESS_WARN_MS:
         result.warnings.append(
             f"WARNING: client p99 lateness {late:.2f} ms > {LATENESS_WARN_MS} ms: this client could not keep "
-            f"the schedule; latencies from the scheduled time include its lateness (try --workers N)"
+            f"the schedule (busy machine, or too much load for one process: try --workers N); latencies from "
+            f"the scheduled time include its lateness"
         )
     if summary["new_connections"]:
         result.warnings.append(f"note: {summary['new_connections']} requests had to open a new connection")
