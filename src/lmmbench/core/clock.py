@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
+from typing import Any
 
-__all__ = ["now_ns", "ns_to_ms", "wall_label"]
+__all__ = ["TimedCallable", "now_ns", "ns_to_ms", "wall_label"]
 
 now_ns = time.perf_counter_ns
 
@@ -18,3 +19,22 @@ def ns_to_ms(duration_ns: int | float) -> float:
 def wall_label() -> str:
     """An ISO-8601 UTC timestamp, for labelling runs (never for measuring)."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class TimedCallable:
+    """Transparent proxy around a callable (e.g. a processor's feature extractor): every attribute is
+    delegated to ``inner``; ``elapsed_ns`` adds up the time spent in calls to it."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.elapsed_ns = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        t0 = now_ns()
+        try:
+            return self._inner(*args, **kwargs)
+        finally:
+            self.elapsed_ns += now_ns() - t0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lmmbench.core.clock import now_ns, ns_to_ms
+from lmmbench.core.clock import TimedCallable, now_ns, ns_to_ms
 from lmmbench.media.extract import SAMPLE_RATE_HZ, ExtractedAV
 
 __all__ = ["PackedInputs", "TokenStats", "pack_inputs", "token_stats"]
@@ -39,23 +39,6 @@ class PackedInputs:
     mel_valid_frames: int
     prompt_text: str
 
-
-class _TimedCallable:
-    """Delegates every attribute to ``inner``; adds up the time spent in calls to it."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.elapsed_ns = 0
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        t0 = now_ns()
-        try:
-            return self._inner(*args, **kwargs)
-        finally:
-            self.elapsed_ns += now_ns() - t0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 def _conversation(prompt: str, av: ExtractedAV) -> list[dict[str, Any]]:
@@ -99,7 +82,7 @@ def pack_inputs(processor: Any, tokenizer: Any, prompt: str, av: ExtractedAV,
     if av.audio is not None:
         kwargs["audio"] = [av.audio]
         kwargs["audio_kwargs"] = {"sampling_rate": SAMPLE_RATE_HZ, **(audio_kwargs or {})}
-    timed = _TimedCallable(fe) if fe is not None else None
+    timed = TimedCallable(fe) if fe is not None else None
     if timed is not None:
         processor.feature_extractor = timed
     try:

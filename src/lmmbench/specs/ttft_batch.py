@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from lmmbench.core.clock import now_ns, ns_to_ms
+from lmmbench.core.clock import TimedCallable, now_ns, ns_to_ms
 from lmmbench.specs.base import Case, RunOptions, SpecContext, register_spec
 from lmmbench.specs.experiment_support import (
     ResearchSpec,
@@ -53,23 +53,6 @@ class BatchPacked:
         self.pack_ms = pack_ms
         self.audio_feature_ms = audio_feature_ms
 
-
-class _TimedFeatureExtractor:
-    """Delegates to the feature extractor and adds up the time spent in its calls."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.elapsed_ns = 0
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        t0 = now_ns()
-        try:
-            return self._inner(*args, **kwargs)
-        finally:
-            self.elapsed_ns += now_ns() - t0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 def pack_many(loaded: Any, samples: list[tuple[str, Any]], fps: float) -> BatchPacked:
@@ -112,7 +95,7 @@ def pack_many(loaded: Any, samples: list[tuple[str, Any]], fps: float) -> BatchP
     if audios:
         kwargs["audio"] = audios
     fe = getattr(proc, "feature_extractor", None)
-    timed = _TimedFeatureExtractor(fe) if fe is not None else None
+    timed = TimedCallable(fe) if fe is not None else None
     if timed is not None:
         proc.feature_extractor = timed
     try:
