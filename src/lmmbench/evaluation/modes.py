@@ -155,19 +155,14 @@ def _tasks(cfg: EvalConfig) -> list[TaskConfig]:
 
 
 def _environment() -> dict[str, Any]:
-    import importlib.metadata as md
+    from lmmbench.reports.run_info import cpu_name, library_versions
 
-    env: dict[str, Any] = {
+    return {
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "cpu": platform.processor(),
+        "cpu": cpu_name(),
+        **library_versions(("lmmbench", "torch", "transformers")),
     }
-    for pkg in ("lmmbench", "torch", "transformers"):
-        try:
-            env[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            env[pkg] = None
-    return env
 
 
 def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -16,10 +15,12 @@ from lmmbench.core.clock import wall_label
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.metrics.perf_metrics import request_values
 from lmmbench.metrics.stats import STAT_NAMES
+from lmmbench.reports.run_info import cpu_name, git_commit, library_versions
 
 __all__ = ["RecordWriter", "bytemlperf_entry", "environment", "summary_row", "write_json"]
 
 _CSV_SKIP = ("error_message",)
+_CLIENT_LIBS = ("lmmbench", "aiohttp", "tokenizers", "pydantic", "uvloop", "matplotlib")
 
 
 def _clean(v: Any) -> Any:
@@ -111,43 +112,16 @@ def bytemlperf_entry(labels: dict[str, Any], summary: dict[str, Any]) -> dict[st
     return entry
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)  # fmt: skip
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def environment() -> dict[str, Any]:
     """Where the client ran: host, CPU, Python, library versions, git commit."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    versions: dict[str, str | None] = {}
-    for pkg in ("lmmbench", "aiohttp", "tokenizers", "pydantic", "uvloop", "matplotlib"):
-        try:
-            versions[pkg] = version(pkg)
-        except PackageNotFoundError:
-            versions[pkg] = None
     return {
         "time_utc": wall_label(),
         "host": platform.node(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
-        "versions": versions,
-        "git_commit": _git_commit(),
+        "versions": library_versions(_CLIENT_LIBS),
+        "git_commit": git_commit()["commit"],
         "argv": sys.argv,
     }

@@ -13,7 +13,7 @@ from typing import Any
 
 from lmmbench.core.clock import wall_label
 
-__all__ = ["RUN_SCHEMA_VERSION", "capture_environment", "git_commit", "run_record"]
+__all__ = ["RUN_SCHEMA_VERSION", "capture_environment", "cpu_name", "git_commit", "library_versions", "run_record"]
 
 RUN_SCHEMA_VERSION = 1
 _LIBS = ("lmmbench", "torch", "transformers", "tokenizers", "accelerate", "av", "numpy", "pillow", "soundfile")
@@ -32,7 +32,8 @@ def git_commit(start: Path | None = None) -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU model name (from /proc/cpuinfo where there is one)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -61,21 +62,26 @@ def _gpu() -> dict[str, Any]:
     return info
 
 
-def capture_environment() -> dict[str, Any]:
-    """CPU, GPU and driver if any, Python and library versions, host, git commit."""
+def library_versions(names: tuple[str, ...] | list[str]) -> dict[str, str | None]:
+    """Installed version of each distribution in ``names`` (None where it is not installed)."""
     versions: dict[str, str | None] = {}
-    for lib in _LIBS:
+    for lib in names:
         try:
             versions[lib] = importlib.metadata.version(lib)
         except importlib.metadata.PackageNotFoundError:
             versions[lib] = None
+    return versions
+
+
+def capture_environment() -> dict[str, Any]:
+    """CPU, GPU and driver if any, Python and library versions, host, git commit."""
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "gpu": _gpu(),
-        "libraries": versions,
+        "libraries": library_versions(_LIBS),
         "git": git_commit(),
         "load_average_1_5_15m": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
