@@ -3,7 +3,8 @@
 Steps: pre-flight (endpoint reachable, model served, continuous usage accepted), requests from
 the dataset, one global schedule (open loop) or id list (closed loop) split over ``workers``
 processes that share one ``t0`` (``perf_counter_ns`` is system-wide monotonic), records merged
-and summarised. No files are written here (see ``lmmbench.reports.perf_runner``).
+and summarised. The only file written here is the optional journal of finished requests
+(``lmmbench.loadgen.journal``); the result files are ``lmmbench.reports.perf_runner``'s.
 """
 
 from __future__ import annotations
@@ -261,8 +262,13 @@ def run_benchmark(
     requests: list[PerfRequest] | None = None,
     tokenizer: Any | None = None,
     pf: Preflight | None = None,
+    journal: tuple[str, dict[str, Any]] | None = None,
 ) -> LoadResult:
-    """Run one load point described by ``config`` and return its records and summary."""
+    """Run one load point described by ``config`` and return its records and summary.
+
+    ``journal=(path, labels)``: finished requests are appended to ``path`` while the point runs
+    (raw instants, see ``lmmbench.loadgen.journal``); the caller removes it once it has the records.
+    """
     cfg = config
     pf = pf or preflight(cfg)
     workers = cfg.workers
@@ -276,6 +282,9 @@ def run_benchmark(
         n_distinct = cfg.num_requests or 1000
         requests = build_requests(cfg, n_distinct, tokenizer)
     plans = _plans(cfg, requests, pf, workers)
+    if journal is not None:
+        for p in plans:
+            p.journal_path, p.journal_labels = journal
     total = cfg.num_requests if cfg.num_requests is not None else (None if cfg.duration_s else 100)
     if workers == 1:
         show = _progress_printer(total) if cfg.progress else None

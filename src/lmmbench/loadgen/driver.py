@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmmbench.core.request_records import PerfRequest, RequestRecord
+from lmmbench.loadgen.journal import Journal
 from lmmbench.loadgen.precise_timer import PreciseTimers
 from lmmbench.loadgen.protocol import StreamClient, make_client
 
@@ -54,6 +55,9 @@ class WorkerPlan:
     drain_timeout_s: float = 600.0
     precise_timers: bool = True  # timerfd-driven sends where available (Linux)
     labels: dict[str, Any] = field(default_factory=dict)
+    journal_path: str | None = None  # finished requests appended here during the load (see journal.py)
+    journal_labels: dict[str, Any] = field(default_factory=dict)
+    journal_period_s: float = 0.5
 
 
 @dataclass
@@ -70,8 +74,9 @@ class WorkerResult:
 
 class _Driver:
     def __init__(self, plan: WorkerPlan, client: StreamClient, encoded: list[bytes],
-                 progress: Callable[[_Driver], None] | None) -> None:  # fmt: skip
+                 progress: Callable[[_Driver], None] | None, journal: Journal | None = None) -> None:  # fmt: skip
         self.plan = plan
+        self._journal_add = journal.add if journal is not None else None
         self.client = client
         self.encoded = encoded
         self.progress = progress
@@ -109,6 +114,8 @@ class _Driver:
         self.completed += 1
         if rec.error_kind or rec.status != 200:
             self.errors += 1
+        if self._journal_add is not None:
+            self._journal_add(rec)
         if self.waiting and not self.stopped:
             nxt, data = self.waiting.popleft()
             self._send(nxt, data, _now())
@@ -300,7 +307,8 @@ async def run_worker_async(
     """Prepare (encode, connect, warm up), get t0 from ``start()`` (or now + 50 ms), run, parse."""
     client = make_client(plan.backend, **plan.client_kwargs)
     encoded = [client.encode(r) for r in plan.requests]
-    driver = _Driver(plan, client, encoded, progress)
+    journal = Journal(plan.journal_path, plan.journal_labels) if plan.journal_path else None
+    driver = _Driver(plan, client, encoded, progress, journal)
     loop = asyncio.get_running_loop()
     interrupted = False
 
@@ -313,6 +321,7 @@ async def run_worker_async(
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.add_signal_handler(signal.SIGINT, on_sigint)
     ticker = loop.create_task(_ticker(driver, 0.25))
+    journal_task = loop.create_task(journal.run(plan.journal_period_s)) if journal is not None else None
     try:
         preopen = max(plan.preopen, plan.concurrency or 0, min(plan.warmup, 64), 1)
         await client.open(preopen)
@@ -340,6 +349,12 @@ async def run_worker_async(
         cpu_s = time.process_time() - cpu0
     finally:
         ticker.cancel()
+        if journal_task is not None:
+            journal_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await journal_task
+        if journal is not None:
+            journal.close()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.remove_signal_handler(signal.SIGINT)
         await client.close()

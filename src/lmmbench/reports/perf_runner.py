@@ -1,8 +1,10 @@
 """``lmmbench perf``: resolve points (sweeps, workloads, search probes), run each, write every file.
 
-Output folder ``<out-dir>/perf/<run-name>/``: records.jsonl / records.csv (appended after each point,
-flushed), summary.csv and report.json (rewritten after each point, so an interrupted run keeps
-everything measured), run.json (environment, resolved config), and PNG plots.
+Output folder ``<out-dir>/perf/<run-name>/``: records.partial.jsonl (finished requests of the point
+in progress, raw instants, appended every 0.5 s by the load workers and removed when the point ends),
+records.jsonl / records.csv (full records appended after each point, flushed), summary.csv and
+report.json (rewritten after each point, so an interrupted run keeps everything measured),
+run.json (environment, resolved config), PNG plots and report.html.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from lmmbench.config.perf_workload import load_workload
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.loadgen.api import LoadResult, Preflight, preflight, run_benchmark
+from lmmbench.loadgen.journal import JOURNAL_NAME
 from lmmbench.loadgen.search import SearchResult, search_max_load
 from lmmbench.reports.perf_report import RecordWriter, bytemlperf_entry, environment, summary_row, write_json
 
@@ -83,6 +86,7 @@ class _Outputs:
     def add(self, labels: dict[str, Any], res: LoadResult) -> None:
         self.model = res.model
         self.writer.write(res.records, labels)
+        (self.run_dir / JOURNAL_NAME).unlink(missing_ok=True)  # its requests are in records.jsonl now
         self.rows.append(summary_row(labels, res.summary))
         self.perf.append(bytemlperf_entry(labels, res.summary))
         load = float(labels["rate"] if labels.get("rate") is not None else labels.get("concurrency") or 0)
@@ -168,8 +172,8 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
     def one(i: int, pcfg: PerfConfig, pf: Preflight) -> LoadResult:
         n = pcfg.num_requests or 1000
         reqs = build_requests(pcfg, n, tok)
-        res = run_benchmark(pcfg, reqs, tok, pf)
         labels = _labels(i, pcfg)
+        res = run_benchmark(pcfg, reqs, tok, pf, journal=(str(run_dir / JOURNAL_NAME), labels))
         out.add(labels, res)
         run.results.append(res)
         _print_point(labels, res)

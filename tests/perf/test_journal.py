@@ -1,0 +1,89 @@
+"""Finished requests reach disk while the load point is still running (records.partial.jsonl)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lmmbench.cli.main import main
+from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.loadgen.journal import JOURNAL_NAME, read_journal
+from lmmbench.testing import running_testserver
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+TTFT_MS, ITL_MS, OUT_TOKENS = 20.0, 10.0, 20  # each request takes ~210 ms on the server
+
+
+@pytest.fixture(scope="module")
+def slow_url() -> Iterator[str]:
+    with running_testserver(TestServerConfig(port=free_port(), ttft_ms=TTFT_MS, itl_ms=ITL_MS)) as u:
+        yield u
+
+
+def _perf_argv(url: str, out: Path, rate: float, n: int, workers: int = 1) -> list[str]:
+    return ["perf", "--url", url, "--model", "test-model", "--rate", str(rate), "--num-requests", str(n),
+            "--input-tokens", "16", "--output-tokens", str(OUT_TOKENS), "--workers", str(workers),
+            "--out-dir", str(out), "--run-name", "j", "--no-plots"]  # fmt: skip
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_finished_requests_are_on_disk_before_the_point_ends_and_survive_sigkill(
+    slow_url: str, tmp_path: Path, workers: int
+) -> None:
+    run = tmp_path / "perf" / "j"
+    # 200 requests at 20/s: the point lasts ~10 s; we kill it after a few seconds
+    proc = subprocess.Popen([sys.executable, "-m", "lmmbench.cli.main",
+                             *_perf_argv(slow_url, tmp_path, 20, 200, workers)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        lines: list[dict[str, object]] = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            lines = read_journal(run / JOURNAL_NAME)
+            if len(lines) >= 20:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the point ended before the journal was checked"
+        assert len(lines) >= 20, f"only {len(lines)} finished requests on disk during the point"
+        assert not (run / "records.jsonl").exists() or not (run / "records.jsonl").read_text()
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)  # a crash: no handler, no cleanup
+        proc.wait(10)
+        if proc.stderr:
+            proc.stderr.close()
+    lines = read_journal(run / JOURNAL_NAME)
+    assert len(lines) >= 20
+    ids = [int(str(x["request_id"])) for x in lines]
+    assert len(set(ids)) == len(ids)  # every finished request once, never twice
+    assert {int(str(x["worker"])) for x in lines} == set(range(workers))
+    for x in lines:
+        assert x["status"] == 200 and x["error_kind"] == "" and x["partial"] is True
+        assert x["labels"]["rate"] == 20 and x["labels"]["point"] == 0  # type: ignore[index]
+        sched, sent, first, end = (int(str(x[k])) for k in ("scheduled_ns", "sent_ns", "first_byte_ns", "end_ns"))
+        assert 0 < sched <= sent < first < end
+        # injected ground truth: first content after TTFT, then one event per ITL, and the e2e covers them
+        events = [int(e) for e in x["event_offsets_ns"]]  # type: ignore[attr-defined]
+        assert len(events) >= OUT_TOKENS
+        assert float(str(x["e2e_ms"])) >= TTFT_MS + (OUT_TOKENS - 1) * ITL_MS * 0.95
+
+
+def test_a_finished_point_removes_the_journal(slow_url: str, tmp_path: Path) -> None:
+    assert main(_perf_argv(slow_url, tmp_path, 50, 20)) == 0
+    run = tmp_path / "perf" / "j"
+    assert not (run / JOURNAL_NAME).exists()
+    assert len((run / "records.jsonl").read_text().splitlines()) == 20
