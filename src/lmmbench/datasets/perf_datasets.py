@@ -20,6 +20,7 @@ from typing import Any
 from lmmbench.config.perf import PerfConfig
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest
+from lmmbench.datasets.json_lines import parse_json_lines
 
 __all__ = ["build_requests", "load_tokenizer", "synthetic_text"]
 
@@ -158,15 +159,7 @@ def _read_json_rows(path: Path) -> list[tuple[int, Any]]:
             return list(enumerate(json.loads(text), start=1))
         except ValueError as exc:
             raise UserError(f"{path}: not valid JSON: {exc}") from None
-    rows = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append((lineno, json.loads(line)))
-        except ValueError as exc:
-            raise UserError(f"{path}:{lineno}: not valid JSON: {exc}") from None
-    return rows
+    return parse_json_lines(text, path)
 
 
 def _sharegpt(cfg: PerfConfig, path: Path, tok: Any | None) -> list[_Item]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
+from lmmbench.datasets.json_lines import read_json_lines
 from lmmbench.evaluation.reference_config import CompareConfig, DumpConfig
 
 __all__ = ["compare_reference", "dump_reference", "load_prompts"]
@@ -32,13 +33,7 @@ def load_prompts(source: str, n: int) -> list[str]:
         if not p.is_file():
             raise UserError(f"{p}: prompt file not found")
         prompts = []
-        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{p}:{i}: not valid JSON ({exc.msg})") from None
+        for i, row in read_json_lines(p):
             if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
                 raise UserError(f"{p}:{i}: expected an object with a string 'prompt'")
             prompts.append(row["prompt"])

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
+from lmmbench.datasets.json_lines import read_json_lines
 from lmmbench.evaluation.task_config import DataSource, TaskConfig
 
 __all__ = ["load_samples"]
@@ -22,17 +23,10 @@ def _detect(path: Path) -> str:
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{i}: not valid JSON ({exc.msg}); one JSON object per line") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{path}:{i}: expected a JSON object per line")
-            rows.append(row)
+    for i, row in read_json_lines(path):
+        if not isinstance(row, dict):
+            raise UserError(f"{path}:{i}: expected a JSON object per line")
+        rows.append(row)
     return rows
 
 
