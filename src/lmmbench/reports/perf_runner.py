@@ -230,6 +230,9 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
             if not files:
                 print(f"[perf] {PLOTS_NOTE}", file=sys.stderr)
             run.files += files
+        from lmmbench.reports.html_report import write_reports
+
+        run.files += write_reports("perf", run_dir)  # a failure is a logged warning, never a lost run
     run.files += [run_dir / n for n in ("records.jsonl", "records.csv", "summary.csv", "report.json", "run.json")]
     print(f"[perf] results: {run_dir}", file=sys.stderr)
     return run

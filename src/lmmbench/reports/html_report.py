@@ -1,0 +1,243 @@
+"""report.html: one self-contained page per run (inline CSS, plots embedded as base64 data URIs).
+
+Built from the files the run already wrote (run.json, the summary CSV, the analysis JSON, the PNG
+plots), so it can be rebuilt at any time and never sees anything the files do not hold. Every
+string from a config, a label, a model name or a file is escaped. Writers are registered in
+``REPORT_WRITERS``; ``write_reports`` calls each and turns a failure into a logged warning, so a
+report that cannot be written never fails or loses a run.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import json
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from lmmbench.core.registry import Registry
+
+__all__ = ["REPORT_WRITERS", "HtmlReport", "ReportWriter", "format_value", "write_reports"]
+
+log = logging.getLogger(__name__)
+
+RunKind = Literal["spec", "perf"]
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
+main{max-width:1200px;margin:0 auto;padding:24px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d8dde5;padding-bottom:4px}
+h3{font-size:14px;margin:16px 0 6px}.meta{color:#5b6678;margin:0 0 12px}
+.box{background:#fff;border:1px solid #d8dde5;border-radius:6px;padding:12px;overflow-x:auto}
+table{border-collapse:collapse;font-size:12.5px;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #e1e5eb;padding:3px 7px;text-align:right;white-space:nowrap;vertical-align:top}
+th{background:#eef1f5;position:sticky;top:0}td.k,th.k{text-align:left}
+tr:nth-child(even) td{background:#fafbfc}img{max-width:100%;height:auto;display:block;margin:8px 0}
+details{margin:8px 0}summary{cursor:pointer;font-weight:600}.warn{color:#a4262c}
+td>.box{max-width:calc(100vw - 300px)}
+pre{white-space:pre-wrap;word-break:break-word;font-size:12px;margin:0}
+"""
+
+_PERF_COLUMNS = ("point", "rate", "concurrency", "input_tokens", "output_tokens", "requests", "ok", "errors",
+                 "not_sent", "qps", "output_token_throughput", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99",
+                 "tpot_ms_mean", "tpot_ms_p99", "itl_ms_mean", "e2e_ms_mean", "e2e_ms_p99", "lateness_ms_p99",
+                 "slo_attainment", "errors_by_kind")  # fmt: skip
+
+
+class ReportWriter(Protocol):
+    """Writes a report of a finished run folder; returns the file it wrote."""
+
+    def spec_run(self, spec_dir: Path, spec_name: str) -> Path:
+        """Report of ``lmmbench run <spec>`` (``<out-dir>/<spec>``)."""
+
+    def perf_run(self, run_dir: Path) -> Path:
+        """Report of ``lmmbench perf`` (``<out-dir>/perf/<run-name>``)."""
+
+
+REPORT_WRITERS: Registry[ReportWriter] = Registry("report_writers")
+
+
+def write_reports(kind: RunKind, folder: Path, spec_name: str = "") -> list[Path]:
+    """Run every registered writer on ``folder``; a failing writer is logged and skipped."""
+    files: list[Path] = []
+    for name in REPORT_WRITERS.names():
+        try:
+            writer = REPORT_WRITERS.get(name)
+            files.append(writer.spec_run(folder, spec_name) if kind == "spec" else writer.perf_run(folder))
+        except Exception as exc:  # a report must never fail or lose the run
+            log.warning("report writer %r could not write its report in %s: %s", name, folder, exc)
+    return files
+
+
+def format_value(value: Any) -> str:
+    """How a cell shows a value: numbers to 4 significant digits, integers as they are, escaped."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return html.escape(str(value).lower())
+    num: float | None = None
+    if isinstance(value, (int, float)):
+        num = float(value)
+    elif isinstance(value, str) and value.strip():
+        try:
+            num = float(value)
+        except ValueError:
+            num = None
+    if num is None:
+        return html.escape(str(value))
+    if math.isnan(num) or math.isinf(num):
+        return html.escape(str(num))
+    if num.is_integer() and abs(num) < 1e15:
+        return str(int(num))
+    return f"{num:.4g}"
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, key_cols: int = 1) -> str:
+    if not rows:
+        return "<p class='meta'>(none)</p>"
+    cols = list(columns) if columns else list(dict.fromkeys(k for r in rows for k in r))
+    head = "".join(f"<th class='{'k' if i < key_cols else ''}'>{_e(c)}</th>" for i, c in enumerate(cols))
+    body = []
+    for r in rows:
+        cells = []
+        for i, c in enumerate(cols):
+            v = r.get(c)
+            text = format_value(v) if not isinstance(v, (dict, list)) else _e(json.dumps(v, default=str))
+            cells.append(f"<td class='{'k' if i < key_cols else ''}'>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<div class='box'><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+
+
+def _mapping(obj: Any, depth: int = 0) -> str:
+    """A nested dict as nested two-column tables; a dict of dicts as one table; anything else escaped."""
+    if isinstance(obj, dict):
+        if not obj:
+            return "<span class='meta'>(empty)</span>"
+        if depth < 3 and all(isinstance(v, dict) for v in obj.values()) and len(obj) > 1:
+            subkeys = list(dict.fromkeys(k for v in obj.values() for k in v))
+            if all(not isinstance(x, dict) for v in obj.values() for x in v.values()) and len(subkeys) <= 40:
+                return _table([{"": k, **v} for k, v in obj.items()], ["", *subkeys])
+        rows = "".join(f"<tr><th class='k'>{_e(k)}</th><td class='k'>{_mapping(v, depth + 1)}</td></tr>"
+                       for k, v in obj.items())  # fmt: skip
+        return f"<table>{rows}</table>"
+    if isinstance(obj, list):
+        if obj and all(isinstance(x, dict) for x in obj):
+            return _table(obj)
+        return _e(json.dumps(obj, default=str))
+    return format_value(obj)
+
+
+def _section(title: str, body: str) -> str:
+    return f"<h2>{_e(title)}</h2>\n{body}\n"
+
+
+def _images(paths: Iterable[Path]) -> str:
+    parts = []
+    for p in paths:
+        if p.is_file() and p.stat().st_size > 0:
+            data = base64.b64encode(p.read_bytes()).decode("ascii")
+            parts.append(f"<h3>{_e(p.name)}</h3><img alt='{_e(p.name)}' src='data:image/png;base64,{data}'>")
+    return "<div class='box'>" + "".join(parts) + "</div>" if parts else "<p class='meta'>(no plots)</p>"
+
+
+def _page(title: str, meta: str, sections: Sequence[str]) -> str:
+    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+            f"<title>{_e(title)}</title><style>{_CSS}</style></head>\n<body><main>\n"
+            f"<h1>{_e(title)}</h1><p class='meta'>{meta}</p>\n{''.join(sections)}</main></body></html>\n")  # fmt: skip
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else {}
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _write(path: Path, text: str) -> Path:
+    tmp = path.with_suffix(".html.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)  # never a half-written report
+    return path
+
+
+class HtmlReport:
+    """The built-in writer: ``report.html`` next to the run's other files."""
+
+    def spec_run(self, spec_dir: Path, spec_name: str) -> Path:
+        """Title, model, status; analysis (findings, fits); plot; summary; config; environment."""
+        run = _read_json(spec_dir / "run.json")
+        analysis = _read_json(spec_dir / f"{spec_name}_analysis.json")
+        summary = _read_csv(spec_dir / f"{spec_name}_summary.csv")
+        config = run.get("config", {})
+        model = config.get("model", "")
+        stats = run.get("stats", {})
+        meta = (f"model <b>{_e(model)}</b> &middot; {_e(run.get('started_at', ''))} &rarr; "
+                f"{_e(run.get('finished_at', ''))} &middot; {format_value(stats.get('ok'))} measured, "
+                f"{format_value(stats.get('failed'))} failed"
+                + (" &middot; <span class='warn'>interrupted</span>" if stats.get("interrupted") else ""))  # fmt: skip
+        fits = analysis.get("fits", {})
+        findings = {k: v for k, v in analysis.items() if k not in ("fits", "fits_by_basis", "failures", "spec")}
+        sections = [_section("Fits", _mapping(fits) if fits else "<p class='meta'>(none)</p>")]
+        sections.append(_section("Findings", _mapping(findings)))
+        if analysis.get("failures"):
+            sections.append(_section("Failures", _mapping(analysis["failures"])))
+        sections.append(_section("Plot", _images(sorted(spec_dir.glob("*.png")))))
+        top = [r for r in summary if r.get("level") == "all"] or summary[:50]
+        rest = [r for r in summary if r not in top]
+        body = _table(top, key_cols=3)
+        if rest:
+            body += (f"<details><summary>groups and samples ({len(rest)} rows)</summary>"
+                     f"{_table(rest, key_cols=3)}</details>")
+        sections.append(_section("Summary", body))
+        sections.append(_section("Config", _mapping(config)))
+        env = {k: v for k, v in run.items() if k not in ("config", "stats", "spec", "schema_version")}
+        sections.append(_section("Environment and run", _mapping(env)))
+        return _write(spec_dir / "report.html", _page(f"lmmbench run {spec_name}: {model}", meta, sections))
+
+    def perf_run(self, run_dir: Path) -> Path:
+        """Title, model; the summary of every point; search verdict; plots; config; environment."""
+        run = _read_json(run_dir / "run.json")
+        report = _read_json(run_dir / "report.json")
+        summary = _read_csv(run_dir / "summary.csv")
+        model = report.get("Model") or run.get("config", {}).get("model") or ""
+        env = run.get("environment", {})
+        meta = (f"model <b>{_e(model)}</b> &middot; {_e(run.get('config', {}).get('url', ''))} &middot; "
+                f"{len(summary)} point(s) &middot; {_e(env.get('time_utc', ''))}")  # fmt: skip
+        sections = []
+        search = report.get("search")
+        if isinstance(search, dict):
+            sections.append(_section("Search", f"<p><b>{_e(search.get('verdict', ''))}</b></p>"
+                                               + _mapping({k: v for k, v in search.items() if k != "verdict"})))
+        cols = [c for c in _PERF_COLUMNS if any(c in r for r in summary)]
+        first = list(summary[0]) if summary else []
+        settings = first[: first.index("requests")] if "requests" in first else []
+        extra = [c for c in settings if c not in cols]  # the user's labels (tp, batch, ...)
+        body = _table(summary, [*cols[:5], *extra, *cols[5:]], key_cols=1)
+        if summary:
+            body += f"<details><summary>every column</summary>{_table(summary)}</details>"
+        sections.append(_section("Summary per point (ms, req/s, tok/s)", body))
+        sections.append(_section("Plots", _images(sorted(run_dir.glob("*.png")))))
+        sections.append(_section("Config", _mapping(run.get("config", {}))))
+        if run.get("points"):
+            sections.append(_section("Points", _mapping(run["points"])))
+        sections.append(_section("Environment", _mapping(env)))
+        return _write(run_dir / "report.html", _page(f"lmmbench perf: {model}", meta, sections))
+
+
+REPORT_WRITERS.add("html", HtmlReport())
