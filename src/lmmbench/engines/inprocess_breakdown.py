@@ -13,6 +13,7 @@ from lmmbench.engines.breakdown import BreakdownResult, run_generate_with_breakd
 from lmmbench.media.extract import ExtractedAV, extract_sample
 from lmmbench.media.pack import PackedInputs, pack_inputs, token_stats
 from lmmbench.profiling.hooks import StageHooks
+from lmmbench.profiling.stages import TTFT_STAGES
 
 __all__ = ["BREAKDOWN_FIELDS", "InProcessBreakdown", "SampleMedia"]
 
@@ -22,12 +23,7 @@ BREAKDOWN_FIELDS = (
     "pack_ms",
     "audio_feature_ms",
     "preprocess_ms",
-    "visual_encoder_ms",
-    "audio_encoder_ms",
-    "prefill_ms",
-    "llm_prefill_ms",
-    "others_ms",
-    "ttft_ms",
+    *TTFT_STAGES,
     "visual_tokens",
     "audio_tokens",
     "text_tokens",
