@@ -91,6 +91,16 @@ def release_cpu_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
+def _call_catching_cpu_oom(fn: Callable[[], Any]) -> tuple[Any, bool, str]:
+    """``(result, oom, reason)`` of ``fn()``; an out-of-memory error is caught, any other raised."""
+    try:
+        return fn(), False, ""
+    except Exception as exc:
+        if not is_oom_error(exc):
+            raise
+        return None, True, f"cpu_oom: {type(exc).__name__}"
+
+
 class CpuPeakMemory:
     """Peak resident-set growth of a call (Linux)."""
 
@@ -109,16 +119,9 @@ class CpuPeakMemory:
     def measure(self, fn: Callable[[], Any]) -> MemoryMeasurement:
         release_cpu_memory()
         base = resident_mb()
-        result: Any = None
-        oom, reason = False, ""
         if self.method == "vmhwm_reset":
             _CLEAR_REFS.write_text("5")
-            try:
-                result = fn()
-            except Exception as exc:
-                if not is_oom_error(exc):
-                    raise
-                oom, reason = True, f"cpu_oom: {type(exc).__name__}"
+            result, oom, reason = _call_catching_cpu_oom(fn)
             peak = _status_kb("VmHWM") / 1024.0
         else:
             peak_box = [base]
@@ -131,11 +134,7 @@ class CpuPeakMemory:
             thread = threading.Thread(target=sample, daemon=True)
             thread.start()
             try:
-                result = fn()
-            except Exception as exc:
-                if not is_oom_error(exc):
-                    raise
-                oom, reason = True, f"cpu_oom: {type(exc).__name__}"
+                result, oom, reason = _call_catching_cpu_oom(fn)
             finally:
                 stop.set()
                 thread.join()
