@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["STAT_NAMES", "percentile", "summarize"]
+__all__ = ["STAT_NAMES", "percentile", "quantile", "summarize"]
 
 STAT_NAMES = ("count", "mean", "std", "min", "p50", "p90", "p95", "p99", "max")
 
@@ -22,6 +22,11 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     hi = min(lo + 1, n - 1)
     frac = pos - lo
     return float(sorted_values[lo]) + (float(sorted_values[hi]) - float(sorted_values[lo])) * frac
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (q in [0, 1]) of unsorted values: ``percentile`` of the sorted values at 100·q."""
+    return percentile(sorted(values), q * 100.0)
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:

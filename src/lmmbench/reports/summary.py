@@ -9,22 +9,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lmmbench.metrics.stats import quantile
 from lmmbench.reports.results_csv import numeric
 
 __all__ = ["SUMMARY_COLUMNS", "describe", "numeric_fields", "per_sample_medians", "quantile", "write_summary"]
 
 SUMMARY_COLUMNS = ("level", "key", "field", "n", "mean", "std", "p50", "p90", "p99")
 _NOT_STATS = {"repeat", "first_token_id", "level"}
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile (q in [0, 1]) of unsorted values; NaN when empty."""
-    vals = sorted(values)
-    if not vals:
-        return math.nan
-    pos = q * (len(vals) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
 
 
 def describe(values: Sequence[float]) -> dict[str, float]:

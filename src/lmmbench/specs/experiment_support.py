@@ -7,11 +7,13 @@ Heavy libraries (torch, numpy, matplotlib) are imported inside the functions.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
+from lmmbench.metrics.fits import linear_fit
 from lmmbench.specs.base import Spec, SpecContext
 
 __all__ = [
@@ -131,11 +133,8 @@ def _num(value: Any) -> float | None:
 
 def median(values: Iterable[Any]) -> float:
     """Median of the numeric values (NaN when there are none)."""
-    nums = sorted(v for v in (_num(x) for x in values) if v is not None)
-    if not nums:
-        return float("nan")
-    mid = len(nums) // 2
-    return nums[mid] if len(nums) % 2 else (nums[mid - 1] + nums[mid]) / 2
+    nums = [v for v in (_num(x) for x in values) if v is not None]
+    return statistics.median(nums) if nums else float("nan")
 
 
 def group_median(rows: Sequence[dict[str, Any]], keys: Sequence[str], field: str) -> dict[tuple[Any, ...], float]:
@@ -147,23 +146,16 @@ def group_median(rows: Sequence[dict[str, Any]], keys: Sequence[str], field: str
 
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float]:
-    """Least-squares ``y = slope * x + intercept`` with R² (NaNs when fewer than 2 distinct x)."""
+    """Least-squares ``y = slope * x + intercept`` with R² (NaNs when fewer than 2 distinct x; R² is 1
+    when y does not vary): ``metrics.fits.linear_fit`` over the pairs where both values are numbers."""
     pts = [(float(x), float(y)) for x, y in zip(xs, ys, strict=False)
            if _num(x) is not None and _num(y) is not None]
+    fit = linear_fit([x for x, _ in pts], [y for _, y in pts])
     nan = float("nan")
-    if len({x for x, _ in pts}) < 2:
+    if math.isnan(fit.slope):
         return {"slope": nan, "intercept": nan, "r2": nan, "n": float(len(pts))}
-    n = len(pts)
-    mx = sum(x for x, _ in pts) / n
-    my = sum(y for _, y in pts) / n
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    sxy = sum((x - mx) * (y - my) for x, y in pts)
-    slope = sxy / sxx
-    intercept = my - slope * mx
-    ss_tot = sum((y - my) ** 2 for _, y in pts)
-    ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in pts)
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-    return {"slope": slope, "intercept": intercept, "r2": r2, "n": float(n)}
+    r2 = 1.0 if math.isnan(fit.r2) else fit.r2
+    return {"slope": fit.slope, "intercept": fit.intercept, "r2": r2, "n": float(fit.n)}
 
 
 def save_figure(fig: Any, path: Path) -> Path:
