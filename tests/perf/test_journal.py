@@ -76,9 +76,11 @@ def test_finished_requests_are_on_disk_before_the_point_ends_and_survive_sigkill
         assert x["labels"]["rate"] == 20 and x["labels"]["point"] == 0  # type: ignore[index]
         sched, sent, first, end = (int(str(x[k])) for k in ("scheduled_ns", "sent_ns", "first_byte_ns", "end_ns"))
         assert 0 < sched <= sent < first < end
-        # injected ground truth: first content after TTFT, then one event per ITL, and the e2e covers them
-        events = [int(e) for e in x["event_offsets_ns"]]  # type: ignore[attr-defined]
-        assert len(events) >= OUT_TOKENS
+        # injected ground truth: the last token comes TTFT + (n-1) ITL after the send
+        first_ev, last_ev = int(str(x["first_event_ns"])), int(str(x["last_event_ns"]))
+        assert int(str(x["events"])) >= OUT_TOKENS
+        assert sent <= first_ev < last_ev <= end  # (the first event is the role chunk, sent at once)
+        assert last_ev - sent >= (TTFT_MS + (OUT_TOKENS - 1) * ITL_MS) * 0.95e6
         assert float(str(x["e2e_ms"])) >= TTFT_MS + (OUT_TOKENS - 1) * ITL_MS * 0.95
 
 

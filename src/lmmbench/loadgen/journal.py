@@ -2,8 +2,9 @@
 
 Full records need their raw SSE stream parsed, which the driver keeps off the event loop until
 the load ends. So while a point runs, every ~0.5 s the driver appends the *raw* instants of the
-requests that finished since the last flush (no JSON decoding, a few microseconds per request)
-to ``records.partial.jsonl``: formatted in small slices that yield to the loop in between, and
+requests that finished since the last flush (no JSON decoding, a few microseconds per request;
+the per-event instants stay in memory for the full records) to ``records.partial.jsonl``:
+formatted in slices of at most ~0.2 ms that yield to the loop in between, and
 written with one ``os.write`` per flush on an ``O_APPEND`` descriptor (several worker processes
 append to the same file without interleaving). When the point ends its full records go to
 ``records.jsonl`` and the journal is removed; after a crash (SIGKILL, OOM, power) it holds what
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +25,25 @@ from lmmbench.core.request_records import RequestRecord
 __all__ = ["JOURNAL_NAME", "Journal", "journal_line", "read_journal"]
 
 JOURNAL_NAME = "records.partial.jsonl"
-_SLICE = 128  # records formatted between two yields to the event loop (~0.2 ms)
+_SLICE_NS = 200_000  # formatting time between two yields to the event loop
 
 
 def journal_line(rec: RequestRecord, labels_json: str) -> str:
-    """One JSON line with the raw instants of a finished request (ns, ``perf_counter_ns``)."""
+    """One JSON line with the raw instants of a finished request (ns, ``perf_counter_ns``).
+
+    ``first_event_ns`` / ``last_event_ns`` are the first and last SSE events (the first is often a
+    role-only chunk, not the first token); TTFT and token counts need the parse of the full record.
+    """
     base = rec.scheduled_ns
-    events = ",".join([str(t - base) for t in rec.event_times_ns])
+    ev = rec.event_times_ns
+    kind = json.dumps(rec.error_kind) if rec.error_kind else '""'
     return (
         f'{{"request_id":{rec.request_id},"worker":{rec.worker},"warmup":{"true" if rec.warmup else "false"},'
-        f'"status":{rec.status},"error_kind":"{rec.error_kind}","scheduled_ns":{base},"slot_ns":{rec.slot_ns},'
+        f'"status":{rec.status},"error_kind":{kind},"scheduled_ns":{base},"slot_ns":{rec.slot_ns},'
         f'"sent_ns":{rec.sent_ns},"first_byte_ns":{rec.first_byte_ns},"end_ns":{rec.end_ns},'
         f'"e2e_ms":{(rec.end_ns - base) / 1e6 if rec.end_ns and base else "null"},'
-        f'"event_offsets_ns":[{events}],"labels":{labels_json},"partial":true}}\n'
+        f'"events":{len(ev)},"first_event_ns":{ev[0] if ev else 0},"last_event_ns":{ev[-1] if ev else 0},'
+        f'"labels":{labels_json},"partial":true}}\n'
     )
 
 
@@ -56,12 +64,19 @@ class Journal:
         """Format what finished since the last flush, yielding between slices, then write once."""
         n = len(self.pending)
         parts: list[str] = []
-        for i in range(0, n, _SLICE):
-            if i:
-                await asyncio.sleep(0)  # a cancel here leaves the batch queued for close()
-            parts.extend(journal_line(r, self.labels_json) for r in self.pending[i : min(i + _SLICE, n)])
+        pending, labels = self.pending, self.labels_json
+        i = 0
+        while i < n:
+            stop = time.perf_counter_ns() + _SLICE_NS
+            while i < n:
+                parts.append(journal_line(pending[i], labels))
+                i += 1
+                if not i & 7 and time.perf_counter_ns() > stop:
+                    break
+            if i < n:
+                await asyncio.sleep(0)  # let sends and reads run; a cancel here leaves the batch queued
         self._write(parts)
-        del self.pending[:n]
+        del pending[:n]
 
     def flush_now(self) -> None:
         """Write everything queued at once (after the load)."""
