@@ -55,7 +55,7 @@ def run_spec(spec_name: str, options: Any) -> Path:
     analysis = build_analysis(spec.name, rows, spec.stage_fields, spec.fit_pairs, spec.total_field,
                               spec.unattributed_field, spec.fit_stat)
     analysis.update(spec.findings(rows, analysis))
-    write_json(analysis, spec_dir / f"{spec.name}_analysis.json")
+    write_json(spec_dir / f"{spec.name}_analysis.json", analysis, float_digits=6)
     plot_path = spec_dir / f"{spec.name}_plot.png"
     if not spec.plot(rows, plot_path):
         plot_breakdown(rows, spec.stage_fields, spec.fit_pairs, plot_path, title=f"{spec.name}: {options.model}",
@@ -63,7 +63,8 @@ def run_spec(spec_name: str, options: Any) -> Path:
     config = {"spec": spec.name, **options.model_dump(mode="json")}
     run_stats = {"ok": stats.ok, "failed": stats.failed, "skipped_already_done": stats.skipped,
                  "interrupted": interrupted}
-    write_json(run_record(spec.name, config, ctx.environment, started, run_stats), spec_dir / "run.json")
+    record = run_record(spec.name, config, ctx.environment, started, run_stats)
+    write_json(spec_dir / "run.json", record, float_digits=6)
     _report(spec_dir, spec.name, stats, analysis)
     if spec.unattributed_field and options.progress:
         _table(rows, analysis, spec.total_field)

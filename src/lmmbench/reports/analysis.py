@@ -10,36 +10,18 @@ per-sample means over the sum of the per-sample mean totals; per-sample shares l
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from lmmbench.metrics.fits import linear_fit
+from lmmbench.metrics.stats import quantile
 from lmmbench.reports.results_csv import numeric
-from lmmbench.reports.summary import per_sample_medians, quantile
+from lmmbench.reports.summary import per_sample_medians
 
-__all__ = ["UNATTRIBUTED_GOAL_PCT", "build_analysis", "write_json"]
+__all__ = ["UNATTRIBUTED_GOAL_PCT", "build_analysis"]
 
 UNATTRIBUTED_GOAL_PCT = 5.0
-
-
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return None if not math.isfinite(obj) else round(obj, 6)
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def write_json(data: dict[str, Any], path: Path) -> Path:
-    """Write ``data`` as indented JSON (NaN / inf become null)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_clean(data), indent=2, default=str) + "\n", encoding="utf-8")
-    return path
 
 
 def _fits(points: dict[str, dict[str, Any]], fit_pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import platform
 import sys
@@ -15,29 +14,13 @@ from lmmbench.core.clock import wall_label
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.metrics.perf_metrics import request_values
 from lmmbench.metrics.stats import STAT_NAMES
+from lmmbench.reports.json_files import json_safe, write_json
 from lmmbench.reports.run_info import cpu_name, git_commit, library_versions
 
 __all__ = ["RecordWriter", "bytemlperf_entry", "environment", "summary_row", "write_json"]
 
 _CSV_SKIP = ("error_message",)
 _CLIENT_LIBS = ("lmmbench", "aiohttp", "tokenizers", "pydantic", "uvloop", "matplotlib")
-
-
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        return None
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
-    if isinstance(v, Path):
-        return str(v)
-    return v
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON (NaN becomes null)."""
-    path.write_text(json.dumps(_clean(obj), indent=2, default=str) + "\n", encoding="utf-8")
 
 
 class RecordWriter:
@@ -60,7 +43,7 @@ class RecordWriter:
                     "chunk_tokens": rec.chunk_tokens}  # fmt: skip
             if rec.output_text:
                 full["output_text"] = rec.output_text
-            self.jsonl.write(json.dumps(_clean(full)) + "\n")
+            self.jsonl.write(json.dumps(json_safe(full)) + "\n")
             flat = {k: v for k, v in row.items() if k not in _CSV_SKIP}
             flat.update({f"label_{k}": v for k, v in labels.items()})
             if self.csv is None:
@@ -89,13 +72,13 @@ def summary_row(point: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any
         for stat in STAT_NAMES:
             if stat != "count":
                 row[f"{name}_{stat}"] = stats[stat]
-    return {k: _clean(v) for k, v in row.items()}
+    return {k: json_safe(v) for k, v in row.items()}
 
 
 def bytemlperf_entry(labels: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     """A ByteMLPerf ``Performance`` entry (seconds, as ByteMLPerf reports) next to lmmbench's fields."""
     m = summary["metrics"]
-    entry: dict[str, Any] = _clean({
+    entry: dict[str, Any] = json_safe({
         "TP Size": labels.get("tp", 1),
         "Batch Size": labels.get("batch", labels.get("concurrency")),
         "Input Tokens": labels.get("input_tokens"),
