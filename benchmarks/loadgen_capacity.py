@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import sys
 import time
@@ -33,16 +32,11 @@ from typing import Any
 
 from lmmbench.config.perf import PerfConfig
 from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.core.net import free_loopback_port
 from lmmbench.loadgen import run_benchmark
 from lmmbench.loadgen.arrivals import arrival_offsets_ns
 from lmmbench.testing import running_testserver
 from lmmbench.testing.fixtures import server_stats
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _one(url: str, rate: float, args: argparse.Namespace, workers: int, seed: int) -> dict[str, Any]:
@@ -157,7 +151,7 @@ def main() -> int:
     args = p.parse_args()
     rates = [float(x) for x in args.rates.split(",")]
     worker_counts = [int(x) for x in args.workers.split(",")]
-    scfg = TestServerConfig(port=_free_port(), ttft_ms=args.ttft_ms, itl_ms=args.itl_ms,
+    scfg = TestServerConfig(port=free_loopback_port(), ttft_ms=args.ttft_ms, itl_ms=args.itl_ms,
                             output_tokens=args.output_tokens, workers=args.server_workers)  # fmt: skip
     runs: list[dict[str, Any]] = []
     peer_runs: list[dict[str, Any]] = []

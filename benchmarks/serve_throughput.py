@@ -26,18 +26,11 @@ from typing import Any
 import httpx
 
 from lmmbench.config.perf import PerfConfig
+from lmmbench.core.net import free_loopback_port
 from lmmbench.loadgen import run_benchmark
 from lmmbench.models import build_tiny_model
 
 BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def server_command(spec: str, model_dir: Path, port: int, max_batch: int) -> list[str]:
@@ -65,7 +58,7 @@ def start_server(
     kind: str, model_dir: Path, out: Path, max_batch: int, hf_home: Path, threads: int | None
 ) -> tuple[Any, str]:
     """Start a server and wait for /health; returns (process, base url)."""
-    port = _free_port()
+    port = free_loopback_port()
     env = dict(os.environ, HF_HOME=str(hf_home), HF_HUB_OFFLINE="1")
     if threads is not None:  # the same CPU thread count for every server (torch reads it at start)
         env["OMP_NUM_THREADS"] = str(threads)

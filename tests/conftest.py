@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from lmmbench.core.net import free_loopback_port
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -23,11 +24,7 @@ def lmmbench_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ["LMMBENCH_HOME"] = old
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+free_port = free_loopback_port
 
 
 @pytest.fixture

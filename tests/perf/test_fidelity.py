@@ -6,7 +6,6 @@ accounting, never absolute speed.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,17 +13,11 @@ import pytest
 
 from lmmbench.config.perf import PerfConfig
 from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.core.net import free_loopback_port as free_port
 from lmmbench.loadgen import LoadResult, run_benchmark
 from lmmbench.loadgen.arrivals import arrival_offsets_ns
 from lmmbench.testing import build_word_tokenizer, running_testserver
 from lmmbench.testing.fixtures import server_stats
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import pytest
 
 from lmmbench.cli.main import main
 from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.core.net import free_loopback_port
 from lmmbench.testing import build_word_tokenizer, running_testserver
 
 BYTEMLPERF_KEYS = {
@@ -22,15 +23,9 @@ BYTEMLPERF_KEYS = {
 }  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    with running_testserver(TestServerConfig(port=_free_port(), ttft_ms=5, itl_ms=1)) as u:
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=5, itl_ms=1)) as u:
         yield u
 
 
@@ -71,7 +66,7 @@ def test_bad_model_and_unreachable_server_fail_before_load(url: str, tmp_path: P
     assert main(["perf", "--url", url, "--model", "nope", "--out-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "model 'nope' is not served" in err and "Traceback" not in err
-    assert main(["perf", "--url", f"http://127.0.0.1:{_free_port()}", "--model", "m",
+    assert main(["perf", "--url", f"http://127.0.0.1:{free_loopback_port()}", "--model", "m",
                  "--out-dir", str(tmp_path)]) == 2  # fmt: skip
     assert "cannot reach" in capsys.readouterr().err
     assert not (tmp_path / "perf").exists()
@@ -110,7 +105,7 @@ def test_bytemlperf_workload_json_as_is(url: str, tmp_path: Path) -> None:
 
 def test_search_finds_the_saturation_point(tmp_path: Path) -> None:
     # 2 streams at a time, each ~5 + 7 x 2 ms: ~100 req/s before the queue (and TTFT) grows
-    cfg = TestServerConfig(port=_free_port(), ttft_ms=5, itl_ms=2, max_streams=2)
+    cfg = TestServerConfig(port=free_loopback_port(), ttft_ms=5, itl_ms=2, max_streams=2)
     with running_testserver(cfg) as u:
         argv = ["perf", "search", "--url", u, "--model", "test-model", "--output-tokens", "8",
                 "--slo", "ttft_ms=40", "--search-low", "10", "--search-high", "400", "--search-iterations", "4",
@@ -124,7 +119,7 @@ def test_search_finds_the_saturation_point(tmp_path: Path) -> None:
 
 
 def test_testserver_cli_serves_and_stops(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_loopback_port()
     proc = subprocess.Popen([sys.executable, "-m", "lmmbench.cli.main", "testserver", "--port", str(port),
                              "--workers", "2", "--ttft-ms", "1"], stderr=subprocess.PIPE)  # fmt: skip
     try:
@@ -148,7 +143,7 @@ def test_testserver_cli_serves_and_stops(tmp_path: Path) -> None:
 
 
 def test_server_cmd_starts_and_stops_a_server_per_tp_size(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_loopback_port()
     wl = tmp_path / "w.json"
     wl.write_text(json.dumps({"model": "x", "min_new_tokens": 1, "max_new_tokens": 2, "tp_sizes": [1, 2],
                               "batch_sizes": [1], "input_tokens": [8], "perf_time": 0.3}))  # fmt: skip
@@ -169,7 +164,7 @@ def test_help_renders(command: str, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_server_rejecting_ignore_eos_fails_before_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    scfg = TestServerConfig(port=_free_port(), ttft_ms=1, itl_ms=1, reject_ignore_eos=True)
+    scfg = TestServerConfig(port=free_loopback_port(), ttft_ms=1, itl_ms=1, reject_ignore_eos=True)
     with running_testserver(scfg) as u:
         base = ["perf", "--url", u, "--model", "test-model", "--num-requests", "4", "--output-tokens", "2",
                 "--no-plots", "--out-dir", str(tmp_path)]  # fmt: skip

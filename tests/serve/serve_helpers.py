@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import base64
 import io
-import socket
 
+from lmmbench.core.net import free_loopback_port
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+free_port = free_loopback_port
 
 
 def png_data_uri(width: int, height: int, color: tuple[int, int, int]) -> str:

@@ -141,11 +141,9 @@ class _BuiltinServer:
 
     def __init__(self, model: str, log_path: Path, threads: int | None, device: str = "cpu",
                  dtype: str = "float32") -> None:
-        import socket
+        from lmmbench.core.net import free_loopback_port
 
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
+        self.port = free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "lmmbench.cli.main", "serve", "--model", model, "--port", str(self.port),
                "--device", device, "--dtype", dtype]  # the same device and dtype as the in-process side
