@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-import platform
 from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
 from lmmbench.datasets.json_lines import read_json_lines
 from lmmbench.evaluation.reference_config import CompareConfig, DumpConfig
+from lmmbench.reports.run_info import cpu_name
 
 __all__ = ["compare_reference", "dump_reference", "load_prompts"]
 
@@ -80,17 +80,6 @@ def _load(model: str, device: str, dtype: str, threads: int | None) -> Any:
     return load_model(model, device=device, dtype=dtype)
 
 
-def host_info() -> str:
-    """The CPU model name (seed 001's "Host Info"), else the machine type."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _prompt_ids(loaded: Any, prompt: str) -> list[int]:
     tok = loaded.tokenizer
     prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
@@ -128,7 +117,7 @@ def dump_reference(cfg: DumpConfig) -> Path:
         "model": cfg.model,
         "device": cfg.device,
         "dtype": cfg.dtype,
-        "host": host_info(),
+        "host": cpu_name(),
         "max_new_tokens": cfg.max_new_tokens,
         "prompts": records,
     }
@@ -219,7 +208,7 @@ def compare_reference(cfg: CompareConfig) -> dict[str, Any]:
         "Model": cfg.model,
         "Backend": cfg.backend_name or f"{cfg.device}/{cfg.dtype}",
         "Reference Backend": f"{meta['device']}/{meta['dtype']}",
-        "Host Info": host_info(),
+        "Host Info": cpu_name(),
         "Min New Tokens": meta["max_new_tokens"],
         "Max New Tokens": meta["max_new_tokens"],
         "Accuracy": {
