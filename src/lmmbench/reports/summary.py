@@ -12,7 +12,7 @@ from typing import Any
 from lmmbench.metrics.stats import quantile
 from lmmbench.reports.results_csv import numeric
 
-__all__ = ["SUMMARY_COLUMNS", "describe", "numeric_fields", "per_sample_medians", "quantile", "write_summary"]
+__all__ = ["SUMMARY_COLUMNS", "describe", "numeric_fields", "per_sample_medians", "write_summary"]
 
 SUMMARY_COLUMNS = ("level", "key", "field", "n", "mean", "std", "p50", "p90", "p99")
 _NOT_STATS = {"repeat", "first_token_id", "level"}
