@@ -2,7 +2,7 @@
 
 One sub-command per registered spec, its options derived from the spec's options model.
 Output: ``<out-dir>/<spec>/{<spec>_results.csv, <spec>_summary.csv, <spec>_plot.png,
-<spec>_analysis.json, run.json}``.
+<spec>_analysis.json, run.json, report.html}``.
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ def run_spec(spec_name: str, options: Any) -> Path:
                  "interrupted": interrupted}
     record = run_record(spec.name, config, ctx.environment, started, run_stats)
     write_json(spec_dir / "run.json", record, float_digits=6)
+    from lmmbench.reports.html_report import write_reports
+
+    write_reports("spec", spec_dir, spec.name)  # report.html; a failure is a logged warning
     _report(spec_dir, spec.name, stats, analysis)
     if spec.unattributed_field and options.progress:
         _table(rows, analysis, spec.total_field)
