@@ -66,6 +66,14 @@ def test_finished_requests_are_on_disk_before_the_point_ends_and_survive_sigkill
         proc.wait(10)
         if proc.stderr:
             proc.stderr.close()
+    size = -1
+    killed_at, stable_since = time.monotonic(), time.monotonic()
+    while time.monotonic() - stable_since < 1.5:  # load workers end with their parent: the file stops growing
+        time.sleep(0.1)
+        now_size = (run / JOURNAL_NAME).stat().st_size
+        if now_size != size:
+            size, stable_since = now_size, time.monotonic()
+    assert stable_since - killed_at < 3.0, "load workers outlived their killed parent"
     lines = read_journal(run / JOURNAL_NAME)
     assert len(lines) >= 20
     ids = [int(str(x["request_id"])) for x in lines]
@@ -82,6 +90,11 @@ def test_finished_requests_are_on_disk_before_the_point_ends_and_survive_sigkill
         assert sent <= first_ev < last_ev <= end  # (the first event is the role chunk, sent at once)
         assert last_ev - sent >= (TTFT_MS + (OUT_TOKENS - 1) * ITL_MS) * 0.95e6
         assert float(str(x["e2e_ms"])) >= TTFT_MS + (OUT_TOKENS - 1) * ITL_MS * 0.95
+    if workers == 2:  # the same run folder again: the crashed journal is kept aside, not lost
+        crashed = (run / JOURNAL_NAME).read_text()
+        assert main(_perf_argv(slow_url, tmp_path, 50, 10)) == 0
+        kept = list(run.glob("records.partial.crashed-*.jsonl"))
+        assert len(kept) == 1 and kept[0].read_text() == crashed and not (run / JOURNAL_NAME).exists()
 
 
 def test_a_finished_point_removes_the_journal(slow_url: str, tmp_path: Path) -> None:

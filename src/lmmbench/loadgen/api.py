@@ -195,7 +195,22 @@ def _progress_printer(total: int | None) -> Any:
     return show
 
 
+def _die_with_parent() -> None:
+    """Linux: end this worker when the parent dies (SIGKILL, OOM), instead of sending load orphaned."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the call above
+        os._exit(1)
+
+
 def _worker_entry(plan: WorkerPlan, loop_kind: str, conn: Any, counters: Any) -> None:
+    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     def start() -> int:

@@ -124,7 +124,7 @@ def _mapping(obj: Any, depth: int = 0) -> str:
         if depth < 3 and all(isinstance(v, dict) for v in obj.values()) and len(obj) > 1:
             subkeys = list(dict.fromkeys(k for v in obj.values() for k in v))
             if all(not isinstance(x, dict) for v in obj.values() for x in v.values()) and len(subkeys) <= 40:
-                return _table([{"": k, **v} for k, v in obj.items()], ["", *subkeys])
+                return _table([{"name": k, **v} for k, v in obj.items()], ["name", *subkeys])
         rows = "".join(f"<tr><th class='k'>{_e(k)}</th><td class='k'>{_mapping(v, depth + 1)}</td></tr>"
                        for k, v in obj.items())  # fmt: skip
         return f"<table>{rows}</table>"

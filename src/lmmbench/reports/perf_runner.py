@@ -148,6 +148,15 @@ def _print_point(labels: dict[str, Any], res: LoadResult) -> None:
         print(f"[perf] {w}", file=sys.stderr)
 
 
+def _keep_crashed_journal(run_dir: Path) -> None:
+    """A journal left by a run that crashed in this folder is renamed, never appended to or removed."""
+    journal = run_dir / JOURNAL_NAME
+    if journal.exists():
+        kept = journal.with_name(f"records.partial.crashed-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+        journal.rename(kept)
+        print(f"[perf] a crashed run left {journal.name}; kept as {kept.name}", file=sys.stderr)
+
+
 def run_perf(cfg: PerfConfig) -> PerfRun:
     """Run every point of ``cfg`` (or the SLO search) and write the run folder."""
     base, points = _resolve(cfg)
@@ -163,6 +172,7 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
     run_name = base.run_name or time.strftime("%Y%m%d-%H%M%S")
     run_dir = base.out_dir / "perf" / run_name
     run_dir.mkdir(parents=True, exist_ok=True)
+    _keep_crashed_journal(run_dir)
     out = _Outputs(run_dir, base)
     run = PerfRun(run_dir)
     write_json(run_dir / "run.json", {"config": base.model_dump(mode="json"), "points": points,
