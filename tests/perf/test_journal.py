@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,22 +14,16 @@ import pytest
 
 from lmmbench.cli.main import main
 from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.core.net import free_loopback_port
 from lmmbench.loadgen.journal import JOURNAL_NAME, read_journal
 from lmmbench.testing import running_testserver
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 TTFT_MS, ITL_MS, OUT_TOKENS = 20.0, 10.0, 20  # each request takes ~210 ms on the server
 
 
 @pytest.fixture(scope="module")
 def slow_url() -> Iterator[str]:
-    with running_testserver(TestServerConfig(port=free_port(), ttft_ms=TTFT_MS, itl_ms=ITL_MS)) as u:
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=TTFT_MS, itl_ms=ITL_MS)) as u:
         yield u
 
 

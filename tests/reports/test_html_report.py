@@ -6,23 +6,18 @@ import csv
 import json
 import logging
 import re
-import socket
 from pathlib import Path
 
 import pytest
 
 from lmmbench.cli.main import main
 from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.core.net import free_loopback_port
 from lmmbench.reports.html_report import format_value, write_reports
 from lmmbench.testing import running_testserver
 
 EVIL = "<script>alert('x')</script>&\"q"
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -41,7 +36,7 @@ def _assert_self_contained(page: str, n_images: int) -> None:
 
 
 def test_perf_run_writes_report_html_with_every_point_and_escapes_model_and_labels(tmp_path: Path) -> None:
-    with running_testserver(TestServerConfig(port=_free_port(), ttft_ms=2, itl_ms=0.5, model=EVIL)) as url:
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=2, itl_ms=0.5, model=EVIL)) as url:
         assert main(["perf", "--url", url, "--model", EVIL, "--concurrencies", "1,4", "--num-requests", "16",
                      "--input-tokens", "16", "--output-tokens", "8", "--labels", f"note={EVIL}",
                      "--out-dir", str(tmp_path), "--run-name", "r"]) == 0  # fmt: skip
