@@ -155,7 +155,7 @@ def _tasks(cfg: EvalConfig) -> list[TaskConfig]:
 
 
 def _environment() -> dict[str, Any]:
-    from lmmbench.reports.run_info import cpu_name, library_versions
+    from lmmbench.core.environment import cpu_name, library_versions
 
     return {
         "python": platform.python_version(),

@@ -14,10 +14,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from lmmbench.core.environment import cpu_name
 from lmmbench.core.errors import UserError
 from lmmbench.datasets.json_lines import read_json_lines
 from lmmbench.evaluation.reference_config import CompareConfig, DumpConfig
-from lmmbench.reports.run_info import cpu_name
 
 __all__ = ["compare_reference", "dump_reference", "load_prompts"]
 

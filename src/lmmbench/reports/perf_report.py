@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lmmbench.core.clock import wall_label
+from lmmbench.core.environment import cpu_name, git_commit, library_versions
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.metrics.perf_metrics import request_values
 from lmmbench.metrics.stats import STAT_NAMES
 from lmmbench.reports.json_files import json_safe, write_json
-from lmmbench.reports.run_info import cpu_name, git_commit, library_versions
 
 __all__ = ["RecordWriter", "bytemlperf_entry", "environment", "summary_row", "write_json"]
 
