@@ -21,7 +21,7 @@ TEXTS = [
 def test_direct_encode_matches_transformers_call(tiny_llm: Any, special: bool) -> None:
     preparer = InputPreparer(tiny_llm.tokenizer)
     assert preparer._backend_encode is not None  # the fast path is the one under test
-    for text in TEXTS + [tiny_llm.tokenizer.eos_token]:
+    for text in [*TEXTS, tiny_llm.tokenizer.eos_token]:
         assert preparer.encode(text, special) == list(tiny_llm.tokenizer(text, add_special_tokens=special)["input_ids"])
 
 
