@@ -182,7 +182,6 @@ def build_tiny_model(name: str, force: bool = False) -> Path:
     tmp = out.with_name(f".{name}.building-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tok = build_tokenizer(tmp, vocab_size=VOCAB)
-    torch.manual_seed(SEED)
     with torch.random.fork_rng():
         torch.manual_seed(SEED)
         model = _BUILDERS[name](tok)
