@@ -80,3 +80,17 @@ def test_cli_import_pulls_no_heavy_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"imported at CLI start-up: {out.stdout.strip()}"
+
+
+def test_missing_optional_library_names_the_extra_to_install() -> None:
+    """A core-only install running an in-process command gets the pip line, not a traceback."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None; "  # as if torch were not installed
+        "from lmmbench.cli.main import main; sys.exit(main(['models', 'build', 'tiny-llm', '--force']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    assert "lmmbench[models]" in out.stderr and "Traceback" not in out.stderr

@@ -56,6 +56,25 @@ def build_app() -> typer.Typer:
     return app
 
 
+# Optional libraries -> the extra that installs them. A command that needs one which is missing
+# fails with the pip line to run, from this one place, whatever module imported it.
+EXTRA_OF_MODULE = {
+    "torch": "models", "transformers": "models", "accelerate": "models", "av": "models", "PIL": "models",
+    "soundfile": "models", "numpy": "models", "matplotlib": "plots", "fastapi": "serve", "uvicorn": "serve",
+    "jinja2": "eval", "sacrebleu": "eval", "pandas": "eval", "pyarrow": "eval", "datasets": "eval",
+    "aiohttp": "eval",
+}
+
+
+def missing_extra_message(exc: ModuleNotFoundError) -> str | None:
+    """The one-line fix for a missing optional library, or None if it is not one of ours."""
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(top)
+    if extra is None:
+        return None
+    return f"this command needs '{top}', which is not installed: pip install -c constraints.txt 'lmmbench[{extra}]'"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; bad input exits 2 with one line on stderr."""
     app = build_app()
@@ -67,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         typer.echo(f"error: {exc}", err=True)
         return exc.exit_code
+    except ModuleNotFoundError as exc:
+        message = missing_extra_message(exc)
+        if message is None:
+            raise
+        typer.echo(f"error: {message}", err=True)
+        return 2
     except KeyboardInterrupt:
         typer.echo("interrupted: results written so far are kept", err=True)
         return 130
