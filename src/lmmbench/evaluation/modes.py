@@ -10,13 +10,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
-import platform
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from lmmbench.backends.scoring import ScoringBackend
+from lmmbench.core.environment import capture_environment
 from lmmbench.core.errors import UserError
 from lmmbench.evaluation.aggregate import write_summary
 from lmmbench.evaluation.evaluate import TaskResult, evaluate_task
@@ -154,17 +154,6 @@ def _tasks(cfg: EvalConfig) -> list[TaskConfig]:
     return out
 
 
-def _environment() -> dict[str, Any]:
-    from lmmbench.core.environment import cpu_name, library_versions
-
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu": cpu_name(),
-        **library_versions(("lmmbench", "torch", "transformers")),
-    }
-
-
 def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
     """Run ``cfg.mode`` on every task; returns the run folder and what was done."""
     tasks = _tasks(cfg)
@@ -178,7 +167,7 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
     runlog.addHandler(handler)
     try:
         (run_dir / "logs" / f"config_{cfg.mode}.json").write_text(
-            json.dumps({"config": cfg.model_dump(mode="json"), "environment": _environment()}, indent=2) + "\n"
+            json.dumps({"config": cfg.model_dump(mode="json"), "environment": capture_environment()}, indent=2) + "\n"
         )
         run = EvalRun(run_dir=run_dir)
         if cfg.mode in ("all", "infer"):
