@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,22 +53,15 @@ def extract_answer(task: TaskConfig, output: str) -> str:
 def _scalar(metric: AccuracyMetric, value: Any) -> float:
     """A per-sample number for metrics.csv (perplexities per document, BLEU per sentence is blank)."""
     if isinstance(value, tuple):
-        if metric.name == "bleu":
-            return float("nan")
-        ll, weight = float(value[0]), float(value[1])
-        if metric.name == "bits_per_byte":
-            return -ll / weight / math.log(2)
-        return math.exp(-ll / weight)
+        return float("nan") if metric.name == "bleu" else metric.aggregate([value])
     return float(value)
 
 
-def evaluate_task(task: TaskConfig, pred_path: Path, results_dir: Path, model: str | None = None) -> TaskResult:
+def evaluate_task(task: TaskConfig, pred_path: Path, results_dir: Path) -> TaskResult:
     """Score the predictions of ``task`` and write its per-sample and aggregate results."""
     rows = list(read_predictions(pred_path).values())
     if not rows:
         raise UserError(f"{pred_path}: no predictions for task '{task.task}'; run with --mode infer or all first")
-    if model is not None:
-        rows = [r for r in rows if r.get("model") == model] or rows
     by_doc: dict[int, dict[str, Any]] = {}
     for r in rows:  # the last prediction of a sample wins
         by_doc[int(r["doc_id"])] = r
@@ -126,7 +118,7 @@ def evaluate_task(task: TaskConfig, pred_path: Path, results_dir: Path, model: s
             for g, ks in sorted(members.items())
         }
     result = TaskResult(
-        task.task, task.version, task.kind, str(rows[0].get("model", model or "")), len(rows), n_errors, agg, groups
+        task.task, task.version, task.kind, str(rows[0].get("model", "")), len(rows), n_errors, agg, groups
     )
     (results_dir / f"{task.task}.json").write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n")
     return result
