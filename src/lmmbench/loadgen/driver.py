@@ -95,7 +95,6 @@ class _Driver:
         # closed loop state
         self._closed_iter: Any = None
         self._closed_deadline = 0
-        self.t0 = 0
         self._wake: Callable[[], None] | None = None
 
     # callbacks -------------------------------------------------------------------------
@@ -177,35 +176,22 @@ class _Driver:
                 timers.close()
             return
         spin = self.plan.spin_ns
-        sleep = asyncio.sleep
-        worker, labels, cap = self.plan.worker, self.plan.labels, self.cap
         behind = 0
         dispatched = 0
         for rid, off in schedule:
             target = t0 + off
-            now = _now()
-            if now < target:
+            if _now() < target:
                 behind = 0
-                while target - now > spin:
-                    await sleep((target - now - spin) / 1e9)
-                    now = _now()
-                while now < target:
-                    await sleep(0)
-                    now = _now()
+                await _sleep_until(target, spin)
             else:
                 behind += 1
                 if behind >= 8:  # far behind: still let responses be read now and then
                     behind = 0
-                    await sleep(0)
+                    await asyncio.sleep(0)
             if self.stopped:
                 break
             dispatched += 1
-            rec = RequestRecord(rid, worker, False, scheduled_ns=target)
-            rec.labels = labels
-            if cap is not None and self.in_flight >= cap:
-                self.waiting.append((rec, self._data(rid)))
-            else:
-                self._send(rec, self._data(rid), target)
+            self._dispatch(rid, target)
         if self.stopped:
             self.not_sent += len(schedule) - dispatched
         self.all_issued = True
@@ -335,7 +321,6 @@ async def run_worker_async(
             t0 = await start() if asyncio.iscoroutinefunction(start) else start()
         else:
             t0 = _now() + 50_000_000
-        driver.t0 = t0
         cpu0 = time.process_time()
         if not driver.stopped:
             if plan.schedule is not None:
