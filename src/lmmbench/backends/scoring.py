@@ -27,6 +27,8 @@ __all__ = [
     "LLRequest",
     "ScoringBackend",
     "disjoint_rolling_windows",
+    "lmeval_encode",
+    "lmeval_encode_pair",
     "resolve_max_length",
 ]
 
@@ -119,6 +121,38 @@ def disjoint_rolling_windows(tokens: list[int], prefix_token: int, max_len: int)
     return out
 
 
+def lmeval_encode(tokenizer: Any, prefix_str: str, text: str, add_special_tokens: bool | None = None) -> list[int]:
+    """Encode like lm-eval's ``HFLM.tok_encode``: no BOS doubling when ``text`` starts with ``prefix_str``."""
+    kwargs: dict[str, Any] = {}
+    if add_special_tokens is not None:
+        kwargs["add_special_tokens"] = add_special_tokens
+    elif prefix_str and text.startswith(prefix_str):
+        kwargs["add_special_tokens"] = False
+    return list(tokenizer.encode(text, **kwargs))
+
+
+def lmeval_encode_pair(
+    tokenizer: Any, prefix_id: int, context: str, continuation: str, prefix_str: str | None = None
+) -> tuple[list[int], list[int]]:
+    """lm-eval's context / continuation tokens: trailing context whitespace moves to the continuation,
+    continuation = tokens(context + continuation) minus the count of tokens(context); an empty context
+    is the prefix token. ``prefix_str`` is ``tokenizer.decode(prefix_id)`` (decoded here if not given)."""
+    if prefix_str is None:
+        prefix_str = tokenizer.decode(prefix_id)
+    if context == "":
+        cont = lmeval_encode(tokenizer, prefix_str, continuation, add_special_tokens=False)
+        if cont and cont[0] == prefix_id:
+            return cont[:1], cont[1:]
+        return [prefix_id], cont
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces > 0:
+        continuation = context[-n_spaces:] + continuation
+        context = context[:-n_spaces]
+    whole = lmeval_encode(tokenizer, prefix_str, context + continuation)
+    ctx = lmeval_encode(tokenizer, prefix_str, context)
+    return ctx, whole[len(ctx) :]
+
+
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     """The text before the first occurrence of any stop string (lm-eval's ``until``)."""
     for s in stop:
@@ -152,27 +186,11 @@ class InProcessScorer:
     # ------------------------------------------------------------------ tokenisation (lm-eval's rules)
     def tok_encode(self, text: str, add_special_tokens: bool | None = None) -> list[int]:
         """Encode like HFLM.tok_encode (no BOS doubling when the text already starts with it)."""
-        kwargs: dict[str, Any] = {}
-        if add_special_tokens is not None:
-            kwargs["add_special_tokens"] = add_special_tokens
-        elif self._prefix_str and text.startswith(self._prefix_str):
-            kwargs["add_special_tokens"] = False
-        return list(self.tokenizer.encode(text, **kwargs))
+        return lmeval_encode(self.tokenizer, self._prefix_str, text, add_special_tokens)
 
     def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         """Context and continuation tokens, trailing context whitespace moved to the continuation."""
-        if context == "":
-            cont = self.tok_encode(continuation, add_special_tokens=False)
-            if cont and cont[0] == self.prefix_token_id:
-                return cont[:1], cont[1:]
-            return [self.prefix_token_id], cont
-        n_spaces = len(context) - len(context.rstrip())
-        if n_spaces > 0:
-            continuation = context[-n_spaces:] + continuation
-            context = context[:-n_spaces]
-        whole = self.tok_encode(context + continuation)
-        ctx = self.tok_encode(context)
-        return ctx, whole[len(ctx) :]
+        return lmeval_encode_pair(self.tokenizer, self.prefix_token_id, context, continuation, self._prefix_str)
 
     # ------------------------------------------------------------------ token-level scoring
     def _forward_logprobs(self, batch: list[list[int]]) -> Any:

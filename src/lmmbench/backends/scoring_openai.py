@@ -14,31 +14,17 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from lmmbench.backends.scoring import GenRequest, LLRequest, Progress, cut_at_stop, disjoint_rolling_windows
+from lmmbench.backends.scoring import (
+    GenRequest,
+    LLRequest,
+    Progress,
+    cut_at_stop,
+    disjoint_rolling_windows,
+    lmeval_encode_pair,
+)
 from lmmbench.core.errors import UserError
 
 __all__ = ["OpenAIScorer", "lmeval_encode_pair"]
-
-
-def lmeval_encode_pair(tokenizer: Any, prefix_id: int, context: str, continuation: str) -> tuple[list[int], list[int]]:
-    """lm-eval's context/continuation split with a bare tokenizer (see ``InProcessScorer.encode_pair``)."""
-    prefix_str = tokenizer.decode(prefix_id)
-
-    def enc(text: str) -> list[int]:
-        if prefix_str and text.startswith(prefix_str):
-            return list(tokenizer.encode(text, add_special_tokens=False))
-        return list(tokenizer.encode(text))
-
-    if context == "":
-        cont = list(tokenizer.encode(continuation, add_special_tokens=False))
-        return ([cont[0]], cont[1:]) if cont and cont[0] == prefix_id else ([prefix_id], cont)
-    n_spaces = len(context) - len(context.rstrip())
-    if n_spaces > 0:
-        continuation = context[-n_spaces:] + continuation
-        context = context[:-n_spaces]
-    whole = enc(context + continuation)
-    ctx = enc(context)
-    return ctx, whole[len(ctx) :]
 
 
 class HTTPStatusError(RuntimeError):
@@ -76,6 +62,7 @@ class OpenAIScorer:
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         tok = tokenizer
         self.prefix_token_id = int(tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id)
+        self._prefix_str = tok.decode(self.prefix_token_id)
 
     # ------------------------------------------------------------------ HTTP
     async def _post(self, session: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -175,7 +162,10 @@ class OpenAIScorer:
         for r in requests:
             if r.images or r.audio:
                 raise UserError("log-likelihood with images or audio is not available over HTTP; use --model <dir>")
-        pairs = [lmeval_encode_pair(self.tokenizer, self.prefix_token_id, r.context, r.continuation) for r in requests]
+        pairs = [
+            lmeval_encode_pair(self.tokenizer, self.prefix_token_id, r.context, r.continuation, self._prefix_str)
+            for r in requests
+        ]
         jobs = [(lambda s, c=c, x=x: self._score_tokens(s, c, x)) for c, x in pairs]
         return self._run_all(jobs, progress)  # a failed request stays an exception: its sample fails alone
 
