@@ -183,7 +183,6 @@ class RequestState:
     finish_reason: FinishReason | None = None
     error: str | None = None
     peak_memory_bytes: int = 0
-    cancelled: bool = False
     sampler_state: Any = None
 
     @property
