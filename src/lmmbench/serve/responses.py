@@ -84,7 +84,7 @@ class ResponseBuilder:
         return self._chunk(self._choice(None, None, role=True), usage)
 
     def content_sse(self, text: str, prompt_tokens: int, completion_tokens: int) -> str:
-        """``sse(content_chunk(...))`` without building and serialising the whole dict each time."""
+        """The SSE line of a chunk carrying newly released text (its JSON template is built once)."""
         if self._content_parts is None:
             text_mark, usage_mark = "\u0000T", {"\u0000": 0}
             body = json.dumps(
@@ -101,11 +101,6 @@ class ResponseBuilder:
         if self.continuous_usage:
             out += json.dumps(usage_of(prompt_tokens, completion_tokens), separators=(",", ":")) + tail
         return out + "\n\n"
-
-    def content_chunk(self, text: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-        """A chunk carrying newly released text."""
-        usage = usage_of(prompt_tokens, completion_tokens) if self.continuous_usage else None
-        return self._chunk(self._choice(text, None), usage)
 
     def final_chunks(self, output: GenerationOutput) -> list[dict[str, Any]]:
         """The finish chunk, and the usage chunk when asked for; ``metrics`` on the last one."""
