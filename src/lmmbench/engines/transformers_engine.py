@@ -88,6 +88,7 @@ class TransformersEngine:
         self.preparer = InputPreparer(self.tokenizer, self.processor, has_audio=loaded.ref.has_audio)
         text_cfg = self.model.config.get_text_config(decoder=True)
         self.max_context_tokens = int(getattr(text_cfg, "max_position_embeddings", 0) or 1 << 30)
+        self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
         self.sdpa = getattr(self.model.config, "_attn_implementation", "sdpa") != "eager"
         eos: set[int] = set()
         for src in (getattr(self.model, "generation_config", None), text_cfg, self.tokenizer):
@@ -106,7 +107,7 @@ class TransformersEngine:
     def prepare(self, request: GenerationRequest) -> PreparedInput:
         """Model input of ``request`` (see ``InputPreparer``); token ids must be in the vocabulary."""
         prepared = self.preparer.prepare(request)
-        vocab = int(self.model.get_input_embeddings().num_embeddings)
+        vocab = self.vocab_size
         if any(t < 0 or t >= vocab for t in prepared.input_ids):
             raise InputError(f"prompt: token ids must be in [0, {vocab})")
         return prepared
