@@ -74,7 +74,6 @@ def _labels(i: int, pcfg: PerfConfig) -> dict[str, Any]:
 class _Outputs:
     def __init__(self, run_dir: Path, base: PerfConfig) -> None:
         self.run_dir = run_dir
-        self.base = base
         self.writer = RecordWriter(run_dir)
         self.rows: list[dict[str, Any]] = []
         self.perf: list[dict[str, Any]] = []
@@ -177,13 +176,10 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
     run = PerfRun(run_dir)
     write_json(run_dir / "run.json", {"config": base.model_dump(mode="json"), "points": points,
                                        "environment": out.env})  # fmt: skip
-    from lmmbench.datasets.perf_datasets import build_requests
 
     def one(i: int, pcfg: PerfConfig, pf: Preflight) -> LoadResult:
-        n = pcfg.num_requests or 1000
-        reqs = build_requests(pcfg, n, tok)
         labels = _labels(i, pcfg)
-        res = run_benchmark(pcfg, reqs, tok, pf, journal=(str(run_dir / JOURNAL_NAME), labels))
+        res = run_benchmark(pcfg, None, tok, pf, journal=(str(run_dir / JOURNAL_NAME), labels))  # builds the requests
         out.add(labels, res)
         run.results.append(res)
         _print_point(labels, res)
