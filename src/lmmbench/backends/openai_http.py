@@ -419,11 +419,6 @@ class OpenAIHttpClient:
         """Parse the raw SSE payloads of a finished record (after the load)."""
         return finalize_record(rec, tokenizer, keep_text)
 
-    @property
-    def in_flight(self) -> int:
-        """Requests currently on the wire."""
-        return len(self.busy)
-
     async def close(self) -> None:
         """Close every connection."""
         self.cancel_all()

@@ -54,7 +54,6 @@ class Journal:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.labels_json = json.dumps(labels, default=str)
         self.pending: list[RequestRecord] = []
-        self.written = 0
 
     def add(self, rec: RequestRecord) -> None:
         """Queue a finished request (called from the completion callback: one list append)."""
@@ -90,7 +89,6 @@ class Journal:
             while view:
                 n = os.write(self.fd, view)
                 view = view[n:]
-            self.written += len(parts)
 
     async def run(self, period_s: float) -> None:
         """Flush every ``period_s`` until cancelled."""
