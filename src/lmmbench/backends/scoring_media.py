@@ -37,19 +37,6 @@ def _with_placeholders(scorer: InProcessScorer, text: str, images: list[str], au
     return prefix + text
 
 
-def _load_images(paths: list[str]) -> list[Any]:
-    from PIL import Image
-
-    out = []
-    for p in paths:
-        try:
-            with Image.open(p) as im:
-                out.append(im.convert("RGB"))
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read image {p}: {exc}") from None
-    return out
-
-
 def _load_audio(paths: list[str], rate: int) -> list[Any]:
     import numpy as np
     import soundfile as sf
@@ -74,7 +61,9 @@ def _process(scorer: InProcessScorer, text: str, images: list[str], audio: list[
         raise UserError(f"model {scorer.model_id} is a text model: it cannot take images or audio")
     kwargs: dict[str, Any] = {"text": [text], "return_tensors": "pt"}
     if images:
-        kwargs["images"] = _load_images(images)
+        from lmmbench.media.extract import load_image
+
+        kwargs["images"] = [load_image(Path(p)) for p in images]
     if audio:
         fe = getattr(proc, "feature_extractor", None)
         if fe is None:
