@@ -144,11 +144,15 @@ class BatchEngine:
             except Exception:  # a broken consumer must not stop the loop
                 log.exception("event callback of %s failed", state.request_id)
 
-    def _finish(self, state: RequestState, reason: FinishReason, error: str | None = None) -> GenerationEvent:
+    def _finish(
+        self, state: RequestState, reason: FinishReason, error: str | None = None, delta: str | None = None
+    ) -> GenerationEvent:
+        """The last event of ``state``; ``delta`` is its released text when the caller already detokenized."""
         state.finish_reason = reason
         state.error = error
         state.finish_ns = now_ns()
-        delta = self.detokenizer.update(state, final=True)[0] if reason != "error" else ""
+        if delta is None:
+            delta = self.detokenizer.update(state, final=True)[0] if reason != "error" else ""
         return GenerationEvent(
             state.request_id, delta, [], len(state.output_ids), state.prompt_tokens, output=state.to_output()
         )
@@ -171,9 +175,8 @@ class BatchEngine:
         delta, stopped = self.detokenizer.update(state, final=reason is not None)
         if stopped and n >= params.min_tokens:
             reason = "stop"
-        if reason is not None:
-            ev = self._finish(state, reason)
-            ev.text_delta = delta + ev.text_delta
+        if reason is not None:  # the update above was final: everything left is in ``delta``
+            ev = self._finish(state, reason, delta=delta)
             ev.new_token_ids = [token]
             return ev
         return GenerationEvent(state.request_id, delta, [token], n, state.prompt_tokens)
