@@ -67,8 +67,9 @@ def _media(task: TaskConfig, doc: dict[str, Any], column: str | None, doc_id: in
     return out
 
 
-def _key(model_id: str, task: TaskConfig, payload: Any) -> str:
-    blob = json.dumps([model_id, task.task, task.version, task.fingerprint(), payload], sort_keys=True, default=str)
+def _key(key_base: list[Any], payload: Any) -> str:
+    """The prediction key: ``key_base`` (model id, task name, version, fingerprint) and the sample's payload."""
+    blob = json.dumps([*key_base, payload], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -86,13 +87,19 @@ def build_jobs(task: TaskConfig, model_id: str, chat_prompt: ChatPrompt | None =
     jobs: list[SampleJob] = []
     if task.chat_template and task.kind == "multiple_choice" and chat_prompt is None:
         raise UserError(f"{task.source_file}: chat_template needs a model to render the chat template")
+    key_base = [model_id, task.task, task.version, task.fingerprint()]  # once per task, not per sample
     for doc, r in zip(docs, rendered, strict=True):
-        jobs.append(_job(task, model_id, doc, r, chat_prompt))
+        jobs.append(_job(task, model_id, key_base, doc, r, chat_prompt))
     return jobs
 
 
 def _job(
-    task: TaskConfig, model_id: str, doc: dict[str, Any], r: RenderedSample, chat_prompt: ChatPrompt | None
+    task: TaskConfig,
+    model_id: str,
+    key_base: list[Any],
+    doc: dict[str, Any],
+    r: RenderedSample,
+    chat_prompt: ChatPrompt | None,
 ) -> SampleJob:
     images = _media(task, doc, task.image_column, r.doc_id)
     audio = _media(task, doc, task.audio_column, r.doc_id)
@@ -121,18 +128,18 @@ def _job(
         choices = r.choices or []
         row.update(choices=choices, gold=r.gold)
         reqs = [LLRequest(context, delimiter + c, images, audio) for c in choices]
-        return SampleJob(_key(model_id, task, [context, choices, images, audio]), row, ll=reqs)
+        return SampleJob(_key(key_base, [context, choices, images, audio]), row, ll=reqs)
     if task.kind == "loglikelihood_rolling":
         text = r.references[0] if r.references else ""
         row.update(words=len(re.split(r"\s+", text)), bytes=len(text.encode("utf-8")))
-        return SampleJob(_key(model_id, task, [text]), row, rolling=text)
+        return SampleJob(_key(key_base, [text]), row, rolling=text)
     g = task.generation
     gen = GenRequest(r.context, g.max_tokens, list(g.stop), images, audio, messages is not None, messages=messages)
     if messages is not None and chat_prompt is not None:
         row["prompt"] = chat_prompt(messages, len(images), len(audio))  # what the model sees, for the record
     row.update(references=r.references)
     payload = [r.context, images, audio, g.max_tokens, g.stop, messages]
-    return SampleJob(_key(model_id, task, payload), row, gen=gen)
+    return SampleJob(_key(key_base, payload), row, gen=gen)
 
 
 def read_predictions(path: Path) -> dict[str, dict[str, Any]]:
