@@ -134,6 +134,11 @@ def preflight(cfg: PerfConfig) -> Preflight:
     return asyncio.run(_preflight_async(cfg))
 
 
+def _request_count(cfg: PerfConfig) -> int | None:
+    """Requests to send: ``num_requests``; None (until the duration ends) with only ``duration_s``; else 100."""
+    return cfg.num_requests if cfg.num_requests is not None else (None if cfg.duration_s else 100)
+
+
 def _split(n: int, parts: int, i: int) -> int:
     return n // parts + (1 if i < n % parts else 0)
 
@@ -154,7 +159,7 @@ def _plans(cfg: PerfConfig, requests: list[PerfRequest], pf: Preflight, workers:
         "labels": dict(cfg.labels),
     }
     plans = []
-    n = cfg.num_requests if cfg.num_requests is not None else (None if cfg.duration_s else 100)
+    n = _request_count(cfg)
     if cfg.rate is not None:
         offsets = arrival_offsets_ns(cfg.arrival, cfg.rate, count=n, duration_s=cfg.duration_s if n is None else None,
                                      seed=cfg.seed, burstiness=cfg.burstiness)  # fmt: skip
@@ -300,7 +305,7 @@ def run_benchmark(
     if journal is not None:
         for p in plans:
             p.journal_path, p.journal_labels = journal
-    total = cfg.num_requests if cfg.num_requests is not None else (None if cfg.duration_s else 100)
+    total = _request_count(cfg)
     if workers == 1:
         show = _progress_printer(total) if cfg.progress else None
 
