@@ -6,13 +6,13 @@ YAML file; ``list_tasks`` describes every known task for ``lmmbench tasks``.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from lmmbench.core.errors import UserError
 from lmmbench.core.registry import Registry
 from lmmbench.evaluation.task_config import TaskConfig, load_task_file
+from lmmbench.models.tiny import lmmbench_home
 
 __all__ = ["SHIPPED_TASKS_DIR", "TASKS", "TaskInfo", "list_tasks", "resolve_task"]
 
@@ -21,13 +21,8 @@ TASKS: Registry[Path] = Registry("tasks")
 _scanned: set[Path] = set()
 
 
-def _user_tasks_dir() -> Path:
-    home = os.environ.get("LMMBENCH_HOME")
-    return (Path(home) if home else Path.home() / ".cache" / "lmmbench") / "tasks"
-
-
 def _scan() -> None:
-    for folder in (SHIPPED_TASKS_DIR, _user_tasks_dir()):
+    for folder in (SHIPPED_TASKS_DIR, lmmbench_home() / "tasks"):
         if folder in _scanned or not folder.is_dir():
             continue
         _scanned.add(folder)
