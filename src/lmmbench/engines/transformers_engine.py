@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from lmmbench.engines.inputs import InputError, InputPreparer
 from lmmbench.engines.kv_cache import BatchKVCache
+from lmmbench.engines.kv_reuse import rope_delta_owner
 from lmmbench.engines.requests import GenerationRequest, PreparedInput, RequestState
 
 __all__ = ["Engine", "TransformersEngine", "process_memory_bytes"]
@@ -170,9 +171,9 @@ class TransformersEngine:
         ids = torch.tensor([state.prepared.input_ids], dtype=torch.long, device=self.device)
         mask = torch.ones_like(ids)
         extra = {k: (v.to(self.device) if hasattr(v, "to") else v) for k, v in state.prepared.model_kwargs.items()}
-        inner = getattr(self.model, "model", None)
-        if self.mrope and inner is not None and hasattr(inner, "rope_deltas"):
-            inner.rope_deltas = None  # stateful in transformers: never reuse another request's
+        owner = rope_delta_owner(self.model) if self.mrope else None
+        if owner is not None:
+            owner.rope_deltas = None  # stateful in transformers: never reuse another request's
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -182,9 +183,9 @@ class TransformersEngine:
             **extra,
         )
         delta = 0
-        if self.mrope and inner is not None and getattr(inner, "rope_deltas", None) is not None:
-            delta = int(inner.rope_deltas.reshape(-1)[0].item())
-            inner.rope_deltas = None
+        if owner is not None and owner.rope_deltas is not None:
+            delta = int(owner.rope_deltas.reshape(-1)[0].item())
+            owner.rope_deltas = None
         self.kv.join(out.past_key_values, mask, [state.request_id])
         self.next_position[state.request_id] = ids.shape[1] + delta
         return out.logits[:, -1, :]
