@@ -9,13 +9,23 @@ resulting ``mel_frames`` are recorded).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
 from lmmbench.core.clock import TimedCallable, now_ns, ns_to_ms
 from lmmbench.media.extract import SAMPLE_RATE_HZ, ExtractedAV
 
-__all__ = ["PackedInputs", "TokenStats", "pack_inputs", "token_stats"]
+__all__ = [
+    "PackedInputs",
+    "TokenStats",
+    "chat_text",
+    "media_conversation",
+    "pack_inputs",
+    "timed_feature_extractor",
+    "token_stats",
+]
 
 
 @dataclass
@@ -41,7 +51,8 @@ class PackedInputs:
 
 
 
-def _conversation(prompt: str, av: ExtractedAV) -> list[dict[str, Any]]:
+def media_conversation(prompt: str, av: ExtractedAV) -> list[dict[str, Any]]:
+    """One user turn: a placeholder per medium ``av`` holds (video, image, audio), then the prompt."""
     content: list[dict[str, Any]] = []
     if av.frames is not None:
         content.append({"type": "video"})
@@ -53,9 +64,27 @@ def _conversation(prompt: str, av: ExtractedAV) -> list[dict[str, Any]]:
     return [{"role": "user", "content": content}]
 
 
-def _template(owner: Any, conversation: list[dict[str, Any]]) -> str:
+def chat_text(owner: Any, conversation: list[dict[str, Any]]) -> str:
+    """``conversation`` rendered by the chat template of ``owner`` (processor or tokenizer), with the
+    generation prompt."""
     text = owner.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
     return text if isinstance(text, str) else str(text[0])
+
+
+@contextmanager
+def timed_feature_extractor(processor: Any) -> Iterator[TimedCallable | None]:
+    """Swap ``processor.feature_extractor`` for a ``TimedCallable`` proxy for the ``with`` block
+    (``None`` when the processor has none); the original is put back on exit."""
+    fe = getattr(processor, "feature_extractor", None)
+    if fe is None:
+        yield None
+        return
+    timed = TimedCallable(fe)
+    processor.feature_extractor = timed
+    try:
+        yield timed
+    finally:
+        processor.feature_extractor = fe
 
 
 def pack_inputs(processor: Any, tokenizer: Any, prompt: str, av: ExtractedAV,
@@ -65,13 +94,13 @@ def pack_inputs(processor: Any, tokenizer: Any, prompt: str, av: ExtractedAV,
     if processor is None:
         if av.frames is not None or av.image is not None or av.audio is not None:
             raise ValueError("this is a text-only model: the sample has media; use a text manifest row")
-        text = _template(tokenizer, [{"role": "user", "content": prompt}])
+        text = chat_text(tokenizer, [{"role": "user", "content": prompt}])
         inputs = tokenizer(text, return_tensors="pt")
         return PackedInputs(inputs, ns_to_ms(now_ns() - t0), 0.0, 0, 0, text)
-    fe = getattr(processor, "feature_extractor", None)
-    if fe is None and av.audio is not None:  # a vision-language processor: no audio input
+    # a vision-language processor (no feature extractor) takes no audio input
+    if getattr(processor, "feature_extractor", None) is None and av.audio is not None:
         av = replace(av, audio=None)
-    text = _template(processor, _conversation(prompt, av))
+    text = chat_text(processor, media_conversation(prompt, av))
     kwargs: dict[str, Any] = {"text": [text], "return_tensors": "pt"}
     if av.frames is not None:
         kwargs["videos"] = [av.frames]
@@ -82,14 +111,8 @@ def pack_inputs(processor: Any, tokenizer: Any, prompt: str, av: ExtractedAV,
     if av.audio is not None:
         kwargs["audio"] = [av.audio]
         kwargs["audio_kwargs"] = {"sampling_rate": SAMPLE_RATE_HZ, **(audio_kwargs or {})}
-    timed = TimedCallable(fe) if fe is not None else None
-    if timed is not None:
-        processor.feature_extractor = timed
-    try:
+    with timed_feature_extractor(processor) as timed:
         inputs = processor(**kwargs)
-    finally:
-        if timed is not None:
-            processor.feature_extractor = fe
     total_ms = ns_to_ms(now_ns() - t0)
     audio_ms = ns_to_ms(timed.elapsed_ns) if timed is not None else 0.0
     mel = inputs.get("input_features")

@@ -75,9 +75,9 @@ def _audio_output_tokens(valid_frames: int) -> int:
 
 
 def _chat_text(processor: Any, prompt: str) -> str:
-    conv = [{"role": "user", "content": [{"type": "audio"}, {"type": "text", "text": prompt}]}]
-    text = processor.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
-    return text if isinstance(text, str) else str(text[0])
+    from lmmbench.media.pack import chat_text
+
+    return chat_text(processor, [{"role": "user", "content": [{"type": "audio"}, {"type": "text", "text": prompt}]}])
 
 
 def pack_audio(processor: Any, tokenizer: Any, prompt: str, wave: Any, padding: str) -> PackedAudio:

@@ -151,6 +151,8 @@ class _ProbeRunner:
         self.largest_fit: Probe | None = None
 
     def _inputs(self, seconds: float) -> dict[str, Any]:
+        from lmmbench.media.pack import chat_text
+
         opts, proc = self.opts, self.loaded.processor
         n_frames = max(2, int(seconds * opts.video_fps) // 2 * 2)
         content: list[dict[str, Any]] = [{"type": "video"}]
@@ -160,9 +162,7 @@ class _ProbeRunner:
             content.append({"type": "audio"})
             kwargs["audio"] = [synthetic_audio(seconds, seed=opts.seed)]
         content.append({"type": "text", "text": opts.prompt})
-        text = proc.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
-                                        tokenize=False)
-        text = text if isinstance(text, str) else str(text[0])
+        text = chat_text(proc, [{"role": "user", "content": content}])
         return dict(proc(text=[text], return_tensors="pt", **kwargs))
 
     def _predicted_mb(self, seconds: float) -> float:

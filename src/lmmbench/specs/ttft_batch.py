@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from lmmbench.core.clock import TimedCallable, now_ns, ns_to_ms
+from lmmbench.core.clock import now_ns, ns_to_ms
 from lmmbench.specs.base import Case, RunOptions, SpecContext, register_spec
 from lmmbench.specs.experiment_support import (
     ResearchSpec,
@@ -58,34 +58,20 @@ class BatchPacked:
 def pack_many(loaded: Any, samples: list[tuple[str, Any]], fps: float) -> BatchPacked:
     """One processor call for ``samples`` (prompt, ``ExtractedAV``): left-padded ids, every video /
     image / audio in order. ``audio_feature_ms`` is the time inside the feature extractor."""
+    from lmmbench.media.pack import chat_text, media_conversation, timed_feature_extractor
+
     t0 = now_ns()
     proc = loaded.processor
     if proc is None:
         tok = loaded.tokenizer
-        plain = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                         tokenize=False) for p, _ in samples]
+        plain = [chat_text(tok, [{"role": "user", "content": p}]) for p, _ in samples]
         tok.padding_side = "left"
         enc = dict(tok(plain, return_tensors="pt", padding=True))
         return BatchPacked(enc, ns_to_ms(now_ns() - t0), 0.0)
-    texts: list[str] = []
-    videos: list[Any] = []
-    images: list[Any] = []
-    audios: list[Any] = []
-    for prompt, av in samples:
-        content: list[dict[str, Any]] = []
-        if av.frames is not None:
-            content.append({"type": "video"})
-            videos.append(av.frames)
-        if av.image is not None:
-            content.append({"type": "image"})
-            images.append(av.image)
-        if av.audio is not None:
-            content.append({"type": "audio"})
-            audios.append(av.audio)
-        content.append({"type": "text", "text": prompt})
-        text = proc.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
-                                        tokenize=False)
-        texts.append(text if isinstance(text, str) else str(text[0]))
+    texts = [chat_text(proc, media_conversation(prompt, av)) for prompt, av in samples]
+    videos = [av.frames for _, av in samples if av.frames is not None]
+    images = [av.image for _, av in samples if av.image is not None]
+    audios = [av.audio for _, av in samples if av.audio is not None]
     kwargs: dict[str, Any] = {"text": texts, "return_tensors": "pt", "padding": True}
     if videos:
         kwargs["videos"] = videos
@@ -94,15 +80,8 @@ def pack_many(loaded: Any, samples: list[tuple[str, Any]], fps: float) -> BatchP
         kwargs["images"] = images
     if audios:
         kwargs["audio"] = audios
-    fe = getattr(proc, "feature_extractor", None)
-    timed = TimedCallable(fe) if fe is not None else None
-    if timed is not None:
-        proc.feature_extractor = timed
-    try:
+    with timed_feature_extractor(proc) as timed:
         inputs = dict(proc(**kwargs))
-    finally:
-        if timed is not None:
-            proc.feature_extractor = fe
     audio_ms = ns_to_ms(timed.elapsed_ns) if timed is not None else 0.0
     return BatchPacked(inputs, ns_to_ms(now_ns() - t0) - audio_ms, audio_ms)
 
