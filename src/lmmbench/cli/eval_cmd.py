@@ -38,7 +38,7 @@ def _tasks() -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the accuracy commands to ``app``."""
-    from lmmbench.evaluation.modes import EvalConfig
+    from lmmbench.evaluation.eval_config import EvalConfig
     from lmmbench.evaluation.reference_config import CompareConfig, DumpConfig
 
     command_from_model(app, "eval", EvalConfig, _eval)

@@ -1,0 +1,38 @@
+"""The options of `lmmbench eval` (pydantic only, so the CLI can build the command without the runner)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["EvalConfig"]
+
+
+class EvalConfig(BaseModel):
+    """Evaluate a model on accuracy tasks (modes: all = infer + eval + summary; infer; eval)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(None, description="tiny model name, local model dir, or http(s):// endpoint URL")
+    tasks: list[str] = Field(description="task names (see `lmmbench tasks`) or task YAML files")
+    mode: Literal["all", "infer", "eval"] = "all"
+    out_dir: Path = Field(Path("outputs/eval"), description="runs go to <out-dir>/<timestamp>/")
+    resume: str | None = Field(None, description="'latest' or a run folder name to resume / re-score")
+    batch_size: int = Field(16, ge=1, description="requests per forward (equal lengths only unless --pad-batches)")
+    pad_batches: bool = Field(
+        False, description="right-pad mixed lengths into one batch (faster; log-likelihoods move by up to ~4e-6)"
+    )
+    device: str = Field("cpu", description="torch device of the in-process model (cpu, cuda, cuda:1)")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    limit: int | None = Field(None, ge=1, description="only the first N samples of each task")
+    num_fewshot: int | None = Field(None, ge=0, description="override the tasks' few-shot count")
+    group_by: list[str] = Field(default_factory=list, description="extra metadata columns to aggregate by")
+    served_model: str | None = Field(None, description="model name on the endpoint (default: first of /v1/models)")
+    tokenizer: str | None = Field(None, description="local tokenizer (model name or dir) for an endpoint")
+    max_length: int | None = Field(None, ge=8, description="context length (default: from the model config)")
+    concurrency: int = Field(8, ge=1, description="parallel requests to an endpoint")
+    threads: int | None = Field(
+        None, ge=1, description="torch CPU threads (default: torch's; 1 is far faster on a busy shared CPU)"
+    )
