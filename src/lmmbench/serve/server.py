@@ -87,10 +87,9 @@ def build_server(cfg: ServeConfig) -> tuple[BatchEngine, Any]:
             engine.generate(GenerationRequest(prompt="warm up", sampling=SamplingParams(max_tokens=4, ignore_eos=True)))
     engine.start()
     name = cfg.served_model_name or cfg.model
-    aliases = tuple(a for a in (cfg.model,) if a != name)
     settings = AppSettings(
         model_name=name,
-        model_aliases=aliases,
+        model_aliases=(cfg.model,) if cfg.model != name else (),
         api_key=cfg.api_key,
         max_body_bytes=int(cfg.max_body_mb * 1024 * 1024),
         default_max_tokens=cfg.default_max_tokens,
