@@ -132,8 +132,7 @@ class _Driver:
         if rid is None:
             self._closed_exhausted()
             return
-        rec = RequestRecord(rid, self.plan.worker, self.warmup_phase, scheduled_ns=now)
-        rec.labels = self.plan.labels
+        rec = RequestRecord(rid, self.plan.worker, self.warmup_phase, scheduled_ns=now, labels=self.plan.labels)
         self._send(rec, self._data(rid), now)
 
     def _closed_exhausted(self) -> None:
@@ -200,8 +199,7 @@ class _Driver:
         await self._drain()
 
     def _dispatch(self, rid: int, target: int) -> None:
-        rec = RequestRecord(rid, self.plan.worker, False, scheduled_ns=target)
-        rec.labels = self.plan.labels
+        rec = RequestRecord(rid, self.plan.worker, False, scheduled_ns=target, labels=self.plan.labels)
         if self.cap is not None and self.in_flight >= self.cap:
             self.waiting.append((rec, self._data(rid)))
         else:
