@@ -14,6 +14,7 @@ from lmmbench.media.extract import ExtractedAV, extract_sample
 from lmmbench.media.pack import PackedInputs, pack_inputs, token_stats
 from lmmbench.profiling.hooks import StageHooks
 from lmmbench.profiling.stages import TTFT_STAGES
+from lmmbench.profiling.timeline import CPU_TIMER, CUDA_TIMER
 
 __all__ = ["BREAKDOWN_FIELDS", "InProcessBreakdown", "SampleMedia"]
 
@@ -57,7 +58,7 @@ class InProcessBreakdown:
 
     @property
     def timer_kind(self) -> str:
-        return "cuda_event" if getattr(self.device, "type", "") == "cuda" else "perf_counter_ns"
+        return CUDA_TIMER if getattr(self.device, "type", "") == "cuda" else CPU_TIMER
 
     def close(self) -> None:
         """Remove the hooks (the model is left exactly as loaded)."""
@@ -65,7 +66,7 @@ class InProcessBreakdown:
             self.hooks.remove()
 
     def clear_cache(self) -> None:
-        """Between repeats: collect garbage, empty the CUDA cache, reset rope deltas."""
+        """Between repeats: collect garbage; on CUDA, empty the cache and reset the peak-memory stats."""
         gc.collect()
         if getattr(self.device, "type", "") == "cuda":
             import torch
