@@ -23,15 +23,16 @@ def plot_run(run_dir: Path, points: list[tuple[str, list[RequestRecord], dict[st
     except ImportError:
         return []
     files: list[Path] = []
+    # the per-request numbers of each point's measured, successful requests, computed once
+    ok_values = [[request_values(r) for r in recs if r.ok and not r.warmup] for _l, recs, _s, _load in points]
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     for (name, key), ax in zip([("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl"), ("E2E", "e2e_ms")],
                                axes.flat, strict=False):  # fmt: skip
-        for label, recs, _summary, _load in points:
-            ok = [r for r in recs if r.ok and not r.warmup]
+        for (label, recs, _summary, _load), values in zip(points, ok_values, strict=True):
             if key == "itl":
-                vals = sorted(x for r in ok for x in itl_ms(r))
+                vals = sorted(x for r in recs if r.ok and not r.warmup for x in itl_ms(r))
             else:
-                vals = sorted(v for v in (request_values(r)[key] for r in ok) if v is not None)
+                vals = sorted(v[key] for v in values if v[key] is not None)
             if vals:
                 ys = [(i + 1) / len(vals) for i in range(len(vals))]
                 ax.plot(vals, ys, label=label)
@@ -67,10 +68,9 @@ def plot_run(run_dir: Path, points: list[tuple[str, list[RequestRecord], dict[st
         fig.savefig(files[-1], dpi=100)
         plt.close(fig)
     xs, ys = [], []
-    for _label, recs, _s, _l in points:
-        for r in recs:
-            v = request_values(r)
-            if r.ok and not r.warmup and v["ttft_ms"] is not None and (v["prompt_tokens"] or v["input_tokens"]):
+    for values in ok_values:
+        for v in values:
+            if v["ttft_ms"] is not None and (v["prompt_tokens"] or v["input_tokens"]):
                 xs.append(v["prompt_tokens"] or v["input_tokens"])
                 ys.append(v["ttft_ms"])
     if xs:
