@@ -22,6 +22,7 @@ __all__ = [
     "common_prefix_len",
     "prefill_prefix",
     "reuse_generate_kwargs",
+    "reuse_inputs",
     "rope_delta_owner",
     "set_rope_deltas",
     "verify_reuse",
