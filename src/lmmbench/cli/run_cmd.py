@@ -50,7 +50,7 @@ def run_spec(spec_name: str, options: Any) -> Path:
     finally:
         spec.teardown(ctx)
     rows: list[dict[str, Any]] = [dict(r) for r in read_rows(results_path)]
-    fields = [c for c in read_rows_header(results_path) if c not in BASE_COLUMNS]
+    fields = [c for c in sink.columns if c not in BASE_COLUMNS]  # the file's header (a resumed file's own)
     write_summary(rows, fields, spec_dir / f"{spec.name}_summary.csv")
     analysis = build_analysis(spec.name, rows, spec.stage_fields, spec.fit_pairs, spec.total_field,
                               spec.unattributed_field, spec.fit_stat)
@@ -74,14 +74,6 @@ def run_spec(spec_name: str, options: Any) -> Path:
     if interrupted:
         raise KeyboardInterrupt
     return spec_dir
-
-
-def read_rows_header(path: Path) -> list[str]:
-    """The header of a CSV file."""
-    import csv
-
-    with path.open(newline="", encoding="utf-8") as fh:
-        return next(csv.reader(fh), [])
 
 
 def _report(spec_dir: Path, name: str, stats: Any, analysis: dict[str, Any]) -> None:

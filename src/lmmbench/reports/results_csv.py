@@ -45,10 +45,12 @@ class ResultsCsv:
     def __init__(self, path: Path, columns: list[str], resume: bool = False) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        existing = read_rows(path) if resume else []
+        existing: list[dict[str, str]] = []
         if resume and path.is_file():
             with path.open(newline="", encoding="utf-8") as fh:
-                header = next(csv.reader(fh), [])
+                reader = csv.DictReader(fh)
+                existing = list(reader)
+                header = list(reader.fieldnames or [])
             missing = [c for c in columns if c not in header]
             if header and missing:
                 raise UserError(
