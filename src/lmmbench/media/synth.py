@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmmbench.media.extract import SAMPLE_RATE_HZ
 from lmmbench.media.manifest import write_manifest
 
 __all__ = ["SynthConfig", "synth_media"]
 
-SAMPLE_RATE_HZ = 16_000
 
 
 @dataclass(frozen=True)

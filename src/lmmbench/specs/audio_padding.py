@@ -20,9 +20,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from lmmbench.core.clock import now_ns, ns_to_ms
+from lmmbench.media.extract import SAMPLE_RATE_HZ
 from lmmbench.specs.base import Case, RunOptions, SpecContext, register_spec
 from lmmbench.specs.experiment_support import (
-    SAMPLE_RATE_HZ,
     ResearchSpec,
     family_check,
     fit_line,

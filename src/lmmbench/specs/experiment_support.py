@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
+from lmmbench.media.extract import SAMPLE_RATE_HZ
 from lmmbench.metrics.fits import linear_fit
 from lmmbench.specs.base import Spec, SpecContext
 
@@ -32,7 +33,6 @@ __all__ = [
 ]
 
 OK = "ok"
-SAMPLE_RATE_HZ = 16_000
 
 
 def load_spec_model(model: str, device: str, dtype: str) -> Any:

@@ -71,7 +71,8 @@ def _audio(root: Path, seconds: float, seed: int) -> Path:
     import numpy as np
     import soundfile as sf
 
-    from lmmbench.media.synth import SAMPLE_RATE_HZ, _tone
+    from lmmbench.media.extract import SAMPLE_RATE_HZ
+    from lmmbench.media.synth import _tone
 
     path = root / f"audio_{seconds:g}s.wav"
     if not path.is_file():
