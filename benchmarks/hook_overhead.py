@@ -30,12 +30,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from lmmbench.core.environment import capture_environment
     from lmmbench.engines.breakdown import run_generate_with_breakdown
     from lmmbench.engines.inprocess_breakdown import InProcessBreakdown, SampleMedia
     from lmmbench.media.manifest import load_manifest
     from lmmbench.models import load_model
     from lmmbench.profiling.hooks import StageHooks
-    from lmmbench.reports.run_info import capture_environment
     from lmmbench.specs.ttft_breakdown import synthetic_manifest
 
     torch.set_num_threads(args.threads)

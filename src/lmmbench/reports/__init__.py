@@ -3,15 +3,13 @@
 from lmmbench.reports.analysis import build_analysis
 from lmmbench.reports.json_files import write_json
 from lmmbench.reports.results_csv import ResultsCsv, numeric, read_rows
-from lmmbench.reports.run_info import capture_environment, git_commit, run_record
+from lmmbench.reports.run_info import run_record
 from lmmbench.reports.summary import describe, per_sample_medians, write_summary
 
 __all__ = [
     "ResultsCsv",
     "build_analysis",
-    "capture_environment",
     "describe",
-    "git_commit",
     "numeric",
     "per_sample_medians",
     "read_rows",

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from lmmbench.core.clock import wall_label
-from lmmbench.core.environment import capture_environment, cpu_name, git_commit, library_versions
+from lmmbench.core.environment import capture_environment
 
-__all__ = ["RUN_SCHEMA_VERSION", "capture_environment", "cpu_name", "git_commit", "library_versions", "run_record"]
+__all__ = ["RUN_SCHEMA_VERSION", "run_record"]
 
 RUN_SCHEMA_VERSION = 1
 
