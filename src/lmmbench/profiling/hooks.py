@@ -73,10 +73,6 @@ class StageHooks:
         self._forward_done = False
         self._installed = False
 
-    @property
-    def timer_kind(self) -> str:
-        return self.timeline.timer_kind if self.timeline is not None else "none"
-
     # -- installing -----------------------------------------------------------------------
     def install(self) -> StageHooks:
         """Add every hook (idempotent)."""
