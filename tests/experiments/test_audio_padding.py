@@ -62,10 +62,10 @@ def test_findings_from_injected_rows() -> None:
 
 
 def test_short_run_writes_outputs(tmp_path: Path) -> None:
-    from lmmbench.cli.run_cmd import run_spec
+    from lmmbench.sessions.spec_session import run_spec
 
     opts = AudioPaddingOptions(out_dir=tmp_path, repeats=1, warmup=0, durations_s=[1.0, 2.0], progress=False)
-    spec_dir = run_spec(AudioPaddingSpec.name, opts)
+    spec_dir = run_spec(AudioPaddingSpec.name, opts).spec_dir
     for suffix in ("results.csv", "summary.csv", "plot.png", "analysis.json"):
         assert (spec_dir / f"audio-padding_{suffix}").is_file()
     assert (spec_dir / "run.json").is_file()

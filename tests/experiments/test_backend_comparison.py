@@ -36,11 +36,11 @@ def test_server_metrics_of_reads_the_last_chunk() -> None:
 
 
 def _run(tmp_path: Path, **kw: object) -> tuple[Path, dict[str, object]]:
-    from lmmbench.cli.run_cmd import run_spec
+    from lmmbench.sessions.spec_session import run_spec
     from lmmbench.specs.backend_comparison import BackendComparisonSpec
 
     opts = BackendComparisonOptions(out_dir=tmp_path, repeats=2, warmup=1, limit=2, progress=False, **kw)
-    spec_dir = run_spec(BackendComparisonSpec.name, opts)
+    spec_dir = run_spec(BackendComparisonSpec.name, opts).spec_dir
     return spec_dir, json.loads((spec_dir / "backend-comparison_analysis.json").read_text())
 
 

@@ -67,12 +67,12 @@ def test_findings_from_injected_rows() -> None:
 
 
 def test_short_run_writes_outputs(tmp_path: Path) -> None:
-    from lmmbench.cli.run_cmd import run_spec
+    from lmmbench.sessions.spec_session import run_spec
     from lmmbench.specs.multiturn_kv_reuse import MultiturnKVReuseSpec
 
     opts = MultiturnKVReuseOptions(out_dir=tmp_path, repeats=1, warmup=0, turns=3, video_frames=4,
                                    progress=False)
-    spec_dir = run_spec(MultiturnKVReuseSpec.name, opts)
+    spec_dir = run_spec(MultiturnKVReuseSpec.name, opts).spec_dir
     analysis = json.loads((spec_dir / "multiturn-kv-reuse_analysis.json").read_text())
     assert analysis["rows_ok"] == 5  # turn 1 recompute, turns 2-3 both modes
     assert analysis["verification"]["reuse_matches_recompute"] is True

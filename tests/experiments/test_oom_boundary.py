@@ -129,12 +129,12 @@ def test_cpu_peak_memory_sees_a_torch_allocation() -> None:
 
 
 def test_short_cpu_run_against_a_budget(tmp_path: Path) -> None:
-    from lmmbench.cli.run_cmd import run_spec
+    from lmmbench.sessions.spec_session import run_spec
     from lmmbench.specs.oom_boundary import OOMBoundarySpec
 
     opts = OOMBoundaryOptions(out_dir=tmp_path, memory_budget_gb=0.07, frame_size=56, start_s=2, max_s=64,
                               resolution_s=2, warmup=1, progress=False)
-    spec_dir = run_spec(OOMBoundarySpec.name, opts)
+    spec_dir = run_spec(OOMBoundarySpec.name, opts).spec_dir
     analysis = json.loads((spec_dir / "oom-boundary_analysis.json").read_text())
     assert analysis["rows_ok"] == 1
     budget = 0.07 * 1024

@@ -48,11 +48,11 @@ def test_findings_from_injected_rows() -> None:
 def test_short_run_writes_outputs(tmp_path: Path) -> None:
     import csv
 
-    from lmmbench.cli.run_cmd import run_spec
+    from lmmbench.sessions.spec_session import run_spec
     from lmmbench.specs.ttft_batch import TTFTBatchSpec
 
     opts = TTFTBatchOptions(out_dir=tmp_path, repeats=1, warmup=0, num_inputs=[2], max_frames=4, progress=False)
-    spec_dir = run_spec(TTFTBatchSpec.name, opts)
+    spec_dir = run_spec(TTFTBatchSpec.name, opts).spec_dir
     analysis = json.loads((spec_dir / "ttft-batch_analysis.json").read_text())
     assert analysis["rows_ok"] == 2
     assert analysis["first_token_check"]["same_first_tokens"] is True

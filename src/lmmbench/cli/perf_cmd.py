@@ -9,7 +9,7 @@ from lmmbench.config.perf import PerfConfig
 
 
 def _run(cfg: PerfConfig) -> None:
-    from lmmbench.reports.perf_runner import run_perf
+    from lmmbench.sessions.perf_session import run_perf
 
     run_perf(cfg)
 

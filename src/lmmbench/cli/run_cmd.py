@@ -1,6 +1,7 @@
 """`lmmbench run <spec>` and `lmmbench specs`: run a named experiment, write its files.
 
-One sub-command per registered spec, its options derived from the spec's options model.
+One sub-command per registered spec, its options derived from the spec's options model; the run
+itself is ``lmmbench.sessions.spec_session.run_spec``, this module only parses and prints.
 Output: ``<out-dir>/<spec>/{<spec>_results.csv, <spec>_summary.csv, <spec>_plot.png,
 <spec>_analysis.json, run.json, report.html}``.
 """
@@ -16,64 +17,21 @@ import typer
 
 from lmmbench.config.cli_options import command_from_model
 
-__all__ = ["register", "run_spec"]
+__all__ = ["register"]
 
 log = logging.getLogger(__name__)
 
 
-def run_spec(spec_name: str, options: Any) -> Path:
-    """Run ``spec_name`` with validated ``options``; returns ``<out-dir>/<spec>``."""
-    from lmmbench.core.clock import wall_label
-    from lmmbench.reports import ResultsCsv, build_analysis, read_rows, run_record, write_json, write_summary
-    from lmmbench.reports.plots import plot_breakdown
-    from lmmbench.specs import BASE_COLUMNS, SPECS, RunStats, SpecContext, UnifiedRunner
+def _run(spec_name: str, options: Any) -> None:
+    """Run the spec through the library and print its outcome."""
+    from lmmbench.sessions.spec_session import run_spec
 
-    spec = SPECS.get(spec_name)()
-    spec_dir = Path(options.out_dir) / spec.name
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    ctx = SpecContext(options=options, spec_dir=spec_dir)
-    started = wall_label()
-    results_path = spec_dir / f"{spec.name}_results.csv"
-    stats = RunStats()
-    interrupted = False
-    try:
-        cases = spec.setup(ctx)
-        extras = list(dict.fromkeys(k for c in cases for k in c.extra))
-        columns = list(dict.fromkeys([*BASE_COLUMNS, *extras, *spec.columns]))
-        with ResultsCsv(results_path, columns, resume=options.resume) as sink:
-            runner = UnifiedRunner(spec, ctx, sink.append, done=sink.done)
-            try:
-                stats = runner.run(cases, options.repeats, options.warmup, clear_cache=options.clear_cache,
-                                   progress=options.progress, interleave=options.interleave)
-            except KeyboardInterrupt:
-                interrupted = True
-    finally:
-        spec.teardown(ctx)
-    rows: list[dict[str, Any]] = [dict(r) for r in read_rows(results_path)]
-    fields = [c for c in sink.columns if c not in BASE_COLUMNS]  # the file's header (a resumed file's own)
-    write_summary(rows, fields, spec_dir / f"{spec.name}_summary.csv")
-    analysis = build_analysis(spec.name, rows, spec.stage_fields, spec.fit_pairs, spec.total_field,
-                              spec.unattributed_field, spec.fit_stat)
-    analysis.update(spec.findings(rows, analysis))
-    write_json(spec_dir / f"{spec.name}_analysis.json", analysis, float_digits=6)
-    plot_path = spec_dir / f"{spec.name}_plot.png"
-    if not spec.plot(rows, plot_path):
-        plot_breakdown(rows, spec.stage_fields, spec.fit_pairs, plot_path, title=f"{spec.name}: {options.model}",
-                       fit_stat=spec.fit_stat, preprocess_fields=spec.preprocess_fields)
-    config = {"spec": spec.name, **options.model_dump(mode="json")}
-    run_stats = {"ok": stats.ok, "failed": stats.failed, "skipped_already_done": stats.skipped,
-                 "interrupted": interrupted}
-    record = run_record(spec.name, config, ctx.environment, started, run_stats)
-    write_json(spec_dir / "run.json", record, float_digits=6)
-    from lmmbench.reports.html_report import write_reports
-
-    write_reports("spec", spec_dir, spec.name)  # report.html; a failure is a logged warning
-    _report(spec_dir, spec.name, stats, analysis)
-    if spec.unattributed_field and options.progress:
-        _table(rows, analysis, spec.total_field)
-    if interrupted:
+    run = run_spec(spec_name, options)
+    _report(run.spec_dir, run.name, run, run.analysis)
+    if run.unattributed_field and options.progress:
+        _table(run.rows, run.analysis, run.total_field or "ttft_ms")
+    if run.interrupted:
         raise KeyboardInterrupt
-    return spec_dir
 
 
 def _report(spec_dir: Path, name: str, stats: Any, analysis: dict[str, Any]) -> None:
@@ -122,7 +80,7 @@ def register(app: typer.Typer) -> None:
         spec_cls = SPECS.get(name)
 
         def handler(opts: Any, _name: str = name) -> None:
-            run_spec(_name, opts)
+            _run(_name, opts)
 
         command_from_model(run_app, name, spec_cls.options_model, handler, help=spec_cls.help)
     app.add_typer(run_app, name="run")

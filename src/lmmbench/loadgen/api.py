@@ -4,7 +4,7 @@ Steps: pre-flight (endpoint reachable, model served, continuous usage accepted),
 the dataset, one global schedule (open loop) or id list (closed loop) split over ``workers``
 processes that share one ``t0`` (``perf_counter_ns`` is system-wide monotonic), records merged
 and summarised. The only file written here is the optional journal of finished requests
-(``lmmbench.loadgen.journal``); the result files are ``lmmbench.reports.perf_runner``'s.
+(``lmmbench.loadgen.journal``); the result files are ``lmmbench.sessions.perf_session``'s.
 """
 
 from __future__ import annotations

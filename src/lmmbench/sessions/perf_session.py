@@ -1,4 +1,5 @@
-"""``lmmbench perf``: resolve points (sweeps, workloads, search probes), run each, write every file.
+"""A perf run, as a library call (`lmmbench perf`, tests and plan executors call ``run_perf``):
+resolve points (sweeps, workloads, search probes), run each, write every file.
 
 Output folder ``<out-dir>/perf/<run-name>/``: records.partial.jsonl (finished requests of the point
 in progress, raw instants, appended every 0.5 s by the load workers and removed when the point ends),
