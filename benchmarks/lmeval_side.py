@@ -34,6 +34,8 @@ def main() -> int:
     from lm_eval.tasks import TaskManager
 
     t_import = time.perf_counter_ns()
+    if spec.get("cwd"):  # lm-eval's `datasets` resolves relative data_files against the working directory
+        os.chdir(spec["cwd"])
     tm = TaskManager(include_path=spec["tasks_dir"], include_defaults=False)
     res = lm_eval.simple_evaluate(
         model="hf",
@@ -64,6 +66,7 @@ def main() -> int:
                     "arguments": [list(a) if isinstance(a, (list, tuple)) else a for a in s["arguments"]],
                     "resps": s["resps"],
                     "filtered_resps": s["filtered_resps"],
+                    "filter": s.get("filter", "none"),
                 }
             )
         out["samples"][task] = rows

@@ -16,7 +16,10 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = Field(None, description="tiny model name, local model dir, or http(s):// endpoint URL")
-    tasks: list[str] = Field(description="task names (see `lmmbench tasks`) or task YAML files")
+    tasks: list[str] = Field(description="task names (see `lmmbench tasks`) or task YAML files (lmmbench's or lm-eval's)")
+    include_path: list[Path] = Field(
+        default_factory=list, description="folders of lm-evaluation-harness task / group files, looked up by name"
+    )
     mode: Literal["all", "infer", "eval"] = "all"
     out_dir: Path = Field(Path("outputs/eval"), description="runs go to <out-dir>/<timestamp>/")
     resume: str | None = Field(None, description="'latest' or a run folder name to resume / re-score")

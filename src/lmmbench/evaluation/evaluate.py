@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
+from lmmbench.evaluation.lmeval_filters import apply_pipeline
 from lmmbench.evaluation.runner import read_predictions
-from lmmbench.evaluation.task_config import TaskConfig
+from lmmbench.evaluation.task_config import MetricSpec, TaskConfig
 from lmmbench.metrics.accuracy import AccuracyMetric, MetricValue, aggregate_metric, get_metric
 
 __all__ = ["TaskResult", "evaluate_task", "extract_answer"]
@@ -50,6 +51,25 @@ def extract_answer(task: TaskConfig, output: str) -> str:
     return text.strip() if g.strip else text
 
 
+def _metric_entries(task: TaskConfig) -> list[tuple[MetricSpec, AccuracyMetric]]:
+    """(spec, metric) per reported value; with lm-eval filter pipelines, one per metric and pipeline,
+    the spec named ``metric,pipeline`` as lm-eval names them."""
+    specs = task.default_metrics()
+    metrics = [(s, get_metric(s.name, task.kind, f"{task.source_file}: metrics")) for s in specs]
+    if task.kind != "generate" or not task.filters:
+        return metrics
+    return [(s.model_copy(update={"name": f"{s.name},{f.name}"}), m) for f in task.filters for s, m in metrics]
+
+
+def _filtered(task: TaskConfig, sample: dict[str, Any], key: str) -> dict[str, Any]:
+    """The sample with the prediction of the filter pipeline named in ``key`` (``metric,pipeline``)."""
+    if task.kind != "generate" or not task.filters:
+        return sample
+    name = key.partition(",")[2]
+    pipeline = next(f for f in task.filters if f.name == name)
+    return {**sample, "prediction": apply_pipeline(pipeline, str(sample.get("output", "")))}
+
+
 def _scalar(metric: AccuracyMetric, value: Any) -> float:
     """A per-sample number for metrics.csv (perplexities per document, BLEU per sentence is blank)."""
     if isinstance(value, tuple):
@@ -67,8 +87,7 @@ def evaluate_task(task: TaskConfig, pred_path: Path, results_dir: Path) -> TaskR
         by_doc[int(r["doc_id"])] = r
     limit = task.data.limit
     rows = [by_doc[k] for k in sorted(by_doc) if limit is None or k < limit]
-    specs = task.default_metrics()
-    metrics = [(s, get_metric(s.name, task.kind, f"{task.source_file}: metrics")) for s in specs]
+    metrics = _metric_entries(task)
     results_dir.mkdir(parents=True, exist_ok=True)
     values: dict[str, list[Any]] = {s.name: [] for s, _ in metrics}
     kept: list[dict[str, Any]] = []
@@ -87,7 +106,7 @@ def evaluate_task(task: TaskConfig, pred_path: Path, results_dir: Path) -> TaskR
             if not err:
                 try:
                     for s, m in metrics:
-                        per[s.name] = m.score(sample, s.options)
+                        per[s.name] = m.score(_filtered(task, sample, s.name), s.options)
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
                     err = f"scoring failed: {type(exc).__name__}: {exc}"
             if err:
@@ -97,7 +116,7 @@ def evaluate_task(task: TaskConfig, pred_path: Path, results_dir: Path) -> TaskR
             for s, _m in metrics:
                 values[s.name].append(per[s.name])
             kept.append({"meta": meta, "values": per})
-            shown = sample.get("prediction", "")
+            shown = _filtered(task, sample, metrics[0][0].name).get("prediction", "") if metrics else ""
             writer.writerow(
                 [
                     r["doc_id"],

@@ -23,7 +23,8 @@ from lmmbench.evaluation.eval_config import EvalConfig
 from lmmbench.evaluation.evaluate import TaskResult, evaluate_task
 from lmmbench.evaluation.runner import InferStats, run_infer
 from lmmbench.evaluation.task_config import TaskConfig
-from lmmbench.evaluation.task_registry import resolve_task
+from lmmbench.evaluation.lmeval_groups import LmEvalGroup, group_results
+from lmmbench.evaluation.task_registry import resolve_selection
 
 __all__ = ["EvalConfig", "EvalRun", "make_backend", "run_eval"]
 
@@ -110,12 +111,12 @@ def _run_dir(cfg: EvalConfig) -> Path:
     return run
 
 
-def _tasks(cfg: EvalConfig) -> list[TaskConfig]:
+def _tasks(cfg: EvalConfig) -> tuple[list[TaskConfig], list[LmEvalGroup]]:
     if not cfg.tasks:
         raise UserError("--tasks: give at least one task name or YAML file (see `lmmbench tasks`)")
     out = []
-    for name in cfg.tasks:
-        task = resolve_task(name)
+    selection = resolve_selection(cfg.tasks, cfg.include_path)
+    for task in selection.tasks:
         updates: dict[str, Any] = {}
         if cfg.limit is not None:
             updates["data"] = task.data.model_copy(update={"limit": cfg.limit})
@@ -124,12 +125,12 @@ def _tasks(cfg: EvalConfig) -> list[TaskConfig]:
         if cfg.group_by:
             updates["group_by"] = list(dict.fromkeys([*task.group_by, *cfg.group_by]))
         out.append(task.model_copy(update=updates))
-    return out
+    return out, selection.groups
 
 
 def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
     """Run ``cfg.mode`` on every task; returns the run folder and what was done."""
-    tasks = _tasks(cfg)
+    tasks, groups = _tasks(cfg)
     run_dir = _run_dir(cfg)
     for sub in ("logs", "predictions", "results", "summary"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -154,6 +155,7 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
             for task in tasks:
                 pred = run_dir / "predictions" / f"{task.task}.jsonl"
                 results.append(evaluate_task(task, pred, run_dir / "results"))
+            results += group_results(groups, results)  # lm-eval group files
             write_summary(results, run_dir / "summary", title=f"lmmbench eval — {run_dir.name}")
             run.results = [r.to_json() for r in results]
         return run

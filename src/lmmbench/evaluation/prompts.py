@@ -127,6 +127,8 @@ class PromptRenderer:
     def target(self, doc: dict[str, Any], doc_id: int) -> Any:
         """The answer (lm-eval's ``doc_to_target``): an index for MC, else text or a list of texts."""
         t = self.task.doc_to_target
+        if isinstance(t, int):  # lm-eval: an integer target is an index into the choices
+            return t
         if t in self.columns:
             return doc[t]
         s = self._render("doc_to_target", t, doc, doc_id)
@@ -146,6 +148,18 @@ class PromptRenderer:
         if isinstance(target, list):
             return str(target[0])
         return str(target)
+
+    def _draw(self, rnd: random.Random, pool: list[dict[str, Any]], exclude: dict[str, Any] | None) -> list[Any]:
+        """The few-shot examples of one sample: lm-eval's ``first_n`` or its seeded default sampler."""
+        n = self.task.fewshot.num
+        if self.task.fewshot.sampler == "first_n":
+            return [x for x in pool if exclude is None or x != exclude][:n]
+        if exclude is None:
+            return rnd.sample(pool, n)
+        drawn = [x for x in rnd.sample(pool, n + 1) if x != exclude][:n]
+        if len(drawn) < n:
+            drawn = rnd.sample([x for x in pool if x != exclude], n)
+        return drawn
 
     def render_all(
         self, docs: list[dict[str, Any]], pool: list[dict[str, Any]] | None = None, pool_is_eval_split: bool = True
@@ -170,13 +184,7 @@ class PromptRenderer:
             prefix = ""
             examples: list[tuple[str, str]] = []
             if fs.num > 0:
-                if same_pool:
-                    drawn = [x for x in rnd.sample(fs_docs, fs.num + 1) if x != doc][: fs.num]
-                    if len(drawn) < fs.num:
-                        drawn = rnd.sample([x for x in fs_docs if x != doc], fs.num)
-                else:
-                    drawn = rnd.sample(fs_docs, fs.num)
-                for ex in drawn:
+                for ex in self._draw(rnd, fs_docs, doc if same_pool else None):
                     ex_choices = self.choices(ex, i)
                     ans = self.answer_text(self.target(ex, i), ex_choices)
                     prefix += self.text(ex, i)

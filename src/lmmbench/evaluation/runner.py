@@ -83,7 +83,8 @@ def build_jobs(task: TaskConfig, model_id: str, chat_prompt: ChatPrompt | None =
     columns = set().union(*(d.keys() for d in full))
     own_split = task.fewshot.source is None
     pool = full if own_split else read_source(task.fewshot.source, task)  # type: ignore[arg-type]
-    rendered = PromptRenderer(task, columns).render_all(docs, pool, pool_is_eval_split=own_split)
+    exclude = own_split if task.fewshot.exclude_eval_doc is None else task.fewshot.exclude_eval_doc
+    rendered = PromptRenderer(task, columns).render_all(docs, pool, pool_is_eval_split=exclude)
     jobs: list[SampleJob] = []
     if task.chat_template and task.kind == "multiple_choice" and chat_prompt is None:
         raise UserError(f"{task.source_file}: chat_template needs a model to render the chat template")
@@ -129,6 +130,10 @@ def _job(
         row.update(choices=choices, gold=r.gold)
         reqs = [LLRequest(context, delimiter + c, images, audio) for c in choices]
         return SampleJob(_key(key_base, [context, choices, images, audio]), row, ll=reqs)
+    if task.kind == "loglikelihood":  # lm-eval: (context, target), no delimiter between them
+        cont = r.references[0] if r.references else ""
+        row.update(choices=[cont], gold=0)
+        return SampleJob(_key(key_base, [context, cont]), row, ll=[LLRequest(context, cont, images, audio)])
     if task.kind == "loglikelihood_rolling":
         text = r.references[0] if r.references else ""
         row.update(words=len(re.split(r"\s+", text)), bytes=len(text.encode("utf-8")))

@@ -16,9 +16,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lmmbench.core.errors import UserError
 
-__all__ = ["DataSource", "FewShot", "GenerationParams", "MetricSpec", "TaskConfig", "load_task_file"]
+__all__ = [
+    "DataSource",
+    "FewShot",
+    "FilterPipeline",
+    "FilterStep",
+    "GenerationParams",
+    "MetricSpec",
+    "TaskConfig",
+    "load_task_file",
+]
 
-RequestKind = Literal["generate", "multiple_choice", "loglikelihood_rolling"]
+RequestKind = Literal["generate", "multiple_choice", "loglikelihood", "loglikelihood_rolling"]
 
 
 class _Strict(BaseModel):
@@ -29,7 +38,9 @@ class DataSource(_Strict):
     """Where the samples come from."""
 
     path: str = Field(description="jsonl/json/csv/parquet file or a `datasets` folder, relative to the YAML")
-    format: Literal["auto", "jsonl", "json", "csv", "parquet", "hf_disk"] = "auto"
+    format: Literal["auto", "jsonl", "json", "csv", "csv_typed", "parquet", "hf_disk"] = Field(
+        "auto", description="csv: every cell text; csv_typed: numbers inferred, as `datasets` reads a csv"
+    )
     split: str | None = Field(None, description="split of a saved DatasetDict")
     limit: int | None = Field(None, ge=1, description="use only the first N samples")
 
@@ -40,6 +51,10 @@ class FewShot(_Strict):
     num: int = Field(0, ge=0)
     seed: int = 1234
     source: DataSource | None = Field(None, description="separate few-shot pool; default: the task's samples")
+    sampler: Literal["default", "first_n"] = Field("default", description="random (seeded) or the pool's first n")
+    exclude_eval_doc: bool | None = Field(
+        None, description="draw n + 1 and drop the evaluated sample (default: when the pool is the task's samples)"
+    )
 
 
 class GenerationParams(_Strict):
@@ -51,6 +66,20 @@ class GenerationParams(_Strict):
     regex_group: int = 0
     regex_fallback: str = "[invalid]"
     strip: bool = True
+
+
+class FilterStep(_Strict):
+    """One step of an lm-evaluation-harness filter pipeline (``function`` and its options)."""
+
+    function: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class FilterPipeline(_Strict):
+    """A named filter pipeline applied to generated text; its metrics are reported as ``metric,name``."""
+
+    name: str
+    steps: list[FilterStep] = Field(default_factory=list)
 
 
 class MetricSpec(_Strict):
@@ -70,7 +99,7 @@ class TaskConfig(_Strict):
     licence: str | None = None
     data: DataSource
     doc_to_text: str = Field("", description="Jinja2 template or column of the prompt")
-    doc_to_target: str = Field("", description="Jinja2 template or column of the answer (index or text for MC)")
+    doc_to_target: str | int = Field("", description="Jinja2 template or column of the answer, or a choice index")
     doc_to_choice: str | list[str] | None = Field(None, description="column, template rendering a list, or list")
     target_delimiter: str = " "
     fewshot_delimiter: str = "\n\n"
@@ -84,6 +113,9 @@ class TaskConfig(_Strict):
     audio_column: str | None = Field(None, description="column holding an audio path (relative to the data)")
     generation: GenerationParams = Field(default_factory=lambda: GenerationParams.model_validate({}))
     metrics: list[MetricSpec] = Field(default_factory=list)
+    filters: list[FilterPipeline] = Field(
+        default_factory=list, description="lm-eval filter pipelines on generated text (replace answer_regex)"
+    )
     group_by: list[str] = Field(default_factory=list, description="metadata columns to aggregate by")
     base_dir: Path = Field(Path("."), exclude=True)
     source_file: str = Field("<inline>", exclude=True)
@@ -101,6 +133,7 @@ class TaskConfig(_Strict):
             return self.metrics
         defaults = {
             "multiple_choice": ["acc", "acc_norm"],
+            "loglikelihood": ["perplexity", "acc"],
             "loglikelihood_rolling": ["word_perplexity", "byte_perplexity", "bits_per_byte"],
             "generate": ["exact_match"],
         }[self.kind]
@@ -143,6 +176,13 @@ def load_task_file(path: Path) -> TaskConfig:
         raise UserError(f"{where}: not valid YAML ({problem}); fix the syntax") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: a task file must be a mapping with 'task', 'kind' and 'data'")
+    from lmmbench.evaluation import lmeval_tasks
+
+    if lmeval_tasks.is_lmeval_mapping(data):  # an lm-evaluation-harness task file, read as it is
+        raw = lmeval_tasks.resolve_includes(path, lmeval_tasks.read_lmeval_yaml(path))
+        if isinstance(raw.get("task"), list):
+            raise UserError(f"{path}: an lm-eval group file; pass it to `lmmbench eval --tasks`")
+        return lmeval_tasks.task_from_lmeval(path, raw)
     data.setdefault("task", path.stem)
     try:
         cfg = TaskConfig.model_validate({**data, "base_dir": path.parent, "source_file": str(path)})

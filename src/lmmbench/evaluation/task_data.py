@@ -50,6 +50,23 @@ def _read_csv(path: Path) -> list[dict[str, Any]]:
         return [dict(r) for r in csv.DictReader(fh)]
 
 
+def _plain(value: Any) -> Any:
+    """A pandas / numpy cell as the Python value `datasets` hands out (NaN -> None)."""
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        value = value.item()
+    return None if isinstance(value, float) and value != value else value
+
+
+def _read_csv_typed(path: Path) -> list[dict[str, Any]]:
+    """A csv with pandas' type inference, as lm-eval's `datasets` csv loader reads it."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise UserError(f"{path}: reading this csv needs pandas: pip install pandas") from None
+    frame = pd.read_csv(path)
+    return [{str(k): _plain(v) for k, v in r.items()} for r in frame.to_dict(orient="records")]
+
+
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
     try:
         import pandas as pd
@@ -92,6 +109,8 @@ def read_source(src: DataSource, base: TaskConfig) -> list[dict[str, Any]]:
             rows = _read_json(path)
         elif fmt == "csv":
             rows = _read_csv(path)
+        elif fmt == "csv_typed":
+            rows = _read_csv_typed(path)
         elif fmt == "parquet":
             rows = _read_parquet(path)
         else:

@@ -145,6 +145,8 @@ def _mc_lls(sample: Mapping[str, Any]) -> list[float]:
 
 
 def _acc(sample: Mapping[str, Any], opts: Mapping[str, Any]) -> float:
+    if sample.get("kind") == "loglikelihood":  # lm-eval: the continuation is the greedy one
+        return 1.0 if all(sample["is_greedy"]) else 0.0
     return 1.0 if _argmax_first(_mc_lls(sample)) == int(sample["gold"]) else 0.0
 
 
@@ -154,7 +156,16 @@ def _acc_norm(sample: Mapping[str, Any], opts: Mapping[str, Any]) -> float:
     return 1.0 if _argmax_first([ll / n for ll, n in zip(lls, lens, strict=True)]) == int(sample["gold"]) else 0.0
 
 
-# ---------------------------------------------------------------- rolling perplexity
+# ---------------------------------------------------------------- rolling perplexity and loglikelihood
+
+
+def _ll(sample: Mapping[str, Any], opts: Mapping[str, Any]) -> float:
+    return float(_mc_lls(sample)[0])
+
+
+def _perplexity(values: Sequence[SampleValue]) -> float:
+    """lm-eval's ``perplexity`` aggregation: exp(−mean LL)."""
+    return math.exp(-_mean(values))
 
 
 def _word_ppl(sample: Mapping[str, Any], opts: Mapping[str, Any]) -> tuple[float, int]:
@@ -214,11 +225,13 @@ def _bleu(sample: Mapping[str, Any], opts: Mapping[str, Any]) -> tuple[str, list
 
 
 _MC = ("multiple_choice",)
+_LL = ("loglikelihood",)
 _ROLL = ("loglikelihood_rolling",)
 _GEN = ("generate",)
 
 for _m in (
-    AccuracyMetric("acc", _MC, _acc, _mean),
+    AccuracyMetric("acc", (*_MC, *_LL), _acc, _mean),
+    AccuracyMetric("perplexity", _LL, _ll, _perplexity, False, False),
     AccuracyMetric("acc_norm", _MC, _acc_norm, _mean),
     AccuracyMetric("word_perplexity", _ROLL, _word_ppl, _weighted_perplexity, False, False),
     AccuracyMetric("byte_perplexity", _ROLL, _byte_ppl, _weighted_perplexity, False, False),
