@@ -16,7 +16,9 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = Field(None, description="tiny model name, local model dir, or http(s):// endpoint URL")
-    tasks: list[str] = Field(description="task names (see `lmmbench tasks`) or task YAML files (lmmbench's or lm-eval's)")
+    tasks: list[str] = Field(
+        description="task names (see `lmmbench tasks`), task YAML files (lmmbench's or lm-eval's), lm-eval names"
+    )
     include_path: list[Path] = Field(
         default_factory=list, description="folders of lm-evaluation-harness task / group files, looked up by name"
     )

@@ -53,7 +53,7 @@ def _sample(s: dict[str, Any]) -> dict[str, Any]:
         row["loglikelihoods"] = [float(r[0][0]) for r in resps]
         row["is_greedy"] = [bool(r[0][1]) for r in resps]
     else:
-        row["loglikelihoods"] = [float(first)]  # loglikelihood_rolling: one float per document
+        row["loglikelihoods"] = [] if first is None else [float(first)]  # rolling: one float per document
     return row
 
 

@@ -21,7 +21,15 @@ from lmmbench.core.errors import UserError
 from lmmbench.evaluation.lmeval_filters import check_step
 from lmmbench.evaluation.task_config import TaskConfig
 
-__all__ = ["FunctionRef", "is_lmeval_mapping", "read_lmeval_yaml", "resolve_includes", "task_from_lmeval"]
+__all__ = [
+    "FunctionRef",
+    "LmEvalLoader",
+    "find_functions",
+    "is_lmeval_mapping",
+    "read_lmeval_yaml",
+    "resolve_includes",
+    "task_from_lmeval",
+]
 
 _KIND = {
     "multiple_choice": "multiple_choice",
@@ -39,8 +47,15 @@ METRIC_AGGREGATION = {
     "byte_perplexity": "weighted_perplexity",
     "bits_per_byte": "bits_per_byte",
 }
-_METRIC_KEYS = {"metric", "aggregation", "higher_is_better", "ignore_case", "ignore_punctuation", "ignore_numbers",
-                "regexes_to_ignore"}
+_METRIC_KEYS = {
+    "metric",
+    "aggregation",
+    "higher_is_better",
+    "ignore_case",
+    "ignore_punctuation",
+    "ignore_numbers",
+    "regexes_to_ignore",
+}
 _TASK_KEYS = {
     "task", "task_alias", "tag", "output_type", "dataset_path", "dataset_name", "dataset_kwargs",
     "training_split", "validation_split", "test_split", "fewshot_split", "doc_to_text", "doc_to_choice",
@@ -55,15 +70,15 @@ class FunctionRef(str):
     """A ``!function module.name`` value: Python code lmmbench does not run."""
 
 
-class _LmEvalLoader(yaml.SafeLoader):
-    pass
+class LmEvalLoader(yaml.SafeLoader):
+    """A SafeLoader that reads ``!function`` tags as ``FunctionRef`` (reported, never run)."""
 
 
 def _function_tag(loader: yaml.SafeLoader, node: yaml.Node) -> FunctionRef:
     return FunctionRef(str(loader.construct_scalar(node)))  # type: ignore[arg-type]
 
 
-_LmEvalLoader.add_constructor("!function", _function_tag)
+LmEvalLoader.add_constructor("!function", _function_tag)
 
 
 def read_lmeval_yaml(path: Path) -> dict[str, Any]:
@@ -71,7 +86,7 @@ def read_lmeval_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"{path}: task file not found")
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LmEvalLoader)  # noqa: S506 (a SafeLoader)
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=LmEvalLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -106,15 +121,16 @@ def resolve_includes(path: Path, data: dict[str, Any], seen: tuple[Path, ...] = 
     return merged
 
 
-def _find_functions(value: Any, key: str, path: Path) -> None:
+def find_functions(value: Any, key: str, path: Path) -> None:
+    """A ``UserError`` naming the key when ``value`` holds a ``!function`` tag."""
     if isinstance(value, FunctionRef):
         raise UserError(f"{path}: key '{key}': '!function {value}' (Python code) is not supported by lmmbench")
     if isinstance(value, dict):
         for k, v in value.items():
-            _find_functions(v, f"{key}.{k}", path)
+            find_functions(v, f"{key}.{k}", path)
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            _find_functions(v, f"{key}[{i}]", path)
+            find_functions(v, f"{key}[{i}]", path)
 
 
 def _local_file(name: str, base: Path, path: Path) -> Path:
@@ -179,7 +195,9 @@ def _metrics(cfg: dict[str, Any], path: Path) -> list[dict[str, Any]]:
             raise UserError(f"{where}: key(s) {', '.join(sorted(extra))} are not supported")
         agg = m.get("aggregation", METRIC_AGGREGATION[name])
         if agg != METRIC_AGGREGATION[name]:
-            raise UserError(f"{where}: aggregation '{agg}' of '{name}' is not supported (lmmbench: {METRIC_AGGREGATION[name]})")
+            raise UserError(
+                f"{where}: aggregation '{agg}' of '{name}' is not supported (lm-eval's: {METRIC_AGGREGATION[name]})"
+            )
         opts = {k: v for k, v in m.items() if k not in ("metric", "aggregation", "higher_is_better")}
         out.append({"name": name, "options": opts})
     return out
@@ -209,7 +227,7 @@ def _generation(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
     if extra:
         raise UserError(f"{path}: generation_kwargs: {', '.join(sorted(extra))} not supported (greedy only)")
     if gen.get("do_sample") or float(gen.get("temperature", 0.0) or 0.0) != 0.0:
-        raise UserError(f"{path}: generation_kwargs: only greedy decoding (do_sample: false, temperature: 0) is supported")
+        raise UserError(f"{path}: generation_kwargs: only greedy decoding (do_sample: false, temperature: 0) runs")
     until = gen.get("until", [delim])
     until = [until] if isinstance(until, str) else [str(u) for u in until]
     return {"max_tokens": int(gen.get("max_gen_toks", 256)), "stop": until, "strip": False}
@@ -237,6 +255,8 @@ def _fewshot(cfg: dict[str, Any], eval_split: str, path: Path) -> dict[str, Any]
 
 def task_from_lmeval(path: Path, raw: dict[str, Any]) -> TaskConfig:
     """The ``TaskConfig`` of one lm-eval task mapping (``include`` already resolved)."""
+    for k, v in raw.items():
+        find_functions(v, k, path)
     unknown = sorted(k for k in raw if k not in _TASK_KEYS)
     if unknown:
         raise UserError(
@@ -244,8 +264,6 @@ def task_from_lmeval(path: Path, raw: dict[str, Any]) -> TaskConfig:
             + (f" (nor {', '.join(unknown[1:])})" if len(unknown) > 1 else "")
             + "; see docs/eval.md 'lm-evaluation-harness task files'"
         )
-    for k, v in raw.items():
-        _find_functions(v, k, path)
     if "task" not in raw:
         raise UserError(f"{path}: an lm-eval task file needs 'task' (its name)")
     out_type = str(raw.get("output_type", "generate_until"))

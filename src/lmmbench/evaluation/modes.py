@@ -21,9 +21,9 @@ from lmmbench.core.errors import UserError
 from lmmbench.evaluation.aggregate import write_summary
 from lmmbench.evaluation.eval_config import EvalConfig
 from lmmbench.evaluation.evaluate import TaskResult, evaluate_task
+from lmmbench.evaluation.lmeval_groups import LmEvalGroup, group_results
 from lmmbench.evaluation.runner import InferStats, run_infer
 from lmmbench.evaluation.task_config import TaskConfig
-from lmmbench.evaluation.lmeval_groups import LmEvalGroup, group_results
 from lmmbench.evaluation.task_registry import resolve_selection
 
 __all__ = ["EvalConfig", "EvalRun", "make_backend", "run_eval"]

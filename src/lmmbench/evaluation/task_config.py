@@ -168,7 +168,9 @@ def load_task_file(path: Path) -> TaskConfig:
         raise UserError(f"{path}: task file not found")
     text = path.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
+        from lmmbench.evaluation.lmeval_tasks import LmEvalLoader
+
+        data = yaml.load(text, Loader=LmEvalLoader)  # a SafeLoader that also reads lm-eval's `!function` tags
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -183,6 +185,8 @@ def load_task_file(path: Path) -> TaskConfig:
         if isinstance(raw.get("task"), list):
             raise UserError(f"{path}: an lm-eval group file; pass it to `lmmbench eval --tasks`")
         return lmeval_tasks.task_from_lmeval(path, raw)
+    for key, value in data.items():
+        lmeval_tasks.find_functions(value, key, path)
     data.setdefault("task", path.stem)
     try:
         cfg = TaskConfig.model_validate({**data, "base_dir": path.parent, "source_file": str(path)})
