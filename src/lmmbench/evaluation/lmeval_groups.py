@@ -27,7 +27,15 @@ from lmmbench.evaluation.lmeval_tasks import (
 from lmmbench.evaluation.task_config import TaskConfig
 from lmmbench.metrics.accuracy import MetricValue
 
-__all__ = ["GroupAggregate", "LmEvalGroup", "LmEvalIndex", "TaskSelection", "group_results", "load_lmeval_file"]
+__all__ = [
+    "GroupAggregate",
+    "LmEvalGroup",
+    "LmEvalIndex",
+    "TaskSelection",
+    "group_results",
+    "load_by_name",
+    "load_lmeval_file",
+]
 
 _GROUP_KEYS = {"group", "group_alias", "task", "aggregate_metric_list", "metadata"}
 
@@ -86,7 +94,7 @@ class LmEvalIndex:
     def _add(self, path: Path) -> None:
         try:
             data = resolve_includes(path, read_lmeval_yaml(path))
-        except UserError:
+        except (UserError, OSError, UnicodeDecodeError):
             return  # an unreadable file is reported when it is asked for, not when it is indexed
         if not is_lmeval_mapping(data):
             return
@@ -120,7 +128,8 @@ def _aggregates(path: Path, raw: Any) -> list[GroupAggregate]:
     return out
 
 
-def _load_by_name(name: str, index: LmEvalIndex, seen: tuple[str, ...]) -> TaskSelection:
+def load_by_name(name: str, index: LmEvalIndex, seen: tuple[str, ...] = ()) -> TaskSelection:
+    """The tasks (and groups) of an indexed task, group or tag name."""
     if name in seen:
         raise UserError(f"group '{seen[-1]}' includes '{name}', which includes it back")
     if name in index.files:
@@ -128,7 +137,7 @@ def _load_by_name(name: str, index: LmEvalIndex, seen: tuple[str, ...]) -> TaskS
     if name in index.tags:
         sel = TaskSelection()
         for member in index.tags[name]:
-            sel.add(_load_by_name(member, index, (*seen, name)))
+            sel.add(load_by_name(member, index, (*seen, name)))
         return sel
     raise UserError(f"lm-eval task or group '{name}' not found (pass its folder with --include-path)")
 
@@ -142,7 +151,7 @@ def _group(path: Path, data: dict[str, Any], index: LmEvalIndex, seen: tuple[str
     members: list[str] = []
     for i, entry in enumerate(data["task"]):
         if isinstance(entry, str):
-            sel.add(_load_by_name(entry, index, (*seen, name)))
+            sel.add(load_by_name(entry, index, (*seen, name)))
             members.append(entry)
         elif isinstance(entry, dict) and "task" in entry:
             base: dict[str, Any] = {}

@@ -16,7 +16,7 @@ from lmmbench.evaluation.task_config import TaskConfig, load_task_file
 from lmmbench.models.tiny import lmmbench_home
 
 if TYPE_CHECKING:
-    from lmmbench.evaluation.lmeval_groups import LmEvalIndex, TaskSelection
+    from lmmbench.evaluation.lmeval_groups import TaskSelection
 
 __all__ = ["SHIPPED_TASKS_DIR", "TASKS", "TaskInfo", "list_tasks", "resolve_selection", "resolve_task"]
 
@@ -63,7 +63,7 @@ def resolve_task(name_or_path: str) -> TaskConfig:
 def resolve_selection(names: list[str], include_paths: list[Path] | None = None) -> TaskSelection:
     """The tasks (and lm-eval groups) of ``--tasks``: lm-eval names in ``include_paths`` first, then
     registered names, then YAML paths (lmmbench's or lm-eval's format, task or group file)."""
-    from lmmbench.evaluation.lmeval_groups import LmEvalIndex, TaskSelection, load_lmeval_file
+    from lmmbench.evaluation.lmeval_groups import LmEvalIndex, TaskSelection, load_by_name, load_lmeval_file
     from lmmbench.evaluation.lmeval_tasks import is_lmeval_mapping, read_lmeval_yaml
 
     index = LmEvalIndex(include_paths or [])
@@ -71,20 +71,11 @@ def resolve_selection(names: list[str], include_paths: list[Path] | None = None)
     for name in names:
         p = Path(name).expanduser()
         if index.knows(name):
-            sel.add(load_lmeval_file(index.files[name], index) if name in index.files else _tag(name, index))
-        elif (p.suffix in (".yaml", ".yml") or p.is_file()) and p.is_file() and is_lmeval_mapping(read_lmeval_yaml(p)):
+            sel.add(load_by_name(name, index))
+        elif p.is_file() and is_lmeval_mapping(read_lmeval_yaml(p)):
             sel.add(load_lmeval_file(p, index))
         else:
             sel.add(TaskSelection([resolve_task(name)]))
-    return sel
-
-
-def _tag(name: str, index: LmEvalIndex) -> TaskSelection:
-    from lmmbench.evaluation.lmeval_groups import TaskSelection, load_lmeval_file
-
-    sel = TaskSelection()
-    for member in index.tags[name]:
-        sel.add(load_lmeval_file(index.files[member], index))
     return sel
 
 
