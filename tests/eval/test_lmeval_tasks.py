@@ -50,6 +50,9 @@ def test_lmeval_task_files_give_lm_evals_stored_numbers(tmp_path: Path) -> None:
         "acc_norm:value",
         "acc_norm:stderr",
     }
+    group_file = json.loads((run.run_dir / "results" / "lmm_group.json").read_text())
+    assert group_file["members"] == ["lmm_mc_fewshot", "lmm_mc_selfshot"] and group_file["n_samples"] == 30
+    assert "| lmm_group | acc |" in (run.run_dir / "summary" / "summary.md").read_text()
     gen_aggs = set(report["tasks"]["lmm_gen"]["aggregates"])
     assert {"exact_match,strict-match:value", "exact_match,loose:value"} <= gen_aggs
 

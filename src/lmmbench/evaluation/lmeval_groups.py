@@ -10,6 +10,7 @@ weighted by their sample counts when ``weight_by_size`` (default), and the poole
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -222,10 +223,13 @@ def _aggregate(agg: GroupAggregate, key: str, have: list[MetricValue]) -> Metric
     return MetricValue(key, value, stderr, sum(sizes))
 
 
-def group_results(groups: Sequence[LmEvalGroup], results: Sequence[TaskResult]) -> list[TaskResult]:
+def group_results(
+    groups: Sequence[LmEvalGroup], results: Sequence[TaskResult], results_dir: Path | None = None
+) -> list[TaskResult]:
     """The results of ``groups`` over the results of their leaf tasks, as lm-eval 0.4.13 computes them:
     each metric over the leaves that report it, weighted by sample count (``weight_by_size``) with the
-    pooled stderr, or unweighted with sqrt(Σ stderr²) / k."""
+    pooled stderr, or unweighted with sqrt(Σ stderr²) / k. Each is also written to
+    ``results_dir/<group>.json`` when given."""
     by_name = {g.name: g for g in groups}
     known: dict[str, TaskResult] = {r.task: r for r in results}
     out: list[TaskResult] = []
@@ -244,4 +248,7 @@ def group_results(groups: Sequence[LmEvalGroup], results: Sequence[TaskResult]) 
         res = TaskResult(g.name, g.version, "group", model, n, sum(r.n_errors for r in leaves), metrics)
         known[g.name] = res
         out.append(res)
+        if results_dir is not None:
+            text = json.dumps({**res.to_json(), "members": g.members}, indent=2, default=str) + "\n"
+            (results_dir / f"{g.name}.json").write_text(text, encoding="utf-8")
     return out

@@ -155,7 +155,7 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
             for task in tasks:
                 pred = run_dir / "predictions" / f"{task.task}.jsonl"
                 results.append(evaluate_task(task, pred, run_dir / "results"))
-            results += group_results(groups, results)  # lm-eval group files
+            results += group_results(groups, results, run_dir / "results")  # lm-eval group files
             write_summary(results, run_dir / "summary", title=f"lmmbench eval — {run_dir.name}")
             run.results = [r.to_json() for r in results]
         return run
