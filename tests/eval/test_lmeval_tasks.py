@@ -148,3 +148,14 @@ def test_regex_filter_follows_lm_evals_findall_semantics() -> None:
         {"name": "l", "steps": [{"function": "lowercase"}, {"function": "remove_whitespace"}]}
     )
     assert apply_pipeline(lower, "  Paris \n") == "paris"
+
+
+def test_tag_names_select_every_tagged_task(tmp_path: Path) -> None:
+    body = (TASKS_DIR / "lmm_lastword.yaml").read_text().replace("data/", str(TASKS_DIR / "data") + "/")
+    for name in ("one", "two"):
+        (tmp_path / f"{name}.yaml").write_text(body.replace("task: lmm_lastword", f"task: {name}\ntag: both"))
+    (tmp_path / "notes.yaml").write_text("just: a mapping\n")  # not a task file: not indexed, not an error
+    sel = resolve_selection(["both"], [tmp_path])
+    assert [t.task for t in sel.tasks] == ["one", "two"] and not sel.groups
+    with pytest.raises(UserError, match="is not a folder"):
+        resolve_selection(["both"], [tmp_path / "missing"])
