@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from lmmbench.core.errors import UserError
 from lmmbench.evaluation.lmeval_filters import check_step
@@ -253,8 +254,8 @@ def _fewshot(cfg: dict[str, Any], eval_split: str, path: Path) -> dict[str, Any]
     return out
 
 
-def task_from_lmeval(path: Path, raw: dict[str, Any]) -> TaskConfig:
-    """The ``TaskConfig`` of one lm-eval task mapping (``include`` already resolved)."""
+def _check_supported(path: Path, raw: dict[str, Any]) -> str:
+    """One ``UserError`` for the first thing lmmbench does not run; the evaluated split otherwise."""
     for k, v in raw.items():
         find_functions(v, k, path)
     unknown = sorted(k for k in raw if k not in _TASK_KEYS)
@@ -287,18 +288,28 @@ def task_from_lmeval(path: Path, raw: dict[str, Any]) -> TaskConfig:
     for key in ("doc_to_text", "doc_to_choice"):
         if isinstance(raw.get(key), int):
             raise UserError(f"{path}: an integer '{key}' (multiple inputs) is not supported")
+    if out_type != "generate_until" and raw.get("generation_kwargs") is not None:
+        raise UserError(f"{path}: generation_kwargs apply to output_type generate_until only")
+    return str(eval_split)
+
+
+def task_from_lmeval(path: Path, raw: dict[str, Any]) -> TaskConfig:
+    """The ``TaskConfig`` of one lm-eval task mapping (``include`` already resolved)."""
+    eval_split = _check_supported(path, raw)
+    out_type = str(raw.get("output_type", "generate_until"))
+    description = str(raw.get("description") or "")
     fields: dict[str, Any] = {
         "task": str(raw["task"]),
         "version": (raw.get("metadata") or {}).get("version", 1),
         "kind": _KIND[out_type],
         "description": description,
-        "data": _source(raw, str(eval_split), path),
+        "data": _source(raw, eval_split, path),
         "doc_to_text": raw.get("doc_to_text") or "",
         "doc_to_target": raw.get("doc_to_target", ""),
         "doc_to_choice": raw.get("doc_to_choice"),
         "target_delimiter": raw.get("target_delimiter", " "),
         "fewshot_delimiter": raw.get("fewshot_delimiter", "\n\n"),
-        "fewshot": _fewshot(raw, str(eval_split), path),
+        "fewshot": _fewshot(raw, eval_split, path),
         "metrics": _metrics(raw, path),
         "filters": _filters(raw, path),
         "base_dir": path.parent,
@@ -306,12 +317,12 @@ def task_from_lmeval(path: Path, raw: dict[str, Any]) -> TaskConfig:
     }
     if out_type == "generate_until":
         fields["generation"] = _generation(raw, path)
-    elif raw.get("generation_kwargs") is not None:
-        raise UserError(f"{path}: generation_kwargs apply to output_type generate_until only")
     try:
         cfg = TaskConfig.model_validate(fields)
-    except ValueError as exc:
-        raise UserError(f"{path}: cannot read this lm-eval task ({str(exc).splitlines()[0]})") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise UserError(f"{path}: cannot read this lm-eval task ('{where}': {err['msg']})") from None
     from lmmbench.metrics.accuracy import get_metric
 
     for m in cfg.default_metrics():
