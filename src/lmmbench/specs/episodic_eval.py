@@ -44,6 +44,8 @@ class EpisodicEvalOptions(RunOptions):
                                   "(default: the suite's).")
     execute_steps: int = Field(1, ge=1, description="Actions executed from each action chunk before the next "
                                "action call (toy policies; 1..4).")
+    threads: int | None = Field(1, ge=1, description="torch CPU threads (default 1: the toy networks are many "
+                                "tiny ops, which more threads slow down).")
     compare_serial: bool = Field(False, description="Also run the same episodes serially first and report "
                                  "equivalence and speed-up.")
     reference: Path | None = Field(None, description="Another run's episodic-eval_traces.jsonl to compare with.")
