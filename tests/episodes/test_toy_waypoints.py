@@ -4,7 +4,6 @@ forwards on CPU), with and without the prefix KV cache."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from lmmbench.episodes import ActItem, EpisodeKey, EpisodeScheduler
 from lmmbench.episodes.toy_waypoints import GRID, ToyWaypointsEnv, task_layout
@@ -53,10 +52,11 @@ def _evaluate(policy: object, num_parallel: int) -> dict[EpisodeKey, object]:
     return {r.key: r for r in sched.run()}
 
 
-@pytest.mark.parametrize("prefix_cache", [False, True])
-def test_batched_equals_serial_toy_policy(prefix_cache: bool) -> None:
+def test_batched_equals_serial_prefix_cache_policy() -> None:
+    """(The plain toy policy's pair of runs is the CLI test in test_episodic_eval_spec.py.)"""
     from lmmbench.episodes.toy_policy import ToyWaypointPolicy
 
+    prefix_cache = True
     serial = _evaluate(ToyWaypointPolicy(prefix_cache=prefix_cache), 1)
     batched = _evaluate(ToyWaypointPolicy(prefix_cache=prefix_cache), 8)
     largest = 0.0
