@@ -14,6 +14,7 @@ channels robot / unvisited waypoints / visited waypoints.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -81,11 +82,14 @@ class ToyWaypointsEnv:
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """Move by the rounded, clipped action; terminated once every waypoint is visited."""
-        raw = np.asarray(action, dtype=np.float64).reshape(2)
-        frac = np.abs(raw - np.floor(raw) - 0.5)
-        self.near_boundary += int(np.count_nonzero(frac < ROUNDING_MARGIN))
-        move = np.clip(np.floor(raw + 0.5), -1, 1).astype(np.int64)
-        self.position = np.clip(self.position + move, 0, GRID - 1)
+        move = []
+        for value in (float(action[0]), float(action[1])):
+            if abs(value - math.floor(value) - 0.5) < ROUNDING_MARGIN:
+                self.near_boundary += 1
+            move.append(min(1, max(-1, math.floor(value + 0.5))))
+        x = min(GRID - 1, max(0, int(self.position[0]) + move[0]))
+        y = min(GRID - 1, max(0, int(self.position[1]) + move[1]))
+        self.position = np.array((x, y), dtype=np.int64)
         reward = self._mark()
         done = all(self.visited)
         return self._observe(), reward, done, False, self._info()

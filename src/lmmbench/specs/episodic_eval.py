@@ -39,7 +39,8 @@ class EpisodicEvalOptions(RunOptions):
     num_trials_per_task: int = Field(2, ge=1, description="Episodes (trials) per task, each with its own seed.")
     num_parallel: int | None = Field(None, ge=1, description="Slots run at once (default: --num-tasks, as the "
                                      "seed); 1 is the serial evaluation.")
-    num_steps_wait: int = Field(3, ge=0, description="Warm-up dummy actions at the start of every episode.")
+    num_steps_wait: int = Field(1, ge=0, description="Warm-up dummy actions at the start of every episode (a "
+                                "slot in warm-up skips the batched action call).")
     max_steps: int | None = Field(None, ge=1, description="Policy steps per episode before it is cut off "
                                   "(default: the suite's).")
     execute_steps: int = Field(1, ge=1, description="Actions executed from each action chunk before the next "
