@@ -62,7 +62,12 @@ class RandomPolicy:
     batched_planning = False
 
     def __init__(self, action_space: Any) -> None:
+        import copy
+
         self.action_space = action_space
+        fixed = copy.deepcopy(action_space)
+        fixed.seed(0)
+        self._dummy = fixed.sample()
 
     def new_episode(self, key: EpisodeKey, seed: int) -> EpisodeMemory:
         """An episode's own copy of the action space, seeded with its seed."""
@@ -74,11 +79,7 @@ class RandomPolicy:
 
     def dummy_action(self) -> Any:
         """A no-op is not defined for every space: the warm-up steps a fixed sample (seed 0)."""
-        import copy
-
-        space = copy.deepcopy(self.action_space)
-        space.seed(0)
-        return space.sample()
+        return self._dummy
 
     def plan(self, items: Sequence[ActItem]) -> None:
         """Nothing to plan."""
