@@ -48,7 +48,8 @@ def _summarise(runs: list[dict[str, Any]], serial_median: float, serial_cpu: flo
             100.0 * r["totals"][part] / r["totals"]["wall_ms"] for r in runs)
     first = runs[0]["totals"]
     return {"wall_ms_median": med, "wall_ms_min": min(walls), "wall_ms_max": max(walls),
-            "speedup": serial_median / med, "cpu_ms_median": cpu, "cpu_speedup": serial_cpu / cpu, "ticks": first["ticks"], "action_calls": first["action_calls"],
+            "speedup": serial_median / med, "cpu_ms_median": cpu, "cpu_speedup": serial_cpu / cpu,
+            "ticks": first["ticks"], "action_calls": first["action_calls"],
             "mean_action_batch_size": first["mean_action_batch_size"],
             "action_ms_per_call": statistics.median(r["totals"]["action_ms"] / r["totals"]["action_calls"]
                                                     for r in runs), **parts}
