@@ -31,7 +31,8 @@ from lmmbench.episodes import EpisodeKey, EpisodeScheduler, PolicySettings, make
 
 def _one_run(suite: Any, policy: Any, episodes: list[EpisodeKey], n: int, args: argparse.Namespace) -> dict[str, Any]:
     sched = EpisodeScheduler(suite.make_env, policy, episodes, num_parallel=n, num_steps_wait=args.num_steps_wait,
-                             max_steps=args.max_steps or suite.default_max_steps, seed=args.seed)
+                             max_steps=args.max_steps or suite.default_max_steps, seed=args.seed,
+                             steal_trials=not args.no_steal_trials)
     cpu0 = time.process_time()
     outcomes = {r.key.id: (r.success, r.steps) for r in sched.run()}
     cpu_ms = (time.process_time() - cpu0) * 1000.0  # this process's CPU time: less sensitive to other load
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-steal-trials", action="store_true", help="the seed's one-task-per-slot order")
     ap.add_argument("--out", type=Path, default=Path("outputs/episodic_speedup.json"))
     args = ap.parse_args(argv)
     import torch

@@ -152,3 +152,16 @@ def test_compare_runs_reports_first_token_divergence_and_action_difference() -> 
     rep = compare_runs(x, y)
     assert rep["max_action_abs_diff"] == 0.25 and rep["actions_within_tolerance"] is False
     assert rep["outcome_mismatches"] == [{"episode": "e", "success": [False, False], "steps": [4, 5]}]
+
+
+def test_free_slots_take_trials_left_by_others_and_outcomes_stay() -> None:
+    serial, _, _ = _run(num_parallel=1, tasks=2, trials=4)
+    stolen, log, _ = _run(num_parallel=3, tasks=2, trials=4)
+    assert {k: (r.steps, r.success) for k, r in stolen.items()} == {k: (r.steps, r.success) for k, r in serial.items()}
+    by_slot = {r.key: r.slot for r in stolen.values()}
+    assert 2 in by_slot.values()  # the third slot had no task of its own: it ran trials of task 0 or 1
+    assert sum(1 for e in log if e[0] == "reset") == 8
+    log2: list[tuple[Any, ...]] = []
+    keep = EpisodeScheduler(lambda task: CountdownEnv(task, log2), LoggingPolicy(log2), list(stolen),
+                            num_parallel=3, num_steps_wait=2, max_steps=50, seed=7, steal_trials=False)
+    assert {r.slot for r in keep.run()} == {0, 1}

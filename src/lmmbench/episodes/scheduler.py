@@ -2,7 +2,10 @@
 
 Each of ``num_parallel`` slots runs one episode at a time through WAIT -> NEED_VLM -> NEED_AE ->
 EXECUTING -> DONE. A slot owns a task and runs its trials one after another, then takes the next
-task (as the seed: ``num_parallel`` task environments at once). Every tick, in the seed's order:
+task (as the seed: ``num_parallel`` task environments at once). When no task is left, a free slot
+takes a trial not yet started from the slot with the most left (on its own environment of that
+task; ``steal_trials=False`` keeps the seed's behaviour), so the run does not end with one slot
+working through a whole task alone. Every tick, in the seed's order:
 
 1. WAIT slots step the dummy action; after ``num_steps_wait`` steps they need planning;
 2. EXECUTING slots step one action of their chunk; when it is used up they need planning or
@@ -113,7 +116,8 @@ class EpisodeScheduler:
     """Runs ``episodes`` on ``num_parallel`` slots; ``run()`` yields each result as its episode ends."""
 
     def __init__(self, make_env: Callable[[int], Env], policy: Policy, episodes: Sequence[EpisodeKey], *,
-                 num_parallel: int, num_steps_wait: int, max_steps: int, seed: int) -> None:
+                 num_parallel: int, num_steps_wait: int, max_steps: int, seed: int,
+                 steal_trials: bool = True) -> None:
         if num_parallel < 1 or max_steps < 1 or num_steps_wait < 0:
             raise ValueError("num_parallel and max_steps must be >= 1, num_steps_wait >= 0")
         self.make_env = make_env
@@ -122,6 +126,7 @@ class EpisodeScheduler:
         self.num_steps_wait = num_steps_wait
         self.max_steps = max_steps
         self.seed = seed
+        self.steal_trials = steal_trials
         self.totals = RunTotals()
         by_task: dict[int, list[int]] = {}
         for key in sorted(set(episodes)):
@@ -137,6 +142,14 @@ class EpisodeScheduler:
             return None
         task, trials = self._tasks.popleft()
         return _Slot(index=index, task=task, env=self.make_env(task), trials=deque(trials))
+
+    def _steal(self, index: int) -> _Slot | None:
+        """A trial not yet started from the slot with the most left, on a new env of its task."""
+        donors = [s for s in self._slots if s.index != index and s.trials]
+        if not self.steal_trials or not donors:
+            return None
+        donor = max(donors, key=lambda s: (len(s.trials), -s.index))
+        return _Slot(index=index, task=donor.task, env=self.make_env(donor.task), trials=deque([donor.trials.pop()]))
 
     def _start_episode(self, slot: _Slot) -> None:
         trial = slot.trials.popleft()
@@ -241,7 +254,7 @@ class EpisodeScheduler:
                 yield result
                 self._outside_ns += now_ns() - t_out
             if not slot.trials:
-                nxt = self._assign_task(slot.index)
+                nxt = self._assign_task(slot.index) or self._steal(slot.index)
                 if nxt is None:
                     continue
                 self._slots[i] = slot = nxt
@@ -254,7 +267,7 @@ class EpisodeScheduler:
         """Tick until every episode has ended; yields each episode's result when it ends."""
         self._t_start = now_ns()
         for i in range(self.num_parallel):
-            slot = self._assign_task(i)
+            slot = self._assign_task(i) or self._steal(i)
             if slot is None:
                 break
             self._slots.append(slot)

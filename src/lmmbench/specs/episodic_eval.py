@@ -47,6 +47,8 @@ class EpisodicEvalOptions(RunOptions):
                                "action call (toy policies; 1..4).")
     threads: int | None = Field(1, ge=1, description="torch CPU threads (default 1: the toy networks are many "
                                 "tiny ops, which more threads slow down).")
+    steal_trials: bool = Field(True, description="A slot with no task left takes a trial not yet started from "
+                               "another slot (outcomes unchanged); off: the seed's one-task-per-slot order.")
     compare_serial: bool = Field(False, description="Also run the same episodes serially first and report "
                                  "equivalence and speed-up.")
     reference: Path | None = Field(None, description="Another run's episodic-eval_traces.jsonl to compare with.")
@@ -127,7 +129,8 @@ class EpisodicEvalSpec(Spec):
 
         def scheduler(keys: list[Any], parallel: int) -> EpisodeScheduler:
             return EpisodeScheduler(suite.make_env, policy, keys, num_parallel=parallel,
-                                    num_steps_wait=opts.num_steps_wait, max_steps=max_steps, seed=opts.seed)
+                                    num_steps_wait=opts.num_steps_wait, max_steps=max_steps, seed=opts.seed,
+                                    steal_trials=opts.steal_trials)
 
         if opts.warmup:
             for _ in scheduler([EpisodeKey(0, -1 - i) for i in range(opts.warmup)], 1).run():
