@@ -34,6 +34,12 @@ def _num(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _total(rows: Sequence[dict[str, Any]], field: str) -> int | None:
+    values = [_num(r.get(field)) for r in rows]
+    present = [int(v) for v in values if v is not None]
+    return sum(present) if present else None
+
+
 def _rate(successes: int, n: int) -> dict[str, Any]:
     ci = wilson_interval(successes, n)
     return {"episodes": n, "successes": successes, "success_rate": successes / n if n else None,
@@ -64,6 +70,8 @@ def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | N
         "success": success_summary(ok),
         "episode_mean_action_batch_size": sum(sizes) / len(sizes) if sizes else None,
         "steps_total": sum(int(_num(r.get("steps")) or 0) for r in ok),
+        # actions within 1e-5 of a rounding boundary (toy-waypoints): where last bits could change a move
+        "near_rounding_boundary_total": _total(ok, "near_rounding_boundary"),
         "run": totals,  # this process's run only (a resumed file's earlier rows are not in it)
     }
     if totals:
