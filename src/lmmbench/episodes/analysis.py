@@ -57,8 +57,8 @@ def success_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"overall": overall, "per_task": per_task}
 
 
-def _batch_sizes(rows: Sequence[dict[str, Any]]) -> list[int]:
-    return [int(x) for r in rows if r.get("status") == "ok" for x in str(r.get("action_batch_sizes") or "").split()]
+def _batch_sizes(rows: Sequence[dict[str, Any]], field: str = "action_batch_sizes") -> list[int]:
+    return [int(x) for r in rows if r.get("status") == "ok" for x in str(r.get(field) or "").split()]
 
 
 def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | None,
@@ -66,9 +66,11 @@ def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | N
     """The analysis of an episodic run: success, batch sizes, time split, and the serial comparison."""
     ok = [r for r in rows if r.get("status") == "ok"]
     sizes = _batch_sizes(ok)  # per episode: the batch size of each action call it joined
+    plans = _batch_sizes(ok, "planning_batch_sizes")
     out: dict[str, Any] = {
         "success": success_summary(ok),
         "episode_mean_action_batch_size": sum(sizes) / len(sizes) if sizes else None,
+        "episode_mean_planning_batch_size": sum(plans) / len(plans) if plans else None,
         "steps_total": sum(int(_num(r.get("steps")) or 0) for r in ok),
         # actions within 1e-5 of a rounding boundary (toy-waypoints): where last bits could change a move
         "near_rounding_boundary_total": _total(ok, "near_rounding_boundary"),
@@ -88,6 +90,8 @@ def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | N
     parts = [f"success {rate['successes']}/{rate['episodes']}" if rate["episodes"] else "no success verdicts"]
     if out["episode_mean_action_batch_size"] is not None:
         parts.append(f"mean action batch {out['episode_mean_action_batch_size']:.2f} (per episode call)")
+    if out["episode_mean_planning_batch_size"] not in (None, 1.0):
+        parts.append(f"mean planning batch {out['episode_mean_planning_batch_size']:.2f}")
     if "speedup_vs_serial" in out:
         parts.append(f"{out['speedup_vs_serial']:.2f}x faster than serial")
     if equivalence is not None:
@@ -97,5 +101,7 @@ def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | N
             parts.append(f"largest action difference {equivalence['max_action_abs_diff']:.3g}")
         if equivalence.get("first_token_divergence"):
             parts.append(f"first token divergence {equivalence['first_token_divergence']}")
+        elif equivalence.get("same_transcripts"):
+            parts.append("identical transcripts")
     out["finding"] = "; ".join(parts)
     return out
