@@ -36,6 +36,8 @@ def _run(spec_name: str, options: Any) -> None:
 
 def _report(spec_dir: Path, name: str, stats: Any, analysis: dict[str, Any]) -> None:
     typer.echo(f"{name}: {stats.ok} measured, {stats.failed} failed, {stats.skipped} already done -> {spec_dir}")
+    if isinstance(analysis.get("finding"), str):  # a spec's one-line finding, in numbers
+        typer.echo(f"  {analysis['finding']}")
     una = analysis.get("unattributed")
     worst = una.get("max_pct_per_sample") if una else None
     if una and isinstance(worst, float) and math.isfinite(worst):

@@ -19,6 +19,7 @@ BUILTIN_SPEC_MODULES = [
     "lmmbench.specs.oom_boundary",
     "lmmbench.specs.ttft_batch",
     "lmmbench.specs.backend_comparison",
+    "lmmbench.specs.episodic_eval",
 ]
 
 for _module in BUILTIN_SPEC_MODULES:

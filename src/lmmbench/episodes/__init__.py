@@ -1,0 +1,39 @@
+"""Episodic evaluation with cross-episode batching (seed 003); see docs/episodes.md.
+
+Import cost is small: torch, numpy and gymnasium load only when a built-in environment or
+policy is made.
+"""
+
+from lmmbench.episodes.protocols import (
+    ActItem,
+    Env,
+    EnvSuite,
+    EpisodeKey,
+    EpisodeMemory,
+    EpisodeResult,
+    Policy,
+    SlotState,
+    episode_seed,
+)
+from lmmbench.episodes.scheduler import EpisodeScheduler, RunTotals, success_of
+from lmmbench.episodes.suites import POLICIES, SUITES, PolicySettings, make_policy, resolve_suite
+
+__all__ = [
+    "POLICIES",
+    "SUITES",
+    "ActItem",
+    "Env",
+    "EnvSuite",
+    "EpisodeKey",
+    "EpisodeMemory",
+    "EpisodeResult",
+    "EpisodeScheduler",
+    "Policy",
+    "PolicySettings",
+    "RunTotals",
+    "SlotState",
+    "episode_seed",
+    "make_policy",
+    "resolve_suite",
+    "success_of",
+]

@@ -1,0 +1,107 @@
+"""Success rates with Wilson intervals, batch sizes and the time split of an episodic run.
+
+Functions of the results rows as read back from the CSV (strings), so a resumed run's analysis
+covers every episode in the file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["episodic_findings", "success_summary", "wilson_interval"]
+
+Z95 = 1.959963984540054
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """The Wilson score interval of a success rate (95 % by default); None when ``n == 0``."""
+    if n <= 0:
+        return None
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _num(value: Any) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _total(rows: Sequence[dict[str, Any]], field: str) -> int | None:
+    values = [_num(r.get(field)) for r in rows]
+    present = [int(v) for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def _rate(successes: int, n: int) -> dict[str, Any]:
+    ci = wilson_interval(successes, n)
+    return {"episodes": n, "successes": successes, "success_rate": successes / n if n else None,
+            "ci95_low": ci[0] if ci else None, "ci95_high": ci[1] if ci else None}
+
+
+def success_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per task and overall: episodes with a verdict, successes, rate and 95 % Wilson interval."""
+    judged = [r for r in rows if r.get("status") == "ok" and _num(r.get("success")) is not None]
+    per_task: dict[str, dict[str, Any]] = {}
+    for task in sorted({int(float(r["task"])) for r in judged}):
+        mine = [r for r in judged if int(float(r["task"])) == task]
+        per_task[str(task)] = _rate(sum(_num(r["success"]) == 1.0 for r in mine), len(mine))
+    overall = _rate(sum(_num(r["success"]) == 1.0 for r in judged), len(judged))
+    return {"overall": overall, "per_task": per_task}
+
+
+def _batch_sizes(rows: Sequence[dict[str, Any]], field: str = "action_batch_sizes") -> list[int]:
+    return [int(x) for r in rows if r.get("status") == "ok" for x in str(r.get(field) or "").split()]
+
+
+def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | None,
+                      serial_totals: dict[str, Any] | None, equivalence: dict[str, Any] | None) -> dict[str, Any]:
+    """The analysis of an episodic run: success, batch sizes, time split, and the serial comparison."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    sizes = _batch_sizes(ok)  # per episode: the batch size of each action call it joined
+    plans = _batch_sizes(ok, "planning_batch_sizes")
+    out: dict[str, Any] = {
+        "success": success_summary(ok),
+        "episode_mean_action_batch_size": sum(sizes) / len(sizes) if sizes else None,
+        "episode_mean_planning_batch_size": sum(plans) / len(plans) if plans else None,
+        "steps_total": sum(int(_num(r.get("steps")) or 0) for r in ok),
+        # actions within 1e-5 of a rounding boundary (toy-waypoints): where last bits could change a move
+        "near_rounding_boundary_total": _total(ok, "near_rounding_boundary"),
+        "run": totals,  # this process's run only (a resumed file's earlier rows are not in it)
+    }
+    if totals:
+        wall = totals.get("wall_ms") or 0.0
+        out["time_split_pct"] = {k.removesuffix("_ms"): 100.0 * totals[k] / wall if wall else None
+                                 for k in ("env_ms", "planning_ms", "action_ms", "scheduler_ms")}
+    if serial_totals:
+        out["serial_run"] = serial_totals
+        if totals and totals.get("wall_ms"):
+            out["speedup_vs_serial"] = serial_totals["wall_ms"] / totals["wall_ms"]
+    if equivalence is not None:
+        out["equivalence"] = equivalence
+    rate = out["success"]["overall"]
+    parts = [f"success {rate['successes']}/{rate['episodes']}" if rate["episodes"] else "no success verdicts"]
+    if out["episode_mean_action_batch_size"] is not None:
+        parts.append(f"mean action batch {out['episode_mean_action_batch_size']:.2f} (per episode call)")
+    if out["episode_mean_planning_batch_size"] not in (None, 1.0):
+        parts.append(f"mean planning batch {out['episode_mean_planning_batch_size']:.2f}")
+    if "speedup_vs_serial" in out:
+        parts.append(f"{out['speedup_vs_serial']:.2f}x faster than serial")
+    if equivalence is not None:
+        parts.append("same outcomes as the reference" if equivalence["same_outcomes"]
+                     else f"{len(equivalence['outcome_mismatches'])} episode(s) differ from the reference")
+        if equivalence.get("max_action_abs_diff") is not None:
+            parts.append(f"largest action difference {equivalence['max_action_abs_diff']:.3g}")
+        if equivalence.get("first_token_divergence"):
+            parts.append(f"first token divergence {equivalence['first_token_divergence']}")
+        elif equivalence.get("same_transcripts"):
+            parts.append("identical transcripts")
+    out["finding"] = "; ".join(parts)
+    return out

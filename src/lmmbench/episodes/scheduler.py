@@ -1,0 +1,282 @@
+"""Seed 003's slot scheduler: many episodes at once, one batched action call per tick.
+
+Each of ``num_parallel`` slots runs one episode at a time through WAIT -> NEED_VLM -> NEED_AE ->
+EXECUTING -> DONE. A slot owns a task and runs its trials one after another, then takes the next
+task (as the seed: ``num_parallel`` task environments at once). When no task is left, a free slot
+takes a trial not yet started from the slot with the most left (on its own environment of that
+task; ``steal_trials=False`` keeps the seed's behaviour), so the run does not end with one slot
+working through a whole task alone. Every tick, in the seed's order:
+
+1. WAIT slots step the dummy action; after ``num_steps_wait`` steps they need planning;
+2. EXECUTING slots step one action of their chunk; when it is used up they need planning or
+   the action expert (the policy says which); an episode that terminates, truncates or reaches
+   ``max_steps`` is DONE;
+3. NEED_VLM slots plan: one call per slot, or one call for all of them when the policy's
+   planning is batched;
+4. all NEED_AE slots share ONE action call (inputs stacked on dim 0 by the policy);
+5. DONE slots yield their result and start their next episode.
+
+With ``num_parallel=1`` this is the serial evaluation, episode after episode. An episode's
+outcome depends only on its seed: the environment is reset with it and the policy's noise comes
+from the episode's own generator.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lmmbench.core.clock import now_ns, ns_to_ms
+from lmmbench.episodes.protocols import (
+    ActItem,
+    Env,
+    EpisodeKey,
+    EpisodeMemory,
+    EpisodeResult,
+    Policy,
+    SlotState,
+    episode_seed,
+)
+
+__all__ = ["EpisodeScheduler", "RunTotals", "success_of"]
+
+
+def success_of(info: dict[str, Any]) -> bool | None:
+    """The environment's own verdict (``success`` or ``is_success`` in info), None when it gives none."""
+    for key in ("success", "is_success"):
+        if key in info:
+            return bool(info[key])
+    return None
+
+
+@dataclass
+class RunTotals:
+    """Whole-run counters: ticks, calls and where the wall time went."""
+
+    ticks: int = 0
+    wall_ns: int = 0
+    env_ns: int = 0
+    planning_ns: int = 0
+    action_ns: int = 0
+    action_calls: int = 0
+    planning_calls: int = 0
+    action_batch_sizes: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Milliseconds and counts, with the time no part accounts for as ``scheduler_ms``."""
+        parts = self.env_ns + self.planning_ns + self.action_ns
+        sizes = self.action_batch_sizes
+        return {
+            "ticks": self.ticks,
+            "wall_ms": ns_to_ms(self.wall_ns),
+            "env_ms": ns_to_ms(self.env_ns),
+            "planning_ms": ns_to_ms(self.planning_ns),
+            "action_ms": ns_to_ms(self.action_ns),
+            "scheduler_ms": ns_to_ms(self.wall_ns - parts),
+            "action_calls": self.action_calls,
+            "planning_calls": self.planning_calls,
+            "mean_action_batch_size": sum(sizes) / len(sizes) if sizes else None,
+            "max_action_batch_size": max(sizes) if sizes else None,
+        }
+
+
+@dataclass(eq=False)
+class _Slot:
+    index: int
+    task: int
+    env: Env
+    trials: deque[int]
+    state: SlotState = SlotState.DONE
+    key: EpisodeKey | None = None
+    memory: EpisodeMemory | None = None
+    obs: Any = None
+    info: dict[str, Any] = field(default_factory=dict)
+    chunk: deque[Any] = field(default_factory=deque)
+    wait_left: int = 0
+    steps: int = 0
+    reward: float = 0.0
+    finished_info: dict[str, Any] = field(default_factory=dict)
+    start_ns: int = 0  # shifted forward by the caller's time between results, so wall time excludes it
+    env_ns: int = 0
+    planning_ns: float = 0.0
+    action_ns: float = 0.0
+    planning_calls: int = 0
+    action_calls: int = 0
+    action_sizes: list[int] = field(default_factory=list)
+    planning_sizes: list[int] = field(default_factory=list)
+
+    def item(self) -> ActItem:
+        assert self.memory is not None
+        return ActItem(self.memory, self.obs, self.info)
+
+
+class EpisodeScheduler:
+    """Runs ``episodes`` on ``num_parallel`` slots; ``run()`` yields each result as its episode ends."""
+
+    def __init__(self, make_env: Callable[[int], Env], policy: Policy, episodes: Sequence[EpisodeKey], *,
+                 num_parallel: int, num_steps_wait: int, max_steps: int, seed: int,
+                 steal_trials: bool = True) -> None:
+        if num_parallel < 1 or max_steps < 1 or num_steps_wait < 0:
+            raise ValueError("num_parallel and max_steps must be >= 1, num_steps_wait >= 0")
+        self.make_env = make_env
+        self.policy = policy
+        self.num_parallel = num_parallel
+        self.num_steps_wait = num_steps_wait
+        self.max_steps = max_steps
+        self.seed = seed
+        self.steal_trials = steal_trials
+        self.totals = RunTotals()
+        by_task: dict[int, list[int]] = {}
+        for key in sorted(set(episodes)):
+            by_task.setdefault(key.task, []).append(key.trial)
+        self._tasks: deque[tuple[int, list[int]]] = deque(by_task.items())
+        self._slots: list[_Slot] = []
+        self._outside_ns = 0  # time the caller held a yielded result (writing rows): not the run's
+        self._t_start = 0
+
+    # -- episode lifecycle -------------------------------------------------------------------
+    def _assign_task(self, index: int) -> _Slot | None:
+        if not self._tasks:
+            return None
+        task, trials = self._tasks.popleft()
+        return _Slot(index=index, task=task, env=self.make_env(task), trials=deque(trials))
+
+    def _steal(self, index: int) -> _Slot | None:
+        """A trial not yet started from the slot with the most left, on a new env of its task."""
+        donors = [s for s in self._slots if s.index != index and s.trials]
+        if not self.steal_trials or not donors:
+            return None
+        donor = max(donors, key=lambda s: (len(s.trials), -s.index))
+        return _Slot(index=index, task=donor.task, env=self.make_env(donor.task), trials=deque([donor.trials.pop()]))
+
+    def _start_episode(self, slot: _Slot) -> None:
+        trial = slot.trials.popleft()
+        key = EpisodeKey(slot.task, trial)
+        seed = episode_seed(self.seed, key)
+        fresh = _Slot(index=slot.index, task=slot.task, env=slot.env, trials=slot.trials, key=key,
+                      start_ns=now_ns() - self._outside_ns)
+        t0 = now_ns()
+        fresh.obs, fresh.info = slot.env.reset(seed=seed)
+        fresh.env_ns = now_ns() - t0
+        fresh.memory = self.policy.new_episode(key, seed)
+        fresh.wait_left = self.num_steps_wait
+        fresh.state = SlotState.WAIT if self.num_steps_wait > 0 else SlotState.NEED_VLM
+        self._slots[slot.index] = fresh
+
+    def _step(self, slot: _Slot, action: Any) -> bool:
+        """One env step; returns whether the episode is over."""
+        t0 = now_ns()
+        slot.obs, reward, terminated, truncated, slot.info = slot.env.step(action)
+        dt = now_ns() - t0
+        slot.env_ns += dt
+        self.totals.env_ns += dt
+        slot.reward += float(reward)
+        return bool(terminated or truncated)
+
+    def _result(self, slot: _Slot) -> EpisodeResult:
+        assert slot.key is not None and slot.memory is not None
+        extra = {k: v for src in (slot.memory.data, slot.info) for k, v in src.items() if k.startswith("stat_")}
+        return EpisodeResult(
+            key=slot.key, seed=slot.memory.seed, success=success_of(slot.info), steps=slot.steps,
+            total_reward=slot.reward, planning_calls=slot.planning_calls, action_calls=slot.action_calls,
+            action_batch_sizes=slot.action_sizes, planning_batch_sizes=slot.planning_sizes,
+            wall_ms=ns_to_ms(now_ns() - self._outside_ns - slot.start_ns), env_ms=ns_to_ms(slot.env_ns),
+            planning_ms=slot.planning_ns / 1e6, action_ms=slot.action_ns / 1e6, slot=slot.index,
+            trace=slot.memory.trace, extra=extra)
+
+    # -- the tick ----------------------------------------------------------------------------
+    def _tick_wait(self) -> None:
+        for slot in self._slots:
+            if slot.state is SlotState.WAIT:
+                over = self._step(slot, self.policy.dummy_action())
+                slot.wait_left -= 1
+                if over:
+                    slot.state = SlotState.DONE
+                elif slot.wait_left <= 0:
+                    slot.state = SlotState.NEED_VLM
+
+    def _tick_execute(self) -> None:
+        for slot in self._slots:
+            if slot.state is not SlotState.EXECUTING:
+                continue
+            over = self._step(slot, slot.chunk.popleft())
+            slot.steps += 1
+            if over or slot.steps >= self.max_steps:
+                slot.state = SlotState.DONE
+            elif not slot.chunk:
+                slot.state = SlotState.NEED_VLM if self.policy.needs_plan(slot.item()) else SlotState.NEED_AE
+
+    def _tick_plan(self) -> None:
+        waiting = [s for s in self._slots if s.state is SlotState.NEED_VLM]
+        groups = [waiting] if self.policy.batched_planning and waiting else [[s] for s in waiting]
+        for group in groups:
+            t0 = now_ns()
+            self.policy.plan([s.item() for s in group])
+            dt = now_ns() - t0
+            self.totals.planning_ns += dt
+            self.totals.planning_calls += 1
+            for s in group:
+                s.planning_ns += dt / len(group)
+                s.planning_calls += 1
+                s.planning_sizes.append(len(group))
+                s.state = SlotState.NEED_AE
+
+    def _tick_act(self) -> None:
+        ready = [s for s in self._slots if s.state is SlotState.NEED_AE]
+        if not ready:
+            return
+        t0 = now_ns()
+        chunks = self.policy.act([s.item() for s in ready])
+        dt = now_ns() - t0
+        if len(chunks) != len(ready) or any(len(c) == 0 for c in chunks):
+            raise RuntimeError(f"policy {self.policy.name}: act() must return one non-empty chunk per request")
+        self.totals.action_ns += dt
+        self.totals.action_calls += 1
+        self.totals.action_batch_sizes.append(len(ready))
+        for s, chunk in zip(ready, chunks, strict=True):
+            s.chunk = deque(chunk)
+            s.action_ns += dt / len(ready)
+            s.action_calls += 1
+            s.action_sizes.append(len(ready))
+            s.state = SlotState.EXECUTING
+
+    def _tick_done(self) -> Iterator[EpisodeResult]:
+        for i, slot in enumerate(list(self._slots)):
+            if slot.state is not SlotState.DONE:
+                continue
+            if slot.key is not None:
+                result = self._result(slot)
+                slot.key = None
+                t_out = now_ns()
+                self.totals.wall_ns = t_out - self._t_start - self._outside_ns
+                yield result
+                self._outside_ns += now_ns() - t_out
+            if not slot.trials:
+                nxt = self._assign_task(slot.index) or self._steal(slot.index)
+                if nxt is None:
+                    continue
+                self._slots[i] = slot = nxt
+            self._start_episode(slot)
+
+    def _live(self) -> bool:
+        return any(s.state is not SlotState.DONE or s.key is not None or s.trials for s in self._slots)
+
+    def run(self) -> Iterator[EpisodeResult]:
+        """Tick until every episode has ended; yields each episode's result when it ends."""
+        self._t_start = now_ns()
+        for i in range(self.num_parallel):
+            slot = self._assign_task(i) or self._steal(i)
+            if slot is None:
+                break
+            self._slots.append(slot)
+            self._start_episode(slot)
+        while self._live():
+            self.totals.ticks += 1
+            self._tick_wait()
+            self._tick_execute()
+            self._tick_plan()
+            self._tick_act()
+            yield from self._tick_done()
+        self.totals.wall_ns = now_ns() - self._t_start - self._outside_ns

@@ -1,0 +1,103 @@
+"""The registries of environment suites and policies, and how ``--env`` / ``--policy`` resolve.
+
+Built in: the ``toy-waypoints`` suite (policies ``toy``, ``toy-prefix-cache``) and the ``chat``
+suite (policy ``chat``, tiny-llm through ``BatchEngine``); ``gym:<id>`` wraps any gymnasium
+environment (policy ``random``). Third-party packages add suites and policies through the entry-point groups
+``lmmbench.episode_suites`` and ``lmmbench.episode_policies``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lmmbench.core.errors import UserError
+from lmmbench.core.registry import Registry
+from lmmbench.episodes.protocols import Env, EnvSuite, Policy
+
+__all__ = ["POLICIES", "SUITES", "PolicySettings", "make_policy", "resolve_suite"]
+
+
+@dataclass
+class PolicySettings:
+    """What a policy factory gets: device, weight seed, chunk execution, the suite's task-0 env."""
+
+    device: str = "cpu"
+    weight_seed: int = 0
+    execute_steps: int = 1
+    model: str = "tiny-llm"
+    probe_env: Env | None = None  # an instance of the suite's environment (the gym adapter's action space)
+
+
+SUITES: Registry[EnvSuite] = Registry("episode_suites")
+POLICIES: Registry[Callable[[PolicySettings], Policy]] = Registry("episode_policies")
+
+
+def _toy_env(task: int) -> Env:
+    from lmmbench.episodes.toy_waypoints import ToyWaypointsEnv
+
+    return ToyWaypointsEnv(task)
+
+
+def _chat_env(task: int) -> Env:
+    from lmmbench.episodes.chat import ScriptedUserEnv
+
+    return ScriptedUserEnv(task)
+
+
+SUITES.add("toy-waypoints", EnvSuite(
+    "toy-waypoints", _toy_env, None, "toy", 24,
+    "2-D point robot visiting 3 waypoints on a 16x16 grid; image-like observations"))
+SUITES.add("chat", EnvSuite(
+    "chat", _chat_env, None, "chat", 8,
+    "multi-turn conversations with a scripted user (2-4 turns; success: the reply says the keyword)"))
+
+
+def _toy(settings: PolicySettings, prefix_cache: bool) -> Policy:
+    from lmmbench.episodes.toy_policy import ToyWaypointPolicy
+
+    return ToyWaypointPolicy(device=settings.device, weight_seed=settings.weight_seed,
+                             execute_steps=settings.execute_steps, prefix_cache=prefix_cache)
+
+
+def _chat(settings: PolicySettings) -> Policy:
+    from lmmbench.episodes.chat import ChatPolicy
+
+    return ChatPolicy(model=settings.model, device=settings.device)
+
+
+def _random(settings: PolicySettings) -> Policy:
+    from lmmbench.episodes.gym_adapter import RandomPolicy
+
+    space = getattr(settings.probe_env, "action_space", None)
+    if space is None:
+        raise UserError("--policy random needs an environment with an action_space (a gym:<id> env)")
+    return RandomPolicy(space)
+
+
+POLICIES.add("toy", lambda s: _toy(s, False))
+POLICIES.add("toy-prefix-cache", lambda s: _toy(s, True))
+POLICIES.add("chat", _chat)
+POLICIES.add("random", _random)
+
+
+def resolve_suite(name: str) -> EnvSuite:
+    """A registered suite, or ``gym:<id>`` as a one-task-per-index gymnasium suite."""
+    if name.startswith("gym:"):
+        env_id = name.removeprefix("gym:")
+
+        def make(task: int) -> Any:
+            from lmmbench.episodes.gym_adapter import make_gym_env
+
+            del task  # every task index is the same environment; trials differ by seed
+            return make_gym_env(env_id)
+
+        make(0)  # fail fast with a UserError when gymnasium or the id is missing
+        return EnvSuite(name, make, None, "random", 500, f"gymnasium {env_id}")
+    return SUITES.get(name)
+
+
+def make_policy(name: str, settings: PolicySettings) -> Policy:
+    """Build the named policy."""
+    return POLICIES.get(name)(settings)

@@ -1,0 +1,239 @@
+"""Spec ``episodic-eval`` (seed 003): evaluate a policy on many episodes with cross-episode batching.
+
+Each case is one episode (task, trial); ``setup`` builds the environment suite, the policy and an
+``EpisodeScheduler`` over ``--num-parallel`` slots, and each ``run_once`` ticks it until its episode
+has ended. Episodes end in any order: each one's trace goes to ``episodic-eval_traces.jsonl`` the
+moment it ends, and its CSV row as soon as every episode before it (in task, trial order) has
+ended too, so at most ``--num-parallel`` finished episodes wait in memory. ``--resume`` skips the
+episodes already in the results file (an episode's outcome depends only on its seed).
+
+``--compare-serial`` first runs the same episodes serially (``num_parallel=1``) and the analysis
+reports whether every episode has the same success and step count, the largest action difference
+and the speed-up; ``--reference`` compares with another run's traces file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from lmmbench.specs.base import Case, RunOptions, Spec, SpecContext, register_spec
+
+__all__ = ["EpisodicEvalOptions", "EpisodicEvalSpec", "plot_episodes"]
+
+
+class EpisodicEvalOptions(RunOptions):
+    """Options of ``lmmbench run episodic-eval`` (the seed's YAML keys are fields of the same name)."""
+
+    model: str = Field("tiny-llm", description="Chat model of --env chat (built-in name or local directory).")
+    repeats: int = Field(1, ge=1, le=1, description="Always 1: episodes repeat through --num-trials-per-task.")
+    warmup: int = Field(1, ge=0, description="Unrecorded warm-up episodes (task 0, serial) before the measured ones.")
+    env: str = Field("toy-waypoints", description="Environment suite: toy-waypoints, chat, or gym:<id> "
+                     "(any gymnasium environment; needs lmmbench[episodes]).")
+    policy: str | None = Field(None, description="Policy: toy, toy-prefix-cache, chat, random (default: the "
+                               "suite's own).")
+    num_tasks: int = Field(8, ge=1, description="Tasks 0..N-1 of the suite.")
+    num_trials_per_task: int = Field(2, ge=1, description="Episodes (trials) per task, each with its own seed.")
+    num_parallel: int | None = Field(None, ge=1, description="Slots run at once (default: --num-tasks, as the "
+                                     "seed); 1 is the serial evaluation.")
+    num_steps_wait: int = Field(1, ge=0, description="Warm-up dummy actions at the start of every episode (a "
+                                "slot in warm-up skips the batched action call).")
+    max_steps: int | None = Field(None, ge=1, description="Policy steps per episode before it is cut off "
+                                  "(default: the suite's).")
+    execute_steps: int = Field(1, ge=1, description="Actions executed from each action chunk before the next "
+                               "action call (toy policies; 1..4).")
+    threads: int | None = Field(1, ge=1, description="torch CPU threads (default 1: the toy networks are many "
+                                "tiny ops, which more threads slow down).")
+    steal_trials: bool = Field(True, description="A slot with no task left takes a trial not yet started from "
+                               "another slot (outcomes unchanged); off: the seed's one-task-per-slot order.")
+    compare_serial: bool = Field(False, description="Also run the same episodes serially first and report "
+                                 "equivalence and speed-up.")
+    reference: Path | None = Field(None, description="Another run's episodic-eval_traces.jsonl to compare with.")
+
+
+def _device(name: str) -> str:
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _done_ids(path: Path) -> set[str]:
+    import csv
+
+    if not path.is_file():
+        return set()
+    with path.open(newline="", encoding="utf-8") as fh:
+        return {r.get("sample_id", "") for r in csv.DictReader(fh) if r.get("status") == "ok"}
+
+
+@register_spec
+class EpisodicEvalSpec(Spec):
+    """Episodes of a policy in an environment suite, batched across episodes; one row per episode."""
+
+    name = "episodic-eval"
+    help = ("Evaluate a policy on many episodes with cross-episode batching (seed 003): success per task, "
+            "action batch sizes, env / planning / action time, equivalence with the serial run.")
+    options_model: ClassVar[type[RunOptions]] = EpisodicEvalOptions
+    columns = ("seed", "success", "steps", "total_reward", "planning_calls", "action_calls", "action_batch_sizes",
+               "mean_action_batch_size", "planning_batch_sizes", "wall_ms", "env_ms", "planning_ms", "action_ms",
+               "slot", "near_rounding_boundary")
+    stage_fields: ClassVar[tuple[str, ...]] = ("env_ms", "planning_ms", "action_ms")
+    total_field = "wall_ms"
+
+    def __init__(self) -> None:
+        self._results: Iterator[Any] | None = None
+        self._buffer: dict[str, Any] = {}
+        self._error: BaseException | None = None
+        self._scheduler: Any = None
+        self._traces: Any = None
+        self._serial: dict[str, Any] | None = None
+        self._serial_totals: dict[str, Any] | None = None
+        self._reference: Path | None = None
+        self._findings: dict[str, Any] | None = None
+
+    def setup(self, ctx: SpecContext) -> list[Case]:
+        from lmmbench.core.errors import UserError
+        from lmmbench.episodes import EpisodeKey, EpisodeScheduler, PolicySettings, make_policy, resolve_suite
+        from lmmbench.episodes.compare import TraceFile
+
+        opts = ctx.options
+        assert isinstance(opts, EpisodicEvalOptions)
+        suite = resolve_suite(opts.env)
+        if suite.num_tasks is not None and opts.num_tasks > suite.num_tasks:
+            raise UserError(f"--num-tasks {opts.num_tasks}: {suite.name} has {suite.num_tasks} tasks")
+        if opts.threads:
+            import torch
+
+            torch.set_num_threads(opts.threads)
+        device = _device(opts.device)
+        settings = PolicySettings(device=device, weight_seed=opts.seed, execute_steps=opts.execute_steps,
+                                  model=opts.model, probe_env=suite.make_env(0))
+        try:
+            policy = make_policy(opts.policy or suite.default_policy, settings)
+        except ValueError as exc:
+            raise UserError(f"--policy {opts.policy or suite.default_policy}: {exc}") from None
+        num_parallel = opts.num_parallel or opts.num_tasks
+        max_steps = opts.max_steps or suite.default_max_steps
+        episodes = [EpisodeKey(t, r) for t in range(opts.num_tasks) for r in range(opts.num_trials_per_task)]
+        if opts.reference is not None and not Path(opts.reference).is_file():
+            raise UserError(f"--reference {opts.reference}: no such file (give a run's episodic-eval_traces.jsonl)")
+        self._reference = opts.reference
+        results_path = ctx.spec_dir / f"{self.name}_results.csv"
+        done = _done_ids(results_path) if opts.resume else set()
+        todo = [k for k in episodes if k.id not in done]
+
+        def scheduler(keys: list[Any], parallel: int) -> EpisodeScheduler:
+            return EpisodeScheduler(suite.make_env, policy, keys, num_parallel=parallel,
+                                    num_steps_wait=opts.num_steps_wait, max_steps=max_steps, seed=opts.seed,
+                                    steal_trials=opts.steal_trials)
+
+        if opts.warmup:
+            for _ in scheduler([EpisodeKey(0, -1 - i) for i in range(opts.warmup)], 1).run():
+                pass
+        if opts.compare_serial and todo:
+            self._run_serial(scheduler(todo, 1))
+        self._scheduler = scheduler(todo, num_parallel)
+        self._results = self._scheduler.run()
+        self._traces = TraceFile(ctx.spec_dir / f"{self.name}_traces.jsonl", resume=opts.resume)
+        ctx.environment["episodic_eval"] = {
+            "env": suite.name, "policy": policy.name, "device": device, "num_parallel": num_parallel,
+            "max_steps": max_steps, "episodes": len(episodes), "episodes_this_run": len(todo),
+            "batched_planning": policy.batched_planning}
+        return [Case(id=k.id, group=f"task{k.task}", extra={"task": k.task, "trial": k.trial}) for k in episodes]
+
+    def _run_serial(self, serial: Any) -> None:
+        from lmmbench.episodes.compare import EpisodeOutcome
+
+        self._serial = {r.key.id: EpisodeOutcome(r.success, r.steps, r.trace) for r in serial.run()}
+        self._serial_totals = serial.totals.as_dict()
+
+    def _next_result(self) -> Any:
+        assert self._results is not None and self._traces is not None
+        from lmmbench.episodes.compare import EpisodeOutcome
+
+        result = next(self._results)
+        self._traces.append(result.key.id, EpisodeOutcome(result.success, result.steps, result.trace))
+        return result
+
+    def run_once(self, ctx: SpecContext, case: Case) -> dict[str, Any]:
+        if ctx.warmup:  # the runner's per-case warm-up: episodes warm up in setup instead
+            return {}
+        if self._error is not None:
+            raise RuntimeError(f"the evaluation stopped: {self._error}")
+        while case.id not in self._buffer:
+            try:
+                result = self._next_result()
+            except StopIteration:
+                raise RuntimeError(f"{case.id} was not scheduled") from None
+            except Exception as exc:
+                self._error = exc
+                raise
+            self._buffer[result.key.id] = result
+        r = self._buffer.pop(case.id)
+        sizes = r.action_batch_sizes
+        return {
+            "seed": r.seed, "success": None if r.success is None else int(r.success), "steps": r.steps,
+            "total_reward": r.total_reward, "planning_calls": r.planning_calls, "action_calls": r.action_calls,
+            "action_batch_sizes": " ".join(map(str, sizes)),
+            "mean_action_batch_size": sum(sizes) / len(sizes) if sizes else None,
+            "planning_batch_sizes": " ".join(map(str, r.planning_batch_sizes)),
+            "wall_ms": r.wall_ms, "env_ms": r.env_ms, "planning_ms": r.planning_ms, "action_ms": r.action_ms,
+            "slot": r.slot, "near_rounding_boundary": r.extra.get("stat_near_rounding_boundary"),
+        }
+
+    def teardown(self, ctx: SpecContext) -> None:
+        del ctx
+        if self._traces is not None:
+            self._traces.close()
+
+    def findings(self, rows: list[dict[str, Any]], analysis: dict[str, Any]) -> dict[str, Any]:
+        from lmmbench.episodes.analysis import episodic_findings
+        from lmmbench.episodes.compare import compare_runs, read_traces
+
+        del analysis
+        totals = self._scheduler.totals.as_dict() if self._scheduler is not None else None
+        traces = read_traces(self._traces.path) if self._traces is not None else {}
+        equivalence = compare_runs(traces, self._serial) if self._serial is not None else None
+        out = episodic_findings(rows, totals, self._serial_totals, equivalence)
+        if self._reference is not None:
+            out["reference_equivalence"] = compare_runs(traces, read_traces(self._reference))
+        self._findings = out
+        return out
+
+    def plot(self, rows: list[dict[str, Any]], path: Path) -> bool:
+        findings = self._findings if self._findings is not None else self.findings(rows, {})
+        plot_episodes(findings, path, self.name)
+        return True
+
+
+def plot_episodes(findings: dict[str, Any], path: Path, title: str) -> None:
+    """Success per task with 95 % intervals, and the time split of this run (and the serial one)."""
+    from lmmbench.specs.experiment_support import new_figure, save_figure
+
+    fig, (ax1, ax2) = new_figure(2)
+    per_task = findings["success"]["per_task"]
+    tasks = list(per_task)
+    rates = [per_task[t]["success_rate"] or 0.0 for t in tasks]
+    low = [r - (per_task[t]["ci95_low"] or 0.0) for r, t in zip(rates, tasks, strict=True)]
+    high = [(per_task[t]["ci95_high"] or 0.0) - r for r, t in zip(rates, tasks, strict=True)]
+    ax1.bar(tasks, rates, yerr=[low, high], capsize=3, color="C0")
+    ax1.set_ylim(0, 1.05)
+    ax1.set_xlabel("task")
+    ax1.set_ylabel("success rate (95 % Wilson interval)")
+    ax1.set_title(title)
+    runs = [(name, t) for name, t in (("this run", findings.get("run")), ("serial", findings.get("serial_run"))) if t]
+    bottoms = [0.0] * len(runs)
+    for i, part in enumerate(("env_ms", "planning_ms", "action_ms", "scheduler_ms")):
+        vals = [max(0.0, float(t.get(part) or 0.0)) for _, t in runs]
+        ax2.bar([n for n, _ in runs], vals, bottom=bottoms, color=f"C{i}", label=part.removesuffix("_ms"))
+        bottoms = [b + v for b, v in zip(bottoms, vals, strict=True)]
+    ax2.set_ylabel("wall ms")
+    ax2.set_title("where the time went")
+    if runs:
+        ax2.legend(fontsize=8)
+    save_figure(fig, path)
