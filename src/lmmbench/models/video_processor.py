@@ -127,13 +127,13 @@ class NumpyQwenVideoProcessor(_VideoProcessorBase):  # type: ignore[misc]
             elif isinstance(meta, dict):
                 meta = VideoMetadata(**meta)
             metas.append(meta)
-        return BatchFeature(
-            data={
-                "pixel_values_videos": torch.from_numpy(np.concatenate(patches, axis=0)),
-                "video_grid_thw": torch.tensor(grids, dtype=torch.long),
-                "video_metadata": metas,
-            }
-        )
+        data: dict[str, Any] = {
+            "pixel_values_videos": torch.from_numpy(np.concatenate(patches, axis=0)),
+            "video_grid_thw": torch.tensor(grids, dtype=torch.long),
+        }
+        if kwargs.get("return_metadata"):  # asked by Qwen2.5-VL's processor; transformers 5.17's Omni
+            data["video_metadata"] = metas  # processor would pass it on to generate() unasked
+        return BatchFeature(data=data)
 
     def get_num_of_video_patches(
         self, num_frames: int, height: int, width: int, videos_kwargs: Any = None
