@@ -39,6 +39,12 @@ class BreakdownResult:
         """``fields`` with the unmeasured ones set to None (an empty cell)."""
         return {k: (None if k in self.unmeasured else v) for k, v in self.fields.items()}
 
+    def row_status(self) -> dict[str, str]:
+        """``status=degraded`` and the dropped hooks' errors for a spec row, or nothing when all hooks run."""
+        if not self.dropped:
+            return {}
+        return {"status": "degraded", "error": "; ".join(self.dropped.values())}
+
 
 def _to_device(inputs: Any, device: Any, dtype: Any = None) -> dict[str, Any]:
     """A new dict of the inputs on ``device`` (floating tensors cast to ``dtype`` when given);

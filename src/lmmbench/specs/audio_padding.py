@@ -198,7 +198,7 @@ class AudioPaddingSpec(ResearchSpec):
         res = run_generate_with_breakdown(loaded.model, inputs, loaded.device, ctx.state["hooks"])
         e2e_ms = ns_to_ms(now_ns() - t0)
         stats = token_stats(inputs["input_ids"], loaded.tokenizer)
-        f = res.fields
+        f = res.measured_fields()  # a dropped hook's stage is None (an empty cell)
         mel, valid = packed.mel_frames, packed.mel_valid_frames
         return {
             "mel_frames": mel,
@@ -210,13 +210,14 @@ class AudioPaddingSpec(ResearchSpec):
             "preprocess_ms": packed.audio_feature_ms + packed.pack_ms,
             "audio_tokens": stats.audio_tokens,
             "total_tokens": stats.total_tokens,
-            "audio_encoder_ms": f.get("audio_encoder_ms", 0.0),
-            "prefill_ms": f.get("prefill_ms", 0.0),
-            "others_ms": f.get("others_ms", 0.0),
-            "others_input_transfer_ms": f.get("others_input_transfer_ms", 0.0),
-            "others_embedding_merge_ms": f.get("others_embedding_merge_ms", 0.0),
-            "ttft_ms": f.get("ttft_ms", res.ttft_wall_ms),
+            "audio_encoder_ms": f["audio_encoder_ms"],
+            "prefill_ms": f["prefill_ms"],
+            "others_ms": f["others_ms"],
+            "others_input_transfer_ms": f["others_input_transfer_ms"],
+            "others_embedding_merge_ms": f["others_embedding_merge_ms"],
+            "ttft_ms": f["ttft_ms"],
             "e2e_ms": e2e_ms,
+            **res.row_status(),
         }
 
     def findings(self, rows: list[dict[str, Any]], analysis: dict[str, Any]) -> dict[str, Any]:
