@@ -1,8 +1,10 @@
 """Resolve a model name or local directory to a family, and load model, tokenizer and processor.
 
 A name is a built-in tiny model (built on demand); anything else must be a local Hugging Face
-model directory (no hub access). The family comes from ``config.json``: Qwen2.5-Omni (full
-or thinker-only), Qwen2.5-VL, Qwen2-VL, or any causal LM as a text model.
+model directory (no hub access). The family comes from ``config.json`` through the family
+registry (``models.families``): Qwen2.5-Omni (full or thinker-only), Qwen2.5-VL, Qwen2-VL, or any
+causal LM as a text model. The processor is the family's probe-checked one
+(``models.processor_build``), built before the weights load so a refusal costs nothing.
 """
 
 from __future__ import annotations
