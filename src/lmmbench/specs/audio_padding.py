@@ -186,6 +186,7 @@ class AudioPaddingSpec(ResearchSpec):
     def run_once(self, ctx: SpecContext, case: Case) -> dict[str, Any]:
         from lmmbench.engines.breakdown import run_generate_with_breakdown
         from lmmbench.media.pack import token_stats
+        from lmmbench.models.media_check import require_media_tokens
 
         opts = ctx.options
         assert isinstance(opts, AudioPaddingOptions)
@@ -193,6 +194,7 @@ class AudioPaddingSpec(ResearchSpec):
         wave = ctx.state["waves"][case.params["duration_s"]]
         t0 = now_ns()
         packed = pack_audio(loaded.processor, loaded.tokenizer, opts.prompt, wave, case.params["padding"])
+        require_media_tokens(packed.inputs, loaded.tokenizer, loaded.processor, {"audio": True})  # or the row fails
         inputs = dict(packed.inputs)
         inputs["input_features"] = inputs["input_features"].to(loaded.dtype)
         res = run_generate_with_breakdown(loaded.model, inputs, loaded.device, ctx.state["hooks"])
