@@ -71,6 +71,10 @@ def _process(scorer: InProcessScorer, text: str, images: list[str], audio: list[
         kwargs["audio"] = _load_audio(audio, int(fe.sampling_rate))
         kwargs["padding"] = True
     batch = proc(**kwargs)
+    from lmmbench.models.media_check import require_media_tokens
+
+    # a medium the processor ignored fails the sample (MediaNotReachedError) instead of scoring text alone
+    require_media_tokens(batch, scorer.tokenizer, proc, {"image": bool(images), "audio": bool(audio)})
     return {k: v.to(scorer.device) if hasattr(v, "to") else v for k, v in batch.items()}
 
 

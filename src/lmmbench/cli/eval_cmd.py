@@ -23,6 +23,12 @@ def _eval(cfg: object) -> None:
             parts.append(f"{name}={mv['value']:.4f}{err}")
         typer.echo(f"{r['task']} ({r['n_samples']} samples, {r['n_errors']} failed): " + ", ".join(parts))
     typer.echo(f"run folder: {run.run_dir}")
+    total, failed = run.sample_counts()
+    if run.failed_everything:
+        typer.echo(f"error: every sample failed ({failed} of {total}); see {run.run_dir / 'logs'}", err=True)
+        raise typer.Exit(1)
+    if failed:
+        typer.echo(f"{failed} of {total} sample(s) failed", err=True)
 
 
 def _tasks() -> None:

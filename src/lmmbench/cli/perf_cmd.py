@@ -11,7 +11,13 @@ from lmmbench.config.perf import PerfConfig
 def _run(cfg: PerfConfig) -> None:
     from lmmbench.sessions.perf_session import run_perf
 
-    run_perf(cfg)
+    run = run_perf(cfg)
+    sent, ok = run.request_counts()
+    if ok == 0:
+        typer.echo(f"error: no request succeeded ({sent} sent) -> {run.run_dir}", err=True)
+        raise typer.Exit(1)
+    if ok < sent:
+        typer.echo(f"[perf] {sent - ok} of {sent} request(s) failed", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -32,23 +32,34 @@ def _run(spec_name: str, options: Any) -> None:
         _table(run.rows, run.analysis, run.total_field or "ttft_ms")
     if run.interrupted:
         raise KeyboardInterrupt
+    if run.measured_nothing:  # nothing measured ok: not a success, whatever was written
+        counts = run.row_counts()
+        typer.echo(f"error: no row measured ok ({counts['failed']} failed, {counts['degraded']} degraded) "
+                   f"-> {run.spec_dir}", err=True)
+        raise typer.Exit(1)
 
 
 def _report(spec_dir: Path, name: str, stats: Any, analysis: dict[str, Any]) -> None:
-    typer.echo(f"{name}: {stats.ok} measured, {stats.failed} failed, {stats.skipped} already done -> {spec_dir}")
+    typer.echo(f"{name}: {stats.ok} measured, {stats.degraded} degraded, {stats.failed} failed, "
+               f"{stats.skipped} already done -> {spec_dir}")
+    for hook, error in stats.dropped_hooks.items():
+        typer.echo(f"  hook '{hook}' dropped: its stage is empty on every later row (degraded): {error}", err=True)
     if isinstance(analysis.get("finding"), str):  # a spec's one-line finding, in numbers
         typer.echo(f"  {analysis['finding']}")
+    n_ok = analysis.get("rows_ok", 0)
     una = analysis.get("unattributed")
     worst = una.get("max_pct_per_sample") if una else None
     if una and isinstance(worst, float) and math.isfinite(worst):
         typer.echo(f"  unattributed: worst sample {worst:.2f} % of ttft_ms "
-                   f"(goal <= {una['goal_pct']:g} %)")
+                   f"(goal <= {una['goal_pct']:g} %; from {n_ok} ok row(s))")
     for key, fit in analysis.get("fits", {}).items():
         r2 = fit.get("r2")
         if isinstance(r2, float) and math.isfinite(r2) and fit.get("n_samples", 0) >= 3:
-            typer.echo(f"  fit {key}: {fit['slope_ms_per_unit']:.4g} ms/unit, R2={fit['r2']:.3f}")
+            typer.echo(f"  fit {key}: {fit['slope_ms_per_unit']:.4g} ms/unit, R2={fit['r2']:.3f} "
+                       f"({fit['n_samples']} samples, {n_ok} ok row(s))")
     if stats.failed:
-        first: dict[str, Any] = next(iter(analysis.get("failures", [])), {})
+        failures = analysis.get("failures", [])
+        first: dict[str, Any] = next((f for f in failures if f.get("status") != "degraded"), {})
         typer.echo(f"  {stats.failed} row(s) failed, e.g. {first.get('sample_id')}: {first.get('error')}", err=True)
 
 

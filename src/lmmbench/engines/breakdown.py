@@ -9,12 +9,12 @@ into the seed's fields plus the split of ``others_ms``.
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lmmbench.core.clock import now_ns, ns_to_ms
 from lmmbench.profiling.hooks import StageHooks
-from lmmbench.profiling.stages import stage_breakdown
+from lmmbench.profiling.stages import stage_breakdown, unmeasured_fields
 from lmmbench.profiling.timeline import Timeline
 
 __all__ = ["BreakdownResult", "run_generate_with_breakdown"]
@@ -22,13 +22,28 @@ __all__ = ["BreakdownResult", "run_generate_with_breakdown"]
 
 @dataclass
 class BreakdownResult:
-    """Stage fields (ms), the wall TTFT, the timer used, and the generated ids."""
+    """Stage fields (ms), the wall TTFT, the timer used, and the generated ids.
+
+    ``dropped`` holds every hook dropped so far in the run (name -> error) and ``unmeasured`` the
+    fields those hooks leave unmeasured: ``measured_fields()`` gives them as None, not as 0."""
 
     fields: dict[str, float]
     ttft_wall_ms: float
     timer: str
     output_ids: Any
     hook_errors: list[str]
+    dropped: dict[str, str] = field(default_factory=dict)
+    unmeasured: tuple[str, ...] = ()
+
+    def measured_fields(self) -> dict[str, float | None]:
+        """``fields`` with the unmeasured ones set to None (an empty cell)."""
+        return {k: (None if k in self.unmeasured else v) for k, v in self.fields.items()}
+
+    def row_status(self) -> dict[str, str]:
+        """``status=degraded`` and the dropped hooks' errors for a spec row, or nothing when all hooks run."""
+        if not self.dropped:
+            return {}
+        return {"status": "degraded", "error": "; ".join(self.dropped.values())}
 
 
 def _to_device(inputs: Any, device: Any, dtype: Any = None) -> dict[str, Any]:
@@ -85,5 +100,8 @@ def run_generate_with_breakdown(
     wall_ms = ns_to_ms(now_ns() - t0)
     merge_in_forward = hooks is not None and hooks.modules.multimodal and hooks.modules.wrapper is None
     fields = stage_breakdown(spans, merge_in_forward=merge_in_forward)
-    errors = list(hooks.errors) if hooks is not None else []
-    return BreakdownResult(fields, wall_ms, timeline.timer_kind, output_ids, errors)
+    if hooks is None:
+        return BreakdownResult(fields, wall_ms, timeline.timer_kind, output_ids, [])
+    unmeasured = unmeasured_fields(hooks.dropped_categories())
+    return BreakdownResult(fields, wall_ms, timeline.timer_kind, output_ids, list(hooks.errors),
+                           dict(hooks.dropped), unmeasured)

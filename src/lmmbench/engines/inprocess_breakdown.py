@@ -1,5 +1,10 @@
 """In-process measurement of one sample: decode (extract_ms) -> pack (pack_ms, audio_feature_ms)
--> ``generate(max_new_tokens=1)`` with stage hooks -> one row of seed-000 fields.
+-> media guard -> ``generate(max_new_tokens=1)`` with stage hooks -> one row of seed-000 fields.
+
+Measured or refused: a sample whose video / image / audio yields no tokens for the model raises
+``MediaNotReachedError`` (its row fails, naming the medium and the processor class); once a hook
+has been dropped, its stage is empty (None) on every later row, which says ``status=degraded``
+with the hook's error.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 from lmmbench.engines.breakdown import BreakdownResult, run_generate_with_breakdown
 from lmmbench.media.extract import ExtractedAV, extract_sample
 from lmmbench.media.pack import PackedInputs, pack_inputs, token_stats
+from lmmbench.models.media_check import require_media_tokens
 from lmmbench.profiling.hooks import StageHooks
 from lmmbench.profiling.stages import TTFT_STAGES
 from lmmbench.profiling.timeline import CPU_TIMER, CUDA_TIMER
@@ -52,7 +58,8 @@ class InProcessBreakdown:
     def __init__(self, loaded: Any, hooks: bool = True, video_fps: float = 2.0, max_frames: int = 64) -> None:
         self.loaded = loaded
         self.device = loaded.device
-        self.hooks: StageHooks | None = StageHooks(loaded.model, loaded.ref.family).install() if hooks else None
+        layout = loaded.ref.record.hook_layout
+        self.hooks: StageHooks | None = StageHooks(loaded.model, layout).install() if hooks else None
         self.video_fps = video_fps
         self.max_frames = max_frames
 
@@ -91,6 +98,7 @@ class InProcessBreakdown:
         """One full measurement of a sample: every seed field, the split of others, metadata."""
         av = self.extract(media)
         packed = self.pack(media, av)
+        self.check_media(av, packed)
         result = self.generate(packed)
         stats = token_stats(packed.inputs["input_ids"], self.loaded.tokenizer)
         row: dict[str, Any] = {
@@ -98,7 +106,7 @@ class InProcessBreakdown:
             "pack_ms": packed.pack_ms,
             "audio_feature_ms": packed.audio_feature_ms,
             "preprocess_ms": av.extract_ms + packed.pack_ms + packed.audio_feature_ms,
-            **result.fields,
+            **result.measured_fields(),
             "visual_tokens": stats.visual_tokens,
             "audio_tokens": stats.audio_tokens,
             "text_tokens": stats.text_tokens,
@@ -113,7 +121,17 @@ class InProcessBreakdown:
         }
         if result.hook_errors:
             row["hook_errors"] = "; ".join(result.hook_errors)
+        if result.dropped:  # the input reached the model; only these stages went unmeasured
+            row["hook_errors"] = "; ".join(result.dropped.values())
+            row.update(status="degraded", error=row["hook_errors"])
         return row
+
+    def check_media(self, av: ExtractedAV, packed: PackedInputs) -> None:
+        """``MediaNotReachedError`` unless every medium of ``av`` yielded tokens (and audio mel frames)."""
+        expected = {"video": av.frames is not None, "image": av.image is not None, "audio": av.audio is not None}
+        if not any(expected.values()) or self.loaded.processor is None:
+            return
+        require_media_tokens(packed.inputs, self.loaded.tokenizer, self.loaded.processor, expected)
 
     def generate(self, packed: PackedInputs) -> BreakdownResult:
         return run_generate_with_breakdown(self.loaded.model, packed.inputs, self.device, self.hooks)

@@ -152,6 +152,15 @@ class InputPreparer:
             out.append({"role": msg.get("role", "user"), "content": parts})
         return out, images, audios
 
+    def _check_media(self, enc: Any, images: bool, audio: bool) -> None:
+        """An image or audio clip that yields no tokens for the model is an error, not a text-only answer."""
+        from lmmbench.models.media_check import MediaNotReachedError, require_media_tokens
+
+        try:
+            require_media_tokens(enc, self.tokenizer, self.processor, {"image": images, "audio": audio})
+        except MediaNotReachedError as exc:
+            raise InputError(f"messages: {exc}") from None
+
     def prepare(self, request: GenerationRequest) -> PreparedInput:
         """Token ids and extra tensors of ``request``; ``InputError`` if it is malformed."""
         start = now_ns()
@@ -184,6 +193,7 @@ class InputPreparer:
                     enc = self.processor(**call)
                 except Exception as exc:
                     raise InputError(f"messages: the processor rejected the input ({exc})") from None
+                self._check_media(enc, bool(images), bool(audios))
                 ids = enc["input_ids"][0].tolist()
                 kwargs = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask")}
         if not ids:

@@ -41,6 +41,18 @@ class EvalRun(BaseModel):
     infer: list[dict[str, Any]] = Field(default_factory=list)
     results: list[dict[str, Any]] = Field(default_factory=list)
 
+    def sample_counts(self) -> tuple[int, int]:
+        """(samples, failed samples): of the scored results when there are any, else of this infer pass."""
+        if self.results:
+            return sum(int(r["n_samples"]) for r in self.results), sum(int(r["n_errors"]) for r in self.results)
+        return sum(int(s["done"]) for s in self.infer), sum(int(s["errors"]) for s in self.infer)
+
+    @property
+    def failed_everything(self) -> bool:
+        """Every sample the run touched failed (nothing was measured)."""
+        total, failed = self.sample_counts()
+        return total > 0 and failed >= total
+
 
 def _served_model(url: str) -> str:
     import urllib.request

@@ -3,7 +3,8 @@
 transformers' ``BaseVideoProcessor`` needs torchvision; this subclass of ``VideoProcessorMixin``
 resizes frames with PIL (bicubic, like the image path), rescales, normalises and patchifies
 with NumPy into ``pixel_values_videos`` of shape (grid_t*grid_h*grid_w, C*tp*p*p) and
-``video_grid_thw``. Frames arrive already sampled (``media.extract`` does the sampling).
+``video_grid_thw``. It derives from ``VideoProcessorMixin`` where transformers has it (5.2x) and
+from ``BaseImageProcessor`` otherwise (5.17). Frames arrive already sampled (``media.extract`` does the sampling).
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ from typing import Any
 
 import numpy as np
 from transformers.feature_extraction_utils import BatchFeature
-from transformers.video_processing_utils import VideoProcessorMixin
+
+try:  # transformers >= 5.2x: the torchvision-free base of video processors
+    from transformers.video_processing_utils import VideoProcessorMixin as _VideoProcessorBase
+except ImportError:  # transformers 5.17 has no such class: the image processor base gives the same API
+    from transformers.image_processing_utils import BaseImageProcessor as _VideoProcessorBase
 
 __all__ = ["NumpyQwenVideoProcessor", "smart_resize"]
 
@@ -36,7 +41,7 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     return h_bar, w_bar
 
 
-class NumpyQwenVideoProcessor(VideoProcessorMixin):  # type: ignore[misc]
+class NumpyQwenVideoProcessor(_VideoProcessorBase):  # type: ignore[misc]
     """Qwen2-VL / Qwen2.5-VL / Qwen2.5-Omni video preprocessing without torchvision."""
 
     model_input_names = ["pixel_values_videos", "video_grid_thw"]
@@ -122,13 +127,13 @@ class NumpyQwenVideoProcessor(VideoProcessorMixin):  # type: ignore[misc]
             elif isinstance(meta, dict):
                 meta = VideoMetadata(**meta)
             metas.append(meta)
-        return BatchFeature(
-            data={
-                "pixel_values_videos": torch.from_numpy(np.concatenate(patches, axis=0)),
-                "video_grid_thw": torch.tensor(grids, dtype=torch.long),
-                "video_metadata": metas,
-            }
-        )
+        data: dict[str, Any] = {
+            "pixel_values_videos": torch.from_numpy(np.concatenate(patches, axis=0)),
+            "video_grid_thw": torch.tensor(grids, dtype=torch.long),
+        }
+        if kwargs.get("return_metadata"):  # asked by Qwen2.5-VL's processor; transformers 5.17's Omni
+            data["video_metadata"] = metas  # processor would pass it on to generate() unasked
+        return BatchFeature(data=data)
 
     def get_num_of_video_patches(
         self, num_frames: int, height: int, width: int, videos_kwargs: Any = None

@@ -9,7 +9,8 @@ timeline a hook does nothing.
 
 Hooks never change outputs: wrappers call the original with the same arguments and return its
 result untouched. Hooks never crash a run: an exception inside a hook's own code is logged, the
-hook is dropped, and the model call goes on.
+hook is dropped for the rest of the run (``dropped`` keeps its error), and the model call goes
+on; ``dropped_categories()`` tells which stages are no longer measured.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class StageHooks:
         self.modules: ResolvedModules = resolve_modules(model, family)
         self.timeline: Timeline | None = None
         self.errors: list[str] = []
+        self.dropped: dict[str, str] = {}  # hook name -> its error, for the rest of the run
         self._handles: dict[str, list[Any]] = {}
         self._wrapped: list[tuple[Any, str]] = []
         self._open: dict[str, list[int]] = {}
@@ -127,6 +129,7 @@ class StageHooks:
         msg = f"hook '{role}' failed and was dropped: {type(exc).__name__}: {exc}"
         log.warning(msg)
         self.errors.append(msg)
+        self.dropped.setdefault(role, msg)
         for h in self._handles.pop(role, []):
             h.remove()
 
@@ -202,5 +205,17 @@ class StageHooks:
         msg = f"hook '{key}' failed and was dropped: {type(exc).__name__}: {exc}"
         log.warning(msg)
         self.errors.append(msg)
+        self.dropped.setdefault(key, msg)
         self._dropped_methods.add(key)
+
+    def dropped_categories(self) -> list[str]:
+        """The span categories whose hooks were dropped (their stages are no longer measured)."""
+        out = []
+        for name in self.dropped:
+            method = name.removeprefix("method:")
+            if name == method:
+                out.append(name)  # a module hook's role is its category
+            else:
+                out.append(GENERATE_METHOD_CATEGORIES.get(method, "position_ids"))
+        return out
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from lmmbench.profiling.timeline import ResolvedSpan
 
-__all__ = ["OTHERS_PARTS", "STAGE_FIELDS", "TTFT_STAGES", "stage_breakdown"]
+__all__ = ["OTHERS_PARTS", "STAGE_FIELDS", "TTFT_STAGES", "stage_breakdown", "unmeasured_fields"]
 
 # span category -> field its exclusive time is added to
 _CATEGORY_FIELD = {
@@ -98,3 +98,25 @@ def stage_breakdown(spans: list[ResolvedSpan], merge_in_forward: bool = False) -
     out.update({k: acc[k] for k in OTHERS_PARTS})
     out["unattributed_pct"] = 100.0 * acc["others_unattributed_ms"] / ttft if ttft > 0 else 0.0
     return out
+
+
+# fields computed from another field: when that one is unmeasured, so are they
+_DERIVED = {
+    "visual_encoder_ms": ("others_ms",),
+    "audio_encoder_ms": ("others_ms",),
+    "llm_prefill_ms": ("prefill_ms", "others_ms"),
+    "prefill_glue_ms": ("prefill_ms", "others_ms", "others_first_token_ms"),  # the forward hook also
+    "others_unattributed_ms": ("unattributed_pct",),  # opens the first-token span
+}
+
+
+def unmeasured_fields(categories: list[str]) -> tuple[str, ...]:
+    """The breakdown fields left unmeasured when the hooks of span ``categories`` are gone:
+    each category's own field and the fields computed from it (a dropped stage is empty, not 0)."""
+    out: list[str] = []
+    for category in categories:
+        own = _CATEGORY_FIELD.get(category)
+        if own is None:
+            continue
+        out.extend(f for f in (own, *_DERIVED.get(own, ())) if f != "prefill_glue_ms")
+    return tuple(dict.fromkeys(out))

@@ -62,11 +62,15 @@ def build_analysis(
         for sid, m in mean.items()
     }
     failed = [r for r in rows if r.get("status") != "ok"]
+    degraded = sum(1 for r in failed if r.get("status") == "degraded")
     out: dict[str, Any] = {
         "spec": spec,
+        "basis": "fits, shares and the unattributed goal use ok rows only (not degraded, not failed)",
         "rows_ok": len(rows) - len(failed),
-        "rows_failed": len(failed),
-        "failures": [{"sample_id": r.get("sample_id"), "repeat": r.get("repeat"), "error": r.get("error")}
+        "rows_degraded": degraded,
+        "rows_failed": len(failed) - degraded,
+        "failures": [{"sample_id": r.get("sample_id"), "repeat": r.get("repeat"), "status": r.get("status"),
+                      "error": r.get("error")}
                      for r in failed],
         "fit_basis": f"per-sample {fit_stat} over repeats, samples with x > 0",
         "fits": fits_by_basis[fit_stat],
@@ -91,7 +95,8 @@ def build_analysis(
             "share_pct_overall": 100.0 * shares.get(unattributed_field, math.nan)
             if unattributed_field in shares else math.nan,
             "max_pct_per_sample": worst,
-            "per_sample_basis": "median over repeats of unattributed / ttft",
+            "per_sample_basis": "median over ok repeats of unattributed / ttft",
+            "rows": sum(len(v) for v in pct_rows.values()),
             "per_sample_pct": pcts,
             "goal_pct": UNATTRIBUTED_GOAL_PCT,
             "named_stages_explain_pct_min": 100.0 - worst if pcts else math.nan,

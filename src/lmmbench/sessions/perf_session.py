@@ -41,6 +41,11 @@ class PerfRun:
     search: SearchResult | None = None
     files: list[Path] = field(default_factory=list)
 
+    def request_counts(self) -> tuple[int, int]:
+        """(requests sent, requests that succeeded) over every load point."""
+        return (sum(int(r.summary.get("requests", 0)) for r in self.results),
+                sum(int(r.summary.get("ok", 0)) for r in self.results))
+
 
 def _resolve(cfg: PerfConfig) -> tuple[PerfConfig, list[dict[str, Any]]]:
     explicit = cfg.model_dump(include=cfg.model_fields_set)

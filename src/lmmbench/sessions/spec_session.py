@@ -31,6 +31,21 @@ class SpecRun:
     analysis: dict[str, Any] = field(default_factory=dict)
     total_field: str | None = None
     unattributed_field: str | None = None
+    degraded: int = 0
+    dropped_hooks: dict[str, str] = field(default_factory=dict)
+
+    def row_counts(self) -> dict[str, int]:
+        """ok / degraded / failed rows in the results file (a resumed file's earlier rows included)."""
+        counts = {"ok": 0, "degraded": 0, "failed": 0}
+        for r in self.rows:
+            status = str(r.get("status"))
+            counts[status if status in counts else "failed"] += 1
+        return counts
+
+    @property
+    def measured_nothing(self) -> bool:
+        """No row of the run measured ``ok`` (every one failed or degraded, or there were none)."""
+        return self.row_counts()["ok"] == 0
 
 
 def run_spec(spec_name: str, options: Any) -> SpecRun:
@@ -77,12 +92,14 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
         plot_breakdown(rows, spec.stage_fields, spec.fit_pairs, plot_path, title=f"{spec.name}: {options.model}",
                        fit_stat=spec.fit_stat, preprocess_fields=spec.preprocess_fields)
     config = {"spec": spec.name, **options.model_dump(mode="json")}
-    run_stats = {"ok": stats.ok, "failed": stats.failed, "skipped_already_done": stats.skipped,
-                 "interrupted": interrupted}
+    done = SpecRun(spec_dir, spec.name, stats.ok, stats.failed, stats.skipped, interrupted, rows, analysis,
+                   spec.total_field, spec.unattributed_field, stats.degraded,
+                   dict(ctx.environment.get("dropped_hooks") or {}))
+    run_stats = {"ok": stats.ok, "degraded": stats.degraded, "failed": stats.failed,
+                 "skipped_already_done": stats.skipped, "interrupted": interrupted, "rows": done.row_counts()}
     record = run_record(spec.name, config, ctx.environment, started, run_stats)
     write_json(spec_dir / "run.json", record, float_digits=6)
     from lmmbench.reports.html_report import write_reports
 
     write_reports("spec", spec_dir, spec.name)  # report.html; a failure is a logged warning
-    return SpecRun(spec_dir, spec.name, stats.ok, stats.failed, stats.skipped, interrupted, rows, analysis,
-                   spec.total_field, spec.unattributed_field)
+    return done

@@ -186,6 +186,7 @@ class AudioPaddingSpec(ResearchSpec):
     def run_once(self, ctx: SpecContext, case: Case) -> dict[str, Any]:
         from lmmbench.engines.breakdown import run_generate_with_breakdown
         from lmmbench.media.pack import token_stats
+        from lmmbench.models.media_check import require_media_tokens
 
         opts = ctx.options
         assert isinstance(opts, AudioPaddingOptions)
@@ -193,12 +194,13 @@ class AudioPaddingSpec(ResearchSpec):
         wave = ctx.state["waves"][case.params["duration_s"]]
         t0 = now_ns()
         packed = pack_audio(loaded.processor, loaded.tokenizer, opts.prompt, wave, case.params["padding"])
+        require_media_tokens(packed.inputs, loaded.tokenizer, loaded.processor, {"audio": True})  # or the row fails
         inputs = dict(packed.inputs)
         inputs["input_features"] = inputs["input_features"].to(loaded.dtype)
         res = run_generate_with_breakdown(loaded.model, inputs, loaded.device, ctx.state["hooks"])
         e2e_ms = ns_to_ms(now_ns() - t0)
         stats = token_stats(inputs["input_ids"], loaded.tokenizer)
-        f = res.fields
+        f = res.measured_fields()  # a dropped hook's stage is None (an empty cell)
         mel, valid = packed.mel_frames, packed.mel_valid_frames
         return {
             "mel_frames": mel,
@@ -210,13 +212,14 @@ class AudioPaddingSpec(ResearchSpec):
             "preprocess_ms": packed.audio_feature_ms + packed.pack_ms,
             "audio_tokens": stats.audio_tokens,
             "total_tokens": stats.total_tokens,
-            "audio_encoder_ms": f.get("audio_encoder_ms", 0.0),
-            "prefill_ms": f.get("prefill_ms", 0.0),
-            "others_ms": f.get("others_ms", 0.0),
-            "others_input_transfer_ms": f.get("others_input_transfer_ms", 0.0),
-            "others_embedding_merge_ms": f.get("others_embedding_merge_ms", 0.0),
-            "ttft_ms": f.get("ttft_ms", res.ttft_wall_ms),
+            "audio_encoder_ms": f["audio_encoder_ms"],
+            "prefill_ms": f["prefill_ms"],
+            "others_ms": f["others_ms"],
+            "others_input_transfer_ms": f["others_input_transfer_ms"],
+            "others_embedding_merge_ms": f["others_embedding_merge_ms"],
+            "ttft_ms": f["ttft_ms"],
             "e2e_ms": e2e_ms,
+            **res.row_status(),
         }
 
     def findings(self, rows: list[dict[str, Any]], analysis: dict[str, Any]) -> dict[str, Any]:

@@ -65,6 +65,7 @@ class ResearchSpec(Spec):
                    "class": type(loaded.model).__name__, "dtype": str(loaded.dtype), "device": str(loaded.device)},
             timer=eng.timer_kind,
             torch_threads=torch.get_num_threads(),
+            processor=loaded.processor_build.record() if loaded.processor_build is not None else None,
         )
         return eng
 
@@ -76,6 +77,8 @@ class ResearchSpec(Spec):
     def teardown(self, ctx: SpecContext) -> None:
         eng = ctx.state.pop("engine", None)
         if eng is not None:
+            if getattr(eng, "hooks", None) is not None:  # run.json lists the hooks dropped during the run
+                ctx.environment["dropped_hooks"] = dict(eng.hooks.dropped)
             eng.close()
 
 

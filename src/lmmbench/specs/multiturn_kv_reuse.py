@@ -183,20 +183,21 @@ class MultiturnKVReuseSpec(ResearchSpec):
             set_rope_deltas(loaded.model, None)
             res = run_generate_with_breakdown(loaded.model, inputs, loaded.device, ctx.state["hooks"])
             cached = 0
-        f = res.fields
+        f = res.measured_fields()  # a dropped hook's stage is None (an empty cell)
         check = self.verification.get(k, {})
         return {
             "total_tokens": total,
             "cached_tokens": cached,
             "recomputed_tokens": total - cached,
-            "visual_encoder_ms": f.get("visual_encoder_ms", 0.0),
-            "audio_encoder_ms": f.get("audio_encoder_ms", 0.0),
-            "prefill_ms": f.get("prefill_ms", 0.0),
-            "others_ms": f.get("others_ms", 0.0),
-            "ttft_ms": f.get("ttft_ms", res.ttft_wall_ms),
+            "visual_encoder_ms": f["visual_encoder_ms"],
+            "audio_encoder_ms": f["audio_encoder_ms"],
+            "prefill_ms": f["prefill_ms"],
+            "others_ms": f["others_ms"],
+            "ttft_ms": f["ttft_ms"],
             "pack_ms": turn["pack_ms"],
             "max_abs_logit_diff": check.get("max_abs_logit_diff", 0.0),
             "same_first_token": check.get("same_first_token", 1.0),
+            **res.row_status(),
         }
 
     def findings(self, rows: list[dict[str, Any]], analysis: dict[str, Any]) -> dict[str, Any]:

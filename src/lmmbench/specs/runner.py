@@ -3,7 +3,9 @@
 Every measured row goes to ``sink`` as soon as it exists (the results writer appends and
 flushes it), so Ctrl-C or a crash loses nothing already measured; ``done`` holds the
 ``(sample_id, repeat)`` pairs already in the results file, which ``--resume`` skips. A failing
-measurement is a row with ``status=failed`` and its reason; the run goes on.
+measurement is a row with ``status=failed`` and its reason; the run goes on. A measurement
+may return ``status="degraded"`` and an ``error`` among its fields (its input reached the model
+but a stage went unmeasured): the row says so and is counted apart from ``ok``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class RunStats:
     ok: int = 0
     failed: int = 0
     skipped: int = 0
+    degraded: int = 0
 
 
 def _reason(exc: BaseException) -> str:
@@ -110,8 +113,12 @@ class UnifiedRunner:
             self.sink(self._row(case, r, "failed", _reason(exc), {}))
             stats.failed += 1
         else:
-            self.sink(self._row(case, r, "ok", "", fields))
-            stats.ok += 1
+            status, error = str(fields.pop("status", "ok")), str(fields.pop("error", ""))
+            self.sink(self._row(case, r, status, error, fields))
+            if status == "degraded":
+                stats.degraded += 1
+            else:
+                stats.ok += 1
 
     def _warmup(self, case: Case, warmup: int) -> str | None:
         self.ctx.warmup = True

@@ -97,6 +97,8 @@ class InProcessSpec(Spec):
             timer=eng.timer_kind,
             torch_threads=torch.get_num_threads(),
             hooks={"enabled": opts.hooks, "module_paths": mods.paths if mods is not None else {}},
+            processor=loaded.processor_build.record() if loaded.processor_build is not None else None,
+            dropped_hooks={},
         )
         return eng
 
@@ -112,6 +114,8 @@ class InProcessSpec(Spec):
     def teardown(self, ctx: SpecContext) -> None:
         eng = ctx.state.pop("engine", None)
         if isinstance(eng, InProcessBreakdown):
+            if eng.hooks is not None:  # run.json lists the hooks dropped during the run
+                ctx.environment["dropped_hooks"] = dict(eng.hooks.dropped)
             eng.close()
         before = ctx.state.pop("threads_before", None)
         if before:
