@@ -78,7 +78,9 @@ def make_backend(cfg: EvalConfig) -> ScoringBackend:
         )
     from lmmbench.backends.scoring import InProcessScorer
     from lmmbench.models import load_model
+    from lmmbench.models.shapes import refuse_random_weights
 
+    refuse_random_weights(cfg.model, cfg.allow_random_weights)
     if cfg.threads is not None:
         import torch
 

@@ -32,9 +32,11 @@ __all__ = [
     "is_shape_name",
     "load_shape_spec",
     "random_weights_info",
+    "refuse_random_weights",
     "shape_config",
     "shape_model_dir",
     "shape_names",
+    "weights_provenance",
 ]
 
 SHAPE_PREFIX = "shape:"
@@ -295,3 +297,21 @@ def _save_processor_parts(spec: ShapeSpec, out: Path) -> None:
         fe_dict = fe.to_dict()
         fe_dict.pop("mel_filters", None)
         (out / "feature_extractor_config.json").write_text(json.dumps(fe_dict, indent=2, default=str))
+
+
+def weights_provenance(model: str) -> dict[str, Any] | None:
+    """For a shape-only model (``shape:NAME`` or a directory built from one): its marker; else None."""
+    path = shape_model_dir(model) if is_shape_name(model) else Path(model).expanduser()
+    info = random_weights_info(path) if path.is_dir() else None
+    if info is None and is_shape_name(model):
+        info = {"kind": "shape", "name": model, "random_weights": True}
+    return info
+
+
+def refuse_random_weights(model: str | None, allowed: bool) -> dict[str, Any] | None:
+    """Accuracy on random weights means nothing: UserError for a shape-only model unless ``allowed``."""
+    info = weights_provenance(model) if model else None
+    if info is not None and not allowed:
+        raise UserError(f"--model {model}: a shape-only model has random weights, so its accuracy means nothing; "
+                        "pass --allow-random-weights to run the pipeline anyway (e.g. to time it)")
+    return info
