@@ -28,6 +28,7 @@ __all__ = [
     "SHAPE_PREFIX",
     "ShapeSpec",
     "build_shape_model",
+    "check_fits",
     "count_parameters",
     "is_shape_name",
     "load_shape_spec",
