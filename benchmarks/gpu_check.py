@@ -185,9 +185,11 @@ def breakdown_verdicts(check: str, rows: list[dict[str, str]], analysis: dict[st
     worst = max(stage_sum_error_ms(r) for r in ok)
     tol = max(0.01, 1e-4 * max(_num(r.get("ttft_ms")) for r in ok))  # the CSV keeps 6 significant digits
     out.append(verdict(check, "stage sums exact", worst <= tol, f"worst |sum - ttft| {worst:.4g} ms (tol {tol:.3g})"))
-    una = max(_num(r.get("unattributed_pct")) for r in ok)
+    worst_row = max(_num(r.get("unattributed_pct")) for r in ok)
+    per_sample = _num((analysis.get("unattributed") or {}).get("max_pct_per_sample"))
+    una = per_sample if math.isfinite(per_sample) else worst_row  # the spec's own goal: medians per sample
     out.append(verdict(check, f"unattributed <= {UNATTRIBUTED_GOAL_PCT:g} %", una <= UNATTRIBUTED_GOAL_PCT,
-                       f"worst row {una:.2f} %"))
+                       f"worst sample (median of its repeats) {una:.2f} %, worst single row {worst_row:.2f} %"))
     noise = (analysis.get("repeat_noise") or {}).get("per_field", {}).get("ttft_ms")
     if noise:
         out.append(verdict(check, f"CV of repeats (ttft) <= {CV_GOAL_PCT:g} %",
