@@ -11,6 +11,11 @@ def _eval(cfg: object) -> None:
     from lmmbench.evaluation.modes import EvalConfig, run_eval
 
     assert isinstance(cfg, EvalConfig)
+    if cfg.allow_random_weights and cfg.model:
+        from lmmbench.models.shapes import weights_provenance
+
+        if not cfg.model.startswith(("http://", "https://")) and weights_provenance(cfg.model):
+            typer.echo("weights: RANDOM (shape-only model, --allow-random-weights): these scores mean nothing")
     run = run_eval(cfg)
     for s in run.infer:
         typer.echo(

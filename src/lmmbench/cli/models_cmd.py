@@ -1,6 +1,8 @@
-"""`lmmbench models list | build`: the built-in tiny models."""
+"""`lmmbench models list | shapes | build`: the built-in tiny models and the shape-only models."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
@@ -26,15 +28,34 @@ def register(app: typer.Typer) -> None:
         Console().print(table)
         typer.echo("Any local Hugging Face model directory of these families works too: --model /path/to/dir")
 
+    @models_app.command("shapes")
+    def list_shapes() -> None:
+        """List the shape-only models: published architectures with random weights (shape:NAME)."""
+        from lmmbench.cli.shapes_cmd import print_shapes
+
+        print_shapes()
+
     @models_app.command("build")
     def build(
-        names: list[str] = typer.Argument(None, help="Models to build (default: all)."),
+        names: list[str] = typer.Argument(None, help="Models to build (default: all tiny models); "
+                                          "shape:NAME builds a shape-only model."),
         force: bool = typer.Option(False, "--force", help="Rebuild even if already built."),
+        num_layers: int = typer.Option(None, "--num-layers", min=1, help="shape:NAME only: cut every tower "
+                                       "(LLM, vision, audio) to N layers, for quick CPU checks."),
+        out: Path = typer.Option(None, "--out", help="shape:NAME only: write the model directory here."),
+        device: str = typer.Option("auto", "--device", help="shape:NAME only: where the weights are created "
+                                   "(auto | cpu | cuda)."),
+        dtype: str = typer.Option("auto", "--dtype", help="shape:NAME only: weight dtype (auto: bfloat16 on "
+                                  "CUDA, float32 on CPU; float32 | bfloat16 | float16)."),
     ) -> None:
-        """Build the built-in models into $LMMBENCH_HOME/models (default ~/.cache/lmmbench)."""
+        """Build models into $LMMBENCH_HOME/models (default ~/.cache/lmmbench): tiny ones, or shape:NAME."""
+        from lmmbench.cli.shapes_cmd import build_shape
         from lmmbench.models.tiny import TINY_MODEL_NAMES, build_tiny_model
 
         for name in names or list(TINY_MODEL_NAMES):
+            if name.startswith("shape:"):
+                build_shape(name, num_layers=num_layers, out=out, device=device, dtype=dtype, force=force)
+                continue
             path = build_tiny_model(name, force=force)
             typer.echo(f"{name}: {path}")
 

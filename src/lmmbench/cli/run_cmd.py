@@ -28,6 +28,7 @@ def _run(spec_name: str, options: Any) -> None:
 
     run = run_spec(spec_name, options)
     _report(run.spec_dir, run.name, run, run.analysis)
+    _notes(options, run.analysis, run.total_field or "ttft_ms")
     if run.unattributed_field and options.progress:
         _table(run.rows, run.analysis, run.total_field or "ttft_ms")
     if run.interrupted:
@@ -61,6 +62,19 @@ def _report(spec_dir: Path, name: str, stats: Any, analysis: dict[str, Any]) -> 
         failures = analysis.get("failures", [])
         first: dict[str, Any] = next((f for f in failures if f.get("status") != "degraded"), {})
         typer.echo(f"  {stats.failed} row(s) failed, e.g. {first.get('sample_id')}: {first.get('error')}", err=True)
+
+
+def _notes(options: Any, analysis: dict[str, Any], total_field: str) -> None:
+    """Random weights, and stages whose repeats scatter by more than the CV limit."""
+    from lmmbench.cli.shapes_cmd import RANDOM_WEIGHTS_LINE
+    from lmmbench.metrics.noise import noise_warnings
+    from lmmbench.models.shapes import weights_provenance
+
+    info = weights_provenance(str(options.model))
+    if info is not None:
+        typer.echo("  " + RANDOM_WEIGHTS_LINE.format(name=info.get("name"), source=info.get("source", "its config")))
+    for line in noise_warnings(analysis.get("repeat_noise", {}), total_field):
+        typer.echo(f"  warning: {line}", err=True)
 
 
 def _table(rows: list[dict[str, Any]], analysis: dict[str, Any], total: str) -> None:

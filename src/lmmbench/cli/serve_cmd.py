@@ -9,8 +9,11 @@ from lmmbench.serve.server import ServeConfig
 
 
 def _serve(cfg: ServeConfig) -> None:
+    from lmmbench.models.shapes import weights_provenance
     from lmmbench.serve.server import serve
 
+    if weights_provenance(cfg.model) is not None:
+        typer.echo(f"weights: RANDOM (shape-only model {cfg.model}): latencies are real, every answer is noise")
     serve(cfg)
 
 

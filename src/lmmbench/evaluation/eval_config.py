@@ -38,6 +38,9 @@ class EvalConfig(BaseModel):
     tokenizer: str | None = Field(None, description="local tokenizer (model name or dir) for an endpoint")
     max_length: int | None = Field(None, ge=8, description="context length (default: from the model config)")
     concurrency: int = Field(8, ge=1, description="parallel requests to an endpoint")
+    allow_random_weights: bool = Field(
+        False, description="run a shape-only model (random weights: its scores mean nothing) instead of refusing"
+    )
     threads: int | None = Field(
         None, ge=1, description="torch CPU threads (default: torch's; 1 is far faster on a busy shared CPU)"
     )

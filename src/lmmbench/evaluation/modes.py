@@ -91,7 +91,9 @@ def make_backend(cfg: EvalConfig) -> ScoringBackend:
         )
     from lmmbench.backends.scoring import InProcessScorer
     from lmmbench.models import load_model
+    from lmmbench.models.shapes import refuse_random_weights
 
+    refuse_random_weights(cfg.model, cfg.allow_random_weights)
     if cfg.threads is not None:
         import torch
 
@@ -99,6 +101,14 @@ def make_backend(cfg: EvalConfig) -> ScoringBackend:
 
     loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     return InProcessScorer(loaded, batch_size=cfg.batch_size, max_length=cfg.max_length, pad_batches=cfg.pad_batches)
+
+
+def _random_weights(model: str | None) -> bool:
+    """True for a shape-only model (run only with --allow-random-weights)."""
+    from lmmbench.models.shapes import weights_provenance
+
+    return bool(model) and not str(model).startswith(("http://", "https://")) and \
+        weights_provenance(str(model)) is not None
 
 
 def _run_dir(cfg: EvalConfig) -> Path:
@@ -153,7 +163,8 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
     runlog.addHandler(handler)
     try:
         (run_dir / "logs" / f"config_{cfg.mode}.json").write_text(
-            json.dumps({"config": cfg.model_dump(mode="json"), "environment": capture_environment()}, indent=2) + "\n"
+            json.dumps({"config": cfg.model_dump(mode="json"), "environment": capture_environment(),
+                        "random_weights": _random_weights(cfg.model)}, indent=2) + "\n"
         )
         run = EvalRun(run_dir=run_dir)
         if cfg.mode in ("all", "infer"):

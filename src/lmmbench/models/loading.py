@@ -62,6 +62,11 @@ class LoadedModel:
 
 def resolve_model(name_or_dir: str) -> ModelRef:
     """A built-in tiny model name (built on demand) or a local model directory -> ``ModelRef``."""
+    if name_or_dir.startswith("shape:"):  # a shape-only model (models/shapes.py), built on first use
+        from lmmbench.models.shapes import build_shape_model
+
+        path = build_shape_model(name_or_dir)
+        return ModelRef(name_or_dir, path, json.loads((path / MARKER).read_text())["family"])
     if name_or_dir in TINY_MODEL_NAMES:
         path = build_tiny_model(name_or_dir)
         family = json.loads((path / MARKER).read_text())["family"]
@@ -117,6 +122,10 @@ def load_model(name_or_dir: str, device: str = "cpu", dtype: str = "float32") ->
     require("transformers", "models")
     from transformers import AutoTokenizer
 
+    if name_or_dir.startswith("shape:"):  # built on the target device in the target dtype
+        from lmmbench.models.shapes import build_shape_model
+
+        build_shape_model(name_or_dir, device=device, dtype=dtype)
     ref = resolve_model(name_or_dir)
     dev = _pick_device(device)
     dt = _pick_dtype(dtype, dev)

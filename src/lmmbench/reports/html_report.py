@@ -190,7 +190,9 @@ class HtmlReport:
         meta = (f"model <b>{_e(model)}</b> &middot; {_e(run.get('started_at', ''))} &rarr; "
                 f"{_e(run.get('finished_at', ''))} &middot; {format_value(stats.get('ok'))} measured, "
                 f"{format_value(stats.get('failed'))} failed"
-                + (" &middot; <span class='warn'>interrupted</span>" if stats.get("interrupted") else ""))  # fmt: skip
+                + (" &middot; <span class='warn'>interrupted</span>" if stats.get("interrupted") else "")
+                + (" &middot; <span class='warn'>RANDOM WEIGHTS (shape-only model)</span>"
+                   if run.get("random_weights") else ""))  # fmt: skip
         fits = analysis.get("fits", {})
         findings = {k: v for k, v in analysis.items() if k not in ("fits", "fits_by_basis", "failures", "spec")}
         sections = [_section("Fits", _mapping(fits) if fits else "<p class='meta'>(none)</p>")]

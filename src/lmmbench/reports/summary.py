@@ -1,4 +1,8 @@
-"""Summary statistics (mean / std / p50 / p90 / p99) per sample, per group and overall."""
+"""Summary statistics (mean / std / p50 / p90 / p99) per sample, per group and overall.
+
+Sample rows also carry the repeat noise (``metrics.noise``): the coefficient of variation over the
+repeats (``cv_pct``) and the order-statistic 95 % CI of the median (empty with fewer than 6 repeats).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ from lmmbench.reports.results_csv import numeric
 
 __all__ = ["SUMMARY_COLUMNS", "describe", "numeric_fields", "per_sample_medians", "write_summary"]
 
-SUMMARY_COLUMNS = ("level", "key", "field", "n", "mean", "std", "p50", "p90", "p99")
+SUMMARY_COLUMNS = ("level", "key", "field", "n", "mean", "std", "p50", "p90", "p99", "cv_pct", "median_ci95_low",
+                   "median_ci95_high")
 _NOT_STATS = {"repeat", "first_token_id", "level"}
 
 
@@ -63,6 +68,17 @@ def per_sample_medians(rows: list[dict[str, Any]], fields: Sequence[str],
     return out
 
 
+def _noise_cells(values: list[float]) -> tuple[str, str, str]:
+    """cv_pct and the median's 95 % CI over one sample's repeats; empty where not defined."""
+    from lmmbench.metrics.noise import cv_pct, median_ci
+
+    vals = [v for v in values if math.isfinite(v)]
+    cv = cv_pct(vals)
+    ci = median_ci(vals)
+    low, high = ("", "") if ci is None else (f"{ci[0]:.6g}", f"{ci[1]:.6g}")
+    return ("" if cv is None else f"{cv:.4g}", low, high)
+
+
 def write_summary(rows: list[dict[str, Any]], fields: Sequence[str], path: Path) -> Path:
     """Write ``<spec>_summary.csv``: statistics of each numeric field per sample, group and overall."""
     ok = _ok(rows)
@@ -79,6 +95,8 @@ def write_summary(rows: list[dict[str, Any]], fields: Sequence[str], path: Path)
         writer.writerow(SUMMARY_COLUMNS)
         for level, key, rs in levels:
             for f in fields:
-                d = describe([numeric(r.get(f)) for r in rs])
-                writer.writerow([level, key, f, d["n"], *(f"{d[s]:.6g}" for s in ("mean", "std", "p50", "p90", "p99"))])
+                vals = [numeric(r.get(f)) for r in rs]
+                d = describe(vals)
+                writer.writerow([level, key, f, d["n"], *(f"{d[s]:.6g}" for s in ("mean", "std", "p50", "p90", "p99")),
+                                 *(_noise_cells(vals) if level == "sample" else ("", "", ""))])
     return path

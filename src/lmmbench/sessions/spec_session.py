@@ -75,7 +75,9 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
             runner = UnifiedRunner(spec, ctx, sink.append, done=sink.done)
             try:
                 stats = runner.run(cases, options.repeats, options.warmup, clear_cache=options.clear_cache,
-                                   progress=options.progress, interleave=options.interleave)
+                                   progress=options.progress, interleave=options.interleave,
+                                   target_ci_pct=getattr(options, "target_ci_pct", None),
+                                   max_repeats=getattr(options, "max_repeats", 30))
             except KeyboardInterrupt:
                 interrupted = True
     finally:
@@ -86,6 +88,12 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     analysis = build_analysis(spec.name, rows, spec.stage_fields, spec.fit_pairs, spec.total_field,
                               spec.unattributed_field, spec.fit_stat)
     analysis.update(spec.findings(rows, analysis))
+    from lmmbench.metrics.noise import repeat_noise
+    from lmmbench.models.shapes import weights_provenance
+
+    weights = weights_provenance(str(options.model))  # not None: a shape-only model, random weights
+    analysis["repeat_noise"] = repeat_noise(rows, [spec.total_field, *spec.stage_fields])
+    analysis["random_weights"] = weights is not None
     write_json(spec_dir / f"{spec.name}_analysis.json", analysis, float_digits=6)
     plot_path = spec_dir / f"{spec.name}_plot.png"
     if not spec.plot(rows, plot_path):
@@ -96,8 +104,12 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
                    spec.total_field, spec.unattributed_field, stats.degraded,
                    dict(ctx.environment.get("dropped_hooks") or {}))
     run_stats = {"ok": stats.ok, "degraded": stats.degraded, "failed": stats.failed,
-                 "skipped_already_done": stats.skipped, "interrupted": interrupted, "rows": done.row_counts()}
+                 "skipped_already_done": stats.skipped, "interrupted": interrupted, "rows": done.row_counts(),
+                 "extra_repeats_for_target_ci": stats.extra_repeats, "target_ci_not_reached": stats.ci_not_reached}
     record = run_record(spec.name, config, ctx.environment, started, run_stats)
+    record["random_weights"] = weights is not None
+    if weights is not None:
+        record["model_weights"] = weights
     write_json(spec_dir / "run.json", record, float_digits=6)
     from lmmbench.reports.html_report import write_reports
 

@@ -48,6 +48,13 @@ class RunOptions(BaseModel):
                              "bursts of load on a shared machine over samples).")
     clear_cache: bool = Field(True, description="gc + CUDA cache clearing between repeats.")
     progress: bool = Field(True, description="Show a progress bar.")
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = Field(
+        "auto", description="Attention of every tower (auto: what transformers picks, sdpa in 5.x); recorded in "
+        "run.json with the matmul precision settings.")
+    target_ci_pct: float | None = Field(None, gt=0, description="Keep repeating a sample until the 95 % CI of its "
+                                        "TTFT median is within this % of the median (order-statistic CI: needs >= 6 "
+                                        "repeats), up to --max-repeats.")
+    max_repeats: int = Field(30, ge=1, description="Most repeats per sample with --target-ci-pct.")
 
 
 @dataclass

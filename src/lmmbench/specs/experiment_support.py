@@ -58,6 +58,10 @@ class ResearchSpec(Spec):
         if threads:
             torch.set_num_threads(int(threads))
         loaded = load_spec_model(opts.model, opts.device, opts.dtype)
+        from lmmbench.models.attention import apply_attention, precision_settings
+
+        ctx.environment.update(attention=apply_attention(loaded.model, getattr(opts, "attn_implementation", "auto")),
+                               matmul_precision=precision_settings())
         eng = InProcessBreakdown(loaded, hooks=opts.hooks, video_fps=opts.video_fps, max_frames=opts.max_frames)
         ctx.state["engine"] = eng
         ctx.environment.update(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lmmbench.core.clock import wall_label
@@ -33,6 +33,8 @@ class RunStats:
     failed: int = 0
     skipped: int = 0
     degraded: int = 0
+    extra_repeats: int = 0  # added by --target-ci-pct
+    ci_not_reached: list[str] = field(default_factory=list)  # samples still wider than the target at max_repeats
 
 
 def _reason(exc: BaseException) -> str:
@@ -49,6 +51,7 @@ class UnifiedRunner:
         self.ctx = ctx
         self.sink = sink
         self.done = done or set()
+        self.totals: dict[str, list[float]] = {}  # case id -> the total field of its ok rows (this run)
 
     def _row(self, case: Case, repeat: int, status: str, error: str, fields: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -64,7 +67,8 @@ class UnifiedRunner:
         }
 
     def run(self, cases: list[Case], repeats: int, warmup: int, clear_cache: bool = True,
-            progress: bool = True, interleave: bool = False) -> RunStats:
+            progress: bool = True, interleave: bool = False, target_ci_pct: float | None = None,
+            max_repeats: int = 30) -> RunStats:
         """Measure every case; returns counts. KeyboardInterrupt propagates after rows are flushed.
 
         By default each case runs its warm-up then its repeats back to back; ``interleave`` warms
@@ -95,7 +99,29 @@ class UnifiedRunner:
                     warm_error[case.id] = self._warmup(case, warmup)
                 self._measure(case, r, warm_error[case.id], clear_cache, stats)
                 bar.advance(task)
+            if target_ci_pct is not None:
+                for case in cases:
+                    self._until_precise(case, repeats, max_repeats, target_ci_pct, warm_error.get(case.id),
+                                        clear_cache, stats)
         return stats
+
+    def _until_precise(self, case: Case, repeats: int, max_repeats: int, target_pct: float,
+                       warm_error: str | None, clear_cache: bool, stats: RunStats) -> None:
+        """More repeats of ``case`` until its total's median CI is within ``target_pct`` % (or max_repeats)."""
+        from lmmbench.metrics.noise import ci_half_width_pct
+
+        r = repeats
+        while r < max_repeats and warm_error is None:
+            width = ci_half_width_pct(self.totals.get(case.id, []))
+            if width is not None and width <= target_pct:
+                return
+            if (case.id, r) not in self.done:
+                self._measure(case, r, warm_error, clear_cache, stats)
+                stats.extra_repeats += 1
+            r += 1
+        width = ci_half_width_pct(self.totals.get(case.id, []))
+        if width is None or width > target_pct:
+            stats.ci_not_reached.append(case.id)
 
     def _measure(self, case: Case, r: int, warm_error: str | None, clear_cache: bool, stats: RunStats) -> None:
         if warm_error is not None:
@@ -119,6 +145,9 @@ class UnifiedRunner:
                 stats.degraded += 1
             else:
                 stats.ok += 1
+            total = fields.get(getattr(self.spec, "total_field", "ttft_ms"))
+            if isinstance(total, (int, float)):
+                self.totals.setdefault(case.id, []).append(float(total))
 
     def _warmup(self, case: Case, warmup: int) -> str | None:
         self.ctx.warmup = True

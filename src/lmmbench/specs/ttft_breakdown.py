@@ -88,6 +88,10 @@ class InProcessSpec(Spec):
             ctx.state["threads_before"] = torch.get_num_threads()
             torch.set_num_threads(opts.threads)
         loaded = load_model(opts.model, device=opts.device, dtype=opts.dtype)
+        from lmmbench.models.attention import apply_attention, precision_settings
+
+        ctx.environment.update(attention=apply_attention(loaded.model, opts.attn_implementation),
+                               matmul_precision=precision_settings())
         eng = InProcessBreakdown(loaded, hooks=opts.hooks, video_fps=opts.video_fps, max_frames=opts.max_frames)
         ctx.state["engine"] = eng
         mods = eng.hooks.modules if eng.hooks is not None else None
