@@ -184,6 +184,12 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
         out.add(labels, res)
         run.results.append(res)
         _print_point(labels, res)
+        if pcfg.wants_vllm_result():
+            from lmmbench.reports.vllm_result_file import write_vllm_result
+
+            path = write_vllm_result(pcfg, res.records, res.model, res.summary["duration_s"], run_dir, i, len(points))
+            run.files.append(path)
+            print(f"[perf] vLLM-format result: {path}", file=sys.stderr)
         return res
 
     try:
