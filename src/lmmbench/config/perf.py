@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from lmmbench.config.perf_shapes import WorkloadShapeOptions
+from lmmbench.config.perf_shapes import TelemetryOptions, WorkloadShapeOptions
 from lmmbench.config.perf_vllm import VllmBenchFlags
 
 __all__ = ["SLO_KEYS", "PerfConfig"]
@@ -17,7 +17,7 @@ __all__ = ["SLO_KEYS", "PerfConfig"]
 SLO_KEYS = ("ttft_ms", "ttfvt_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
-class PerfConfig(VllmBenchFlags, WorkloadShapeOptions):
+class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
     """Load-test an OpenAI-compatible server: open-loop rate or closed-loop concurrency, streamed."""
 
     model_config = ConfigDict(extra="forbid")

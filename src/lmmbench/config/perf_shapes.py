@@ -1,5 +1,5 @@
-"""Options of the workload shapes of ``lmmbench perf`` (inherited by ``PerfConfig``): multi-turn
-conversations, shared-prefix groups and trace replay. See docs/perf.md "Workloads"."""
+"""Options of ``lmmbench perf`` inherited by ``PerfConfig``: the workload shapes (multi-turn
+conversations, shared-prefix groups, trace replay; docs/perf.md "Workloads") and telemetry."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["WorkloadShapeOptions"]
+__all__ = ["TelemetryOptions", "WorkloadShapeOptions"]
 
 
 class WorkloadShapeOptions(BaseModel):
@@ -30,3 +30,11 @@ class WorkloadShapeOptions(BaseModel):
     )
     trace_block_tokens: int = Field(512, ge=1, description="trace: tokens per Mooncake hash_id block.")
     trace_time_scale: float = Field(1.0, gt=0, description="trace: multiply arrival times (0.5 replays twice as fast).")
+
+
+class TelemetryOptions(BaseModel):
+    """What is watched during a load test (docs/perf.md "Telemetry")."""
+
+    telemetry_interval_s: float = Field(
+        1.0, ge=0, description="Scrape the server's /metrics and the local GPUs (NVML) this often; 0: off."
+    )
