@@ -48,6 +48,10 @@ class RunOptions(BaseModel):
                              "bursts of load on a shared machine over samples).")
     clear_cache: bool = Field(True, description="gc + CUDA cache clearing between repeats.")
     progress: bool = Field(True, description="Show a progress bar.")
+    profile: bool = Field(False, description="Also write a torch profiler trace (Chrome/Perfetto JSON) of one extra, "
+                          "unrecorded run of --profile-sample after its repeat --profile-repeat.")
+    profile_sample: str | None = Field(None, description="Sample id to profile (default: the first sample).")
+    profile_repeat: int = Field(0, ge=0, description="Profile after this measured repeat of the sample.")
 
 
 @dataclass
