@@ -2,12 +2,15 @@
 
 Ground truth: the test server's TTFT is ttft_ms + (prompt words not in its prefix cache) x prefill_ms_per_token,
 with 16-word cache blocks; the expected cached prefix of each request is worked out here from what it sent.
+A TTFT is never below its expected value (less 0.5 ms of timer rounding); a busy machine only adds time, so
+"the cache helped" is checked as: the median excess stays below half of what the cache saves.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import statistics
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +23,7 @@ from lmmbench.config.perf_testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.testing import running_testserver
 
-PER_TOKEN_MS = 0.25
+PER_TOKEN_MS = 1.0
 BASE_TTFT_MS = 2.0
 
 
@@ -60,11 +63,15 @@ def test_synthetic_multiturn_sends_history_after_think_time_and_hits_the_cache(u
         assert [r["prompt_tokens"] for r in conv] == [32, 68, 104]  # what the server counted
         for prev, nxt in itertools.pairwise(conv):
             gap_ms = (nxt["scheduled_ns"] - prev["end_ns"]) / 1e6
-            assert 39.0 <= gap_ms < 80, gap_ms  # think time after the previous reply, never before it
-        # turn 0: nothing cached; turn 1: the 32 words of turn 0 (2 blocks); turn 2: 64 of turn 1's 68
-        expected = [BASE_TTFT_MS + PER_TOKEN_MS * n for n in (32, 68 - 32, 104 - 64)]
-        for r, want in zip(conv, expected, strict=True):
-            assert want - 0.5 <= _ttft_send(r) <= want + 15, (r["labels"], _ttft_send(r), want)
+            assert 39.0 <= gap_ms < 300, gap_ms  # the think time after the previous reply, never before it
+    # turn 0: nothing cached; turn 1: the 32 words of turn 0 (2 blocks); turn 2: 64 of turn 1's 68
+    full = [BASE_TTFT_MS + PER_TOKEN_MS * n for n in (32, 68, 104)]
+    expected = [BASE_TTFT_MS + PER_TOKEN_MS * n for n in (32, 68 - 32, 104 - 64)]
+    for k in range(3):
+        ttfts = [_ttft_send(c[k]) for c in convs.values()]
+        assert min(ttfts) >= expected[k] - 0.5, (k, ttfts, expected[k])
+        if k:
+            assert statistics.median(ttfts) - expected[k] < (full[k] - expected[k]) / 2, (k, ttfts, expected[k])
 
 
 def test_sharegpt_multiturn_replays_whole_conversations(url: str, tmp_path: Path) -> None:
@@ -90,10 +97,11 @@ def test_shared_prefix_groups_pay_prefill_once_per_group(url: str, tmp_path: Pat
     assert sorted(len(g) for g in groups.values()) == [5, 5]
     for g in groups.values():
         assert all(r["input_tokens"] == 72 for r in g)
-        first, rest = g[0], g[1:]
-        assert _ttft_send(first) >= BASE_TTFT_MS + PER_TOKEN_MS * 72 - 0.5  # the whole prompt prefilled
+        first, rest = _ttft_send(g[0]), [_ttft_send(r) for r in g[1:]]
+        full = BASE_TTFT_MS + PER_TOKEN_MS * 72
+        assert first >= full - 0.5  # the whole prompt prefilled
         cached = BASE_TTFT_MS + PER_TOKEN_MS * 8  # the 64-word prefix is 4 cached blocks
-        assert all(cached - 0.5 <= _ttft_send(r) <= cached + 10 for r in rest), [_ttft_send(r) for r in rest]
+        assert min(rest) >= cached - 0.5 and statistics.median(rest) - cached < (full - cached) / 2, rest
 
 
 def test_mooncake_trace_keeps_arrival_times_lengths_and_shared_blocks(url: str, tmp_path: Path) -> None:
@@ -114,9 +122,11 @@ def test_mooncake_trace_keeps_arrival_times_lengths_and_shared_blocks(url: str, 
     assert [(r["input_tokens"], r["output_tokens"]) for r in recs] == [(32, 3), (48, 5), (16, 2), (40, 4)]
     # hash ids 1, 2 are shared: requests 2 and 4 find their first 32 tokens cached
     uncached = [32, 16, 16, 8]
-    for r, n in zip(recs, uncached, strict=True):
-        want = BASE_TTFT_MS + PER_TOKEN_MS * n
-        assert want - 0.5 <= _ttft_send(r) <= want + 15, (n, _ttft_send(r))
+    for r, n, length in zip(recs, uncached, (32, 48, 16, 40), strict=True):
+        want, full = BASE_TTFT_MS + PER_TOKEN_MS * n, BASE_TTFT_MS + PER_TOKEN_MS * length
+        assert want - 0.5 <= _ttft_send(r), (n, _ttft_send(r))
+        if n < length:
+            assert _ttft_send(r) - want < (full - want) / 2, (n, _ttft_send(r))
 
 
 def test_azure_trace_csv(url: str, tmp_path: Path) -> None:
