@@ -150,3 +150,31 @@ def test_telemetry_rows_carry_gpus_and_no_server_fake_nvml(tmp_path: Path) -> No
 
     png = plot_telemetry(tmp_path, rows, [])
     assert png is not None and png.stat().st_size > 1000
+
+
+def test_a_server_without_metrics_is_asked_once_fake_nvml(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    asked: list[str] = []
+
+    class NoMetrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_error(404)
+
+        def log_message(self, *args: Any) -> None: ...
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NoMetrics)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        sampler = TelemetrySampler(url, tmp_path, interval_s=0.02, nvml=NvmlSampler(FakeNvml())).start()
+        time.sleep(0.12)
+        sampler.stop()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == ["/metrics"] and "answered 404" in sampler.notes[0]  # /v1 dropped from the URL
+    assert sampler.rows >= 3 and sampler.data_rows == sampler.rows  # the GPUs are still sampled

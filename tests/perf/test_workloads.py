@@ -147,3 +147,19 @@ def test_bad_trace_line_is_one_clear_error(url: str, tmp_path: Path, capsys: pyt
                  "--out-dir", str(tmp_path)]) == 2  # fmt: skip
     err = capsys.readouterr().err
     assert "t.jsonl:1" in err and "output_length" in err and "Traceback" not in err
+
+
+def test_mooncake_blocks_with_a_tokenizer_are_cut_to_input_length(tmp_path: Path) -> None:
+    from lmmbench.config.perf import PerfConfig
+    from lmmbench.datasets.perf_datasets import build_requests, load_tokenizer
+    from lmmbench.testing import build_word_tokenizer
+
+    tok = load_tokenizer(build_word_tokenizer(tmp_path / "tok"))
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 20, "output_length": 3, "hash_ids": [7, 8]}\n'
+                    '{"timestamp": 5, "input_length": 30, "output_length": 3, "hash_ids": [7, 8]}\n')  # fmt: skip
+    cfg = PerfConfig(dataset="trace", dataset_path=path, trace_block_tokens=16, endpoint="completions")
+    a, b = build_requests(cfg, 10, tok)
+    assert (a.input_tokens, b.input_tokens) == (20, 30) and (a.arrival_ns, b.arrival_ns) == (0, 5_000_000)
+    assert len(tok.encode(a.payload["prompt"], add_special_tokens=False).ids) == 20
+    assert b.payload["prompt"].startswith(a.payload["prompt"])  # the same hash ids, the same leading text

@@ -59,8 +59,8 @@ class TestServerConfig(BaseModel):
     prefix_cache: bool = Field(False, description="Model a prefix cache: cached prompt blocks cost no prefill.")
     prefix_block_tokens: int = Field(16, ge=1, description="Prefix-cache block size (prompt words).")
     kv_capacity_tokens: int = Field(1_000_000, ge=1, description="Modelled KV cache size (tokens): usage and eviction.")
-    metrics_names: Literal["vllm", "sglang", "tgi", "all"] = Field(
-        "all", description="Metric names on GET /metrics (running/waiting requests, KV usage, prefix hits)."
+    metrics_names: Literal["none", "vllm", "sglang", "tgi", "all"] = Field(
+        "none", description="Serve GET /metrics (running/waiting, KV usage, prefix hits) under these names."
     )
 
     @field_validator("faults")

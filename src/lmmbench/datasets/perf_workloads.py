@@ -189,6 +189,8 @@ def _trace(cfg: PerfConfig, n: int, tok: Any | None, rng: random.Random) -> list
         if tok is None and words:  # word mode: exactly input_length words, the blocks first
             extra = max(n_in - len(words), 0)
             text = " ".join(words[:n_in] + ([synthetic_prompt(None, pool, extra, rng)[0]] if extra else []))
+        elif text and tok is not None:  # tokenizer mode: the blocks cut to input_length tokens
+            text = tok.decode(tok.encode(text, add_special_tokens=False).ids[:n_in])
         elif not text:
             text = synthetic_prompt(tok, pool, max(n_in, 1), rng)[0]
         body = request_body(cfg, text, max(n_out, 1))

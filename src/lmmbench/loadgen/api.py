@@ -192,8 +192,10 @@ def _structured_plans(cfg: PerfConfig, requests: list[PerfRequest], workers: int
     closed = cfg.rate is None and requests[starts[0]].arrival_ns is None
     if closed:
         conc = cfg.concurrency or 1
+        until = int(cfg.duration_s * 1e9) if cfg.duration_s and cfg.num_requests is None else None
         return [WorkerPlan(worker=w, closed_ids=starts[w::workers], concurrency=_split(conc, workers, w),
-                           preopen=_split(conc, workers, w), **common) for w in range(workers)]  # fmt: skip
+                           duration_ns=until, preopen=_split(conc, workers, w), **common)
+                for w in range(workers)]  # fmt: skip
     if requests[starts[0]].arrival_ns is not None:
         offsets = [requests[i].arrival_ns or 0 for i in starts]
     else:

@@ -4,8 +4,9 @@ at an interval on a background thread and appended to ``telemetry.jsonl`` in the
 The names of vLLM, SGLang and TGI are mapped onto four quantities: requests running and waiting,
 KV-cache usage (fraction 0..1) and prefix-cache hit rate (fraction of prompt tokens found cached;
 from vLLM's hit/query counters it is the rate over the last interval). A quantity the server does
-not export is absent from the row (TGI exports no KV usage or prefix hits). A server without
-``/metrics`` is tried once and then left alone; the GPU part needs pynvml and a driver.
+not export is absent from the row (TGI exports no KV usage or prefix hits). A server that answers
+``/metrics`` with an error is not asked again; one that does not answer (not up yet, ``--server-cmd``)
+is asked at every interval. The GPU part needs pynvml and a driver.
 """
 
 from __future__ import annotations
@@ -117,10 +118,14 @@ class TelemetrySampler:
         try:
             with urllib.request.urlopen(self.url, timeout=max(self.interval_s, 1.0)) as resp:
                 values = parse_prometheus(resp.read().decode("utf-8", "replace"))
-        except (OSError, urllib.error.URLError, ValueError) as exc:
+        except urllib.error.HTTPError as exc:  # the server answered: it has no /metrics
             if self.server_ok is None:
                 self.server_ok = False
-                self.notes.append(f"server telemetry off: {self.url} did not answer ({exc})")
+                self.notes.append(f"server telemetry off: {self.url} answered {exc.code}")
+            return {}
+        except (OSError, ValueError) as exc:  # not up (yet: --server-cmd): tried again next time
+            if not self.notes:
+                self.notes.append(f"server telemetry: {self.url} did not answer ({exc})")
             return {}
         row = map_server_metrics(values, self._previous)
         self._previous = values

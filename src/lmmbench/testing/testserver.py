@@ -199,7 +199,7 @@ class _ServerConn(asyncio.Protocol):
                     {"id": cfg.model, "object": "model", "owned_by": "lmmbench"}]}))  # fmt: skip
             elif path in ("/health", "/v1/health"):
                 self.write(_json_response(200, {"status": "ok"}))
-            elif path == "/metrics":
+            elif path == "/metrics" and cfg.metrics_names != "none":
                 page = render_metrics(cfg, self.state.cache, self.state.active, len(self.state.queued))
                 self.write(_status_line(200) + b"Content-Type: text/plain; version=0.0.4\r\nContent-Length: "
                            + str(len(page)).encode() + b"\r\n\r\n" + page)  # fmt: skip
