@@ -117,3 +117,18 @@ def test_unknown_vllm_flag_is_one_clear_error(tmp_path: Path, capsys: pytest.Cap
     assert main(["perf", "--dataset-name", "burstgpt", "--out-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "dataset" in err and "Traceback" not in err
+    assert main(["perf", "--percentile-metrics", "ttft,latency", "--out-dir", str(tmp_path)]) == 2
+    assert "unknown metric(s) ['latency']" in capsys.readouterr().err
+    assert main(["perf", "--metric-percentiles", "50,150", "--out-dir", str(tmp_path)]) == 2
+    assert "percentiles must be in (0, 100]" in capsys.readouterr().err
+
+
+def test_a_sweep_writes_one_vllm_result_per_point(server: tuple[str, int], tmp_path: Path) -> None:
+    argv = ["perf", "--base-url", server[0], "--model", MODEL, "--rates", "100,200", "--num-prompts", "6",
+            "--random-output-len", "3", "--save-result", "--result-dir", str(tmp_path / "res"),
+            "--out-dir", str(tmp_path), "--no-plots", "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    files = sorted((tmp_path / "res").iterdir())
+    assert [f.name.split("qps")[0] for f in files] == ["openai-100.0", "openai-200.0"]
+    assert [f.stem.rsplit("-", 1)[-1] for f in files] == ["point0", "point1"]
+    assert [json.loads(f.read_text())["request_rate"] for f in files] == [100.0, 200.0]

@@ -20,7 +20,7 @@ VLLM_NOTE = (
 
 
 def _note_aliases(flags: list[str]) -> None:
-    _vllm_flags_used.extend(flags)
+    _vllm_flags_used[:] = flags  # called on every invocation, before the options are validated
 
 
 def _run(cfg: PerfConfig) -> None:

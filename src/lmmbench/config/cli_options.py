@@ -9,7 +9,7 @@ choices in the help. A validation error becomes one ``UserError`` line naming th
 
 A model may name extra flags for a field in ``CLI_ALIASES`` (a class attribute mapping a
 field name to flags, e.g. ``{"rate": ("--request-rate",)}``): each alias is its own option
-(so its help says whose alias it is) and ``on_aliases`` is told which aliases were used.
+(so its help says whose alias it is) and ``on_aliases`` is told which aliases were used (on every call).
 """
 
 from __future__ import annotations
@@ -118,6 +118,24 @@ def parse_model(model: type[M], data: dict[str, Any], source: str = "options") -
         raise UserError(validation_message(exc, source)) from None
 
 
+def _alias_options(model: type[BaseModel], fields: dict[str, Any]) -> tuple[dict[str, tuple[str, str]],
+                                                                           list[inspect.Parameter]]:  # fmt: skip
+    """One option per flag of the model's ``CLI_ALIASES``: {parameter name: (field, flag)} and the parameters."""
+    aliases: dict[str, tuple[str, str]] = {}
+    params: list[inspect.Parameter] = []
+    for fname, flags in dict(getattr(model, "CLI_ALIASES", {})).items():
+        if fname not in fields:
+            continue
+        cli_tp, _ = _cli_type(fields[fname].annotation)
+        for j, flag in enumerate(flags):
+            pname = f"{fname}__alias{j}"
+            aliases[pname] = (fname, flag)
+            info = typer.Option(None, flag, help=f"Alias of --{fname.replace('_', '-')}.", show_default=False)
+            params.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=info,
+                                            annotation=cli_tp | None))  # fmt: skip
+    return aliases, params
+
+
 def command_from_model(
     app: typer.Typer,
     name: str,
@@ -135,18 +153,7 @@ def command_from_model(
     own = getattr(model, "__annotations__", {})  # the model's own fields first, inherited ones after
     ordered = sorted(model.model_fields.items(), key=lambda kv: kv[0] not in own)
     fields = {k: f for k, f in ordered if k not in exclude}
-    aliases: dict[str, tuple[str, str]] = {}  # parameter name -> (field, flag)
-    alias_params: list[inspect.Parameter] = []
-    for fname, flags in dict(getattr(model, "CLI_ALIASES", {})).items():
-        if fname not in fields:
-            continue
-        for j, flag in enumerate(flags):
-            pname = f"{fname}__alias{j}"
-            aliases[pname] = (fname, flag)
-            cli_tp, _ = _cli_type(fields[fname].annotation)
-            alias_info = typer.Option(None, flag, help=f"Alias of --{fname.replace('_', '-')}.", show_default=False)
-            alias_params.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=alias_info,
-                                                  annotation=cli_tp | None))  # fmt: skip
+    aliases, alias_params = _alias_options(model, fields)
     for fname, field in fields.items():
         cli_tp, hint = _cli_type(field.annotation)
         desc = (field.description or "").strip()
@@ -199,7 +206,7 @@ def command_from_model(
                 key, flag = aliases[key]
                 used.append(flag)
             data[key] = _convert(fields[key].annotation, raw)
-        if used and on_aliases is not None:
+        if on_aliases is not None:
             on_aliases(used)
         cfg = parse_model(model, data, source=f"'{name}' options")
         return handler(cfg)

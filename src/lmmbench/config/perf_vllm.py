@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-__all__ = ["VLLM_ONLY_FIELDS", "VllmBenchFlags"]
+__all__ = ["PERCENTILE_METRICS", "VLLM_ONLY_FIELDS", "VllmBenchFlags"]
 
 _ENDPOINT_PATHS = {
     "/v1/completions": "completions", "/completions": "completions",
@@ -26,6 +26,8 @@ _DATASET_NAMES = {
 }  # fmt: skip
 _GOODPUT_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2e_ms", "itl": "itl_ms"}
 _SAMPLING = ("temperature", "top_p", "top_k", "min_p")
+#: Metrics a vLLM-format result can summarise (vLLM's --percentile-metrics names).
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
 
 #: Fields that exist only for vLLM compatibility (using one prints the compatibility note).
 VLLM_ONLY_FIELDS = frozenset({
@@ -84,6 +86,22 @@ class VllmBenchFlags(BaseModel):
     custom_skip_chat_template: bool = Field(
         False, description="vLLM compatibility, accepted and not used: lmmbench never applies a chat template."
     )
+
+    @field_validator("percentiles")
+    @classmethod
+    def _check_percentiles(cls, v: list[float]) -> list[float]:
+        bad = [q for q in v if not 0 < q <= 100]
+        if bad:
+            raise ValueError(f"percentiles must be in (0, 100], got {bad}")
+        return v
+
+    @field_validator("percentile_metrics")
+    @classmethod
+    def _check_percentile_metrics(cls, v: list[str]) -> list[str]:
+        unknown = sorted(set(v) - set(PERCENTILE_METRICS))
+        if unknown:
+            raise ValueError(f"unknown metric(s) {unknown}; known: {', '.join(PERCENTILE_METRICS)}")
+        return v
 
     @model_validator(mode="before")
     @classmethod

@@ -50,9 +50,9 @@ def write_vllm_result(cfg: PerfConfig, records: list[RequestRecord], model: str,
     name = f"{cfg.label or cfg.backend or 'openai'}-{_rate_text(cfg)}qps{conc}-{model.split('/')[-1]}-{date}.json"
     if cfg.result_filename:
         name = cfg.result_filename
-        if points > 1:
-            p = Path(name)
-            name = f"{p.stem}-point{point}{p.suffix}"
+    if points > 1:  # one file per load point of a sweep or workload
+        p = Path(name)
+        name = f"{p.stem}-point{point}{p.suffix}"
     folder = cfg.result_dir if cfg.result_dir is not None else run_dir
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
