@@ -163,3 +163,20 @@ def test_mooncake_blocks_with_a_tokenizer_are_cut_to_input_length(tmp_path: Path
     assert (a.input_tokens, b.input_tokens) == (20, 30) and (a.arrival_ns, b.arrival_ns) == (0, 5_000_000)
     assert len(tok.encode(a.payload["prompt"], add_special_tokens=False).ids) == 20
     assert b.payload["prompt"].startswith(a.payload["prompt"])  # the same hash ids, the same leading text
+
+
+def test_multiturn_open_loop_schedules_first_turns_and_chains_the_rest(url: str, tmp_path: Path) -> None:
+    recs = _perf(url, tmp_path, "--dataset", "multiturn", "--turns", "2", "--think-time-ms", "20", "--rate", "20",
+                 "--arrival", "constant", "--num-requests", "6", "--input-tokens", "8", "--output-tokens", "3",
+                 "--workers", "2")  # fmt: skip
+    first = sorted(r["scheduled_ns"] for r in recs if r["labels"]["turn"] == 0)
+    assert [round((t - first[0]) / 1e6) for t in first] == [0, 50, 100]  # 20/s, constant: first turns only
+    ends = {r["labels"]["conversation"]: r["end_ns"] for r in recs if r["labels"]["turn"] == 0}
+    for r in recs:
+        if r["labels"]["turn"] == 1:
+            assert (r["scheduled_ns"] - ends[r["labels"]["conversation"]]) / 1e6 >= 19.5
+    assert sorted({r["worker"] for r in recs}) == [0, 1]  # conversations spread over both client processes
+    workers = defaultdict(set)
+    for r in recs:
+        workers[r["labels"]["conversation"]].add(r["worker"])
+    assert all(len(w) == 1 for w in workers.values())  # a conversation stays with its process
