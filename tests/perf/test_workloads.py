@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
+import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,12 +28,21 @@ PER_TOKEN_MS = 1.0
 BASE_TTFT_MS = 2.0
 
 
-@pytest.fixture
-def url() -> Iterator[str]:  # a fresh server (an empty prefix cache) per test
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
     cfg = TestServerConfig(port=free_loopback_port(), ttft_ms=BASE_TTFT_MS, itl_ms=0.5, prefix_cache=True,
                            prefill_ms_per_token=PER_TOKEN_MS, prefix_block_tokens=16)  # fmt: skip
     with running_testserver(cfg) as u:
         yield u
+
+
+@pytest.fixture
+def url(server: str) -> str:
+    """The server with an empty prefix cache (POST /reset_prefix_cache, as on vLLM)."""
+    req = urllib.request.Request(server + "/reset_prefix_cache", data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200
+    return server
 
 
 def _perf(url: str, out: Path, *args: str) -> list[dict[str, Any]]:
@@ -62,8 +72,9 @@ def test_synthetic_multiturn_sends_history_after_think_time_and_hits_the_cache(u
         assert [r["input_tokens"] for r in conv] == [32, 68, 104]
         assert [r["prompt_tokens"] for r in conv] == [32, 68, 104]  # what the server counted
         for prev, nxt in itertools.pairwise(conv):
-            gap_ms = (nxt["scheduled_ns"] - prev["end_ns"]) / 1e6
-            assert 39.0 <= gap_ms < 300, gap_ms  # the think time after the previous reply, never before it
+            assert nxt["scheduled_ns"] - prev["end_ns"] == 40_000_000  # the next turn is due 40 ms after the reply
+            gap_ms = (nxt["sent_ns"] - prev["end_ns"]) / 1e6
+            assert 40.0 <= gap_ms < 300, gap_ms  # and is sent then, never before
     # turn 0: nothing cached; turn 1: the 32 words of turn 0 (2 blocks); turn 2: 64 of turn 1's 68
     full = [BASE_TTFT_MS + PER_TOKEN_MS * n for n in (32, 68, 104)]
     expected = [BASE_TTFT_MS + PER_TOKEN_MS * n for n in (32, 68 - 32, 104 - 64)]
@@ -174,7 +185,7 @@ def test_multiturn_open_loop_schedules_first_turns_and_chains_the_rest(url: str,
     ends = {r["labels"]["conversation"]: r["end_ns"] for r in recs if r["labels"]["turn"] == 0}
     for r in recs:
         if r["labels"]["turn"] == 1:
-            assert (r["scheduled_ns"] - ends[r["labels"]["conversation"]]) / 1e6 >= 19.5
+            assert r["sent_ns"] - ends[r["labels"]["conversation"]] >= 20_000_000
     assert sorted({r["worker"] for r in recs}) == [0, 1]  # conversations spread over both client processes
     workers = defaultdict(set)
     for r in recs:

@@ -136,16 +136,21 @@ class _Driver:
         if req.next_turn is None:
             return False
         self.pending_turns += 1
-        asyncio.get_running_loop().call_later(req.think_ns / 1e9, self._send_turn, req.next_turn)
+        self._send_turn(req.next_turn, (rec.end_ns or _now()) + req.think_ns)
         return True
 
-    def _send_turn(self, rid: int) -> None:
+    def _send_turn(self, rid: int, target_ns: int) -> None:
+        """Send turn ``rid`` at ``target_ns`` (loop timers may fire up to ~1 ms early: re-armed then)."""
+        wait_ns = target_ns - _now()
+        if wait_ns > 0 and not self.stopped:
+            asyncio.get_running_loop().call_later(wait_ns / 1e9, self._send_turn, rid, target_ns)
+            return
         self.pending_turns -= 1
         if self.stopped:
             self.not_sent += 1
             self._check_done()
             return
-        self._dispatch(rid, _now())
+        self._dispatch(rid, target_ns)
 
     def _next_closed(self) -> None:
         now = _now()

@@ -211,6 +211,10 @@ class _ServerConn(asyncio.Protocol):
             else:
                 self.write(_error(404, f"no route {path}"))
             return
+        if method == "POST" and path == "/reset_prefix_cache":  # as vLLM's endpoint of that name
+            self.state.cache.blocks.clear()
+            self.write(_json_response(200, {"status": "ok"}))
+            return
         chat = path.endswith("/chat/completions")
         if method != "POST" or not (chat or path.endswith("/completions")):
             self.write(_error(404, f"no route {method} {path}"))
