@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from lmmbench.config.cli_options import command_from_model
 from lmmbench.config.perf import PerfConfig
+from lmmbench.config.perf_vllm import VLLM_ONLY_FIELDS
+
+_vllm_flags_used: list[str] = []
+
+VLLM_NOTE = (
+    "[perf] note: vLLM-style flags ({flags}): lmmbench keeps --ignore-eos on (every request asks for "
+    "exactly the output length; --no-ignore-eos for vLLM's default off), and without --request-rate or "
+    "--max-concurrency it runs its own default load (vLLM sends every prompt at once); see docs/perf.md"
+)
+
+
+def _note_aliases(flags: list[str]) -> None:
+    _vllm_flags_used[:] = flags  # called on every invocation, before the options are validated
 
 
 def _run(cfg: PerfConfig) -> None:
     from lmmbench.sessions.perf_session import run_perf
 
+    used = list(_vllm_flags_used) + sorted("--" + f.replace("_", "-") for f in cfg.model_fields_set & VLLM_ONLY_FIELDS)
+    _vllm_flags_used.clear()
+    if used:
+        print(VLLM_NOTE.format(flags=", ".join(used)), file=sys.stderr)
     run = run_perf(cfg)
     sent, ok = run.request_counts()
     if ok == 0:
@@ -29,5 +48,7 @@ def register(app: typer.Typer) -> None:
         _run,
         positional=("action",),
         help="Load-test an OpenAI-compatible server: `perf` measures, `perf search` finds the highest "
-        "load meeting --slo. Results in <out-dir>/perf/<run-name>/.",
+        "load meeting --slo. Results in <out-dir>/perf/<run-name>/. vLLM's `bench serve` flags are "
+        "accepted too (docs/perf.md).",
+        on_aliases=_note_aliases,
     )

@@ -6,6 +6,10 @@ description, defaults from the model). Values the user did not give are left out
 model's defaults (or a config file given with ``--config``) decide. Lists take
 comma-separated values; dicts take ``key=value,key=value``; ``Literal`` fields list their
 choices in the help. A validation error becomes one ``UserError`` line naming the field.
+
+A model may name extra flags for a field in ``CLI_ALIASES`` (a class attribute mapping a
+field name to flags, e.g. ``{"rate": ("--request-rate",)}``): each alias is its own option
+(so its help says whose alias it is) and ``on_aliases`` is told which aliases were used (on every call).
 """
 
 from __future__ import annotations
@@ -67,12 +71,11 @@ def _convert(tp: Any, raw: Any) -> Any:
         return [p.strip() for p in raw.split(",") if p.strip()]
     if origin is dict:
         out: dict[str, str] = {}
-        for part in raw.split(","):
-            if not part.strip():
-                continue
-            if "=" not in part:
+        for part in raw.replace(",", " ").split():
+            sep = "=" if "=" in part else ":"
+            if sep not in part:
                 raise UserError(f"expected key=value, got '{part}'")
-            k, v = part.split("=", 1)
+            k, v = part.split(sep, 1)
             out[k.strip()] = v.strip()
         return out
     if origin is Literal or tp in _SCALARS or tp is bool:
@@ -115,6 +118,24 @@ def parse_model(model: type[M], data: dict[str, Any], source: str = "options") -
         raise UserError(validation_message(exc, source)) from None
 
 
+def _alias_options(model: type[BaseModel], fields: dict[str, Any]) -> tuple[dict[str, tuple[str, str]],
+                                                                           list[inspect.Parameter]]:  # fmt: skip
+    """One option per flag of the model's ``CLI_ALIASES``: {parameter name: (field, flag)} and the parameters."""
+    aliases: dict[str, tuple[str, str]] = {}
+    params: list[inspect.Parameter] = []
+    for fname, flags in dict(getattr(model, "CLI_ALIASES", {})).items():
+        if fname not in fields:
+            continue
+        cli_tp, _ = _cli_type(fields[fname].annotation)
+        for j, flag in enumerate(flags):
+            pname = f"{fname}__alias{j}"
+            aliases[pname] = (fname, flag)
+            info = typer.Option(None, flag, help=f"Alias of --{fname.replace('_', '-')}.", show_default=False)
+            params.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=info,
+                                            annotation=cli_tp | None))  # fmt: skip
+    return aliases, params
+
+
 def command_from_model(
     app: typer.Typer,
     name: str,
@@ -125,10 +146,14 @@ def command_from_model(
     exclude: set[str] | frozenset[str] = frozenset(),
     positional: tuple[str, ...] = (),
     with_config_file: bool = True,
+    on_aliases: Callable[[list[str]], None] | None = None,
 ) -> None:
-    """Add command ``name`` to ``app`` with one option per field of ``model``."""
+    """Add command ``name`` to ``app`` with one option per field of ``model`` (and per alias)."""
     params: list[inspect.Parameter] = []
-    fields = {k: f for k, f in model.model_fields.items() if k not in exclude}
+    own = getattr(model, "__annotations__", {})  # the model's own fields first, inherited ones after
+    ordered = sorted(model.model_fields.items(), key=lambda kv: kv[0] not in own)
+    fields = {k: f for k, f in ordered if k not in exclude}
+    aliases, alias_params = _alias_options(model, fields)
     for fname, field in fields.items():
         cli_tp, hint = _cli_type(field.annotation)
         desc = (field.description or "").strip()
@@ -157,6 +182,7 @@ def command_from_model(
         params.append(
             inspect.Parameter(fname, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=cli_tp | None)
         )
+    params += alias_params
     if with_config_file:
         params.append(
             inspect.Parameter(
@@ -172,10 +198,16 @@ def command_from_model(
         cfg_path = kwargs.pop("config_file", None)
         if cfg_path is not None:
             data.update(load_config_file(Path(cfg_path)))
+        used: list[str] = []
         for key, raw in kwargs.items():
             if raw is None:
                 continue
+            if key in aliases:
+                key, flag = aliases[key]
+                used.append(flag)
             data[key] = _convert(fields[key].annotation, raw)
+        if on_aliases is not None:
+            on_aliases(used)
         cfg = parse_model(model, data, source=f"'{name}' options")
         return handler(cfg)
 

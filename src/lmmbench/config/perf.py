@@ -6,7 +6,10 @@ import contextlib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from lmmbench.config.perf_shapes import TelemetryOptions, WorkloadShapeOptions
+from lmmbench.config.perf_vllm import VllmBenchFlags
 
 __all__ = ["SLO_KEYS", "PerfConfig"]
 
@@ -14,10 +17,11 @@ __all__ = ["SLO_KEYS", "PerfConfig"]
 SLO_KEYS = ("ttft_ms", "ttfvt_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
-class PerfConfig(BaseModel):
+class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
     """Load-test an OpenAI-compatible server: open-loop rate or closed-loop concurrency, streamed."""
 
     model_config = ConfigDict(extra="forbid")
+    CLI_ALIASES = {**VllmBenchFlags.CLI_ALIASES, **WorkloadShapeOptions.CLI_ALIASES}
 
     action: Literal["run", "search"] = Field(
         "run", description="run: measure the given load(s); search: find the highest load meeting --slo."
@@ -29,8 +33,8 @@ class PerfConfig(BaseModel):
     endpoint: Literal["chat", "completions"] = Field("chat", description="API to call.")
     api_key: str | None = Field(None, description="Bearer token (default: $OPENAI_API_KEY if set).")
     # dataset
-    dataset: Literal["synthetic", "sharegpt", "jsonl", "multimodal"] = Field(
-        "synthetic", description="Where prompts come from."
+    dataset: Literal["synthetic", "sharegpt", "jsonl", "multimodal", "multiturn", "shared_prefix", "trace"] = Field(
+        "synthetic", description="Where prompts come from (docs/perf.md, Workloads)."
     )
     dataset_path: Path | None = Field(None, description="JSONL (sharegpt/jsonl) or manifest CSV (multimodal).")
     tokenizer: Path | None = Field(
@@ -109,7 +113,7 @@ class PerfConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> PerfConfig:
-        if self.dataset in ("sharegpt", "jsonl", "multimodal") and self.dataset_path is None:
+        if self.dataset in ("sharegpt", "jsonl", "multimodal", "trace") and self.dataset_path is None:
             raise ValueError(f"dataset '{self.dataset}' needs --dataset-path")
         if self.search_low >= self.search_high:
             raise ValueError("search_low must be below search_high")

@@ -53,6 +53,15 @@ class TestServerConfig(BaseModel):
         "average); spin: wake 1 ms early and yield until the instant (exact, costs CPU).",
     )
     timer_lead_us: float = Field(-1.0, description="Initial timer lead (-1: per event loop default).")
+    prefill_ms_per_token: float = Field(
+        0.0, ge=0, description="Extra TTFT per uncached prompt token (word): TTFT = ttft_ms + uncached x this."
+    )
+    prefix_cache: bool = Field(False, description="Model a prefix cache: cached prompt blocks cost no prefill.")
+    prefix_block_tokens: int = Field(16, ge=1, description="Prefix-cache block size (prompt words).")
+    kv_capacity_tokens: int = Field(1_000_000, ge=1, description="Modelled KV cache size (tokens): usage and eviction.")
+    metrics_names: Literal["none", "vllm", "sglang", "tgi", "all"] = Field(
+        "none", description="Serve GET /metrics (running/waiting, KV usage, prefix hits) under these names."
+    )
 
     @field_validator("faults")
     @classmethod

@@ -37,6 +37,11 @@ class PerfRequest:
     input_tokens: int | None = None  # prompt length as the dataset counted it
     output_tokens: int | None = None  # requested output length (max_tokens)
     labels: dict[str, Any] = field(default_factory=dict)
+    # workload structure (multi-turn conversations, trace replay); None/0: an independent request
+    arrival_ns: int | None = None  # trace replay: send at t0 + arrival_ns (the rate is not used)
+    turn: int = 0  # multi-turn: 0 for a conversation's first request (only those are scheduled)
+    next_turn: int | None = None  # multi-turn: index of the request sent after this one completes
+    think_ns: int = 0  # multi-turn: pause between this request's completion and the next turn
 
 
 @dataclass(slots=True)

@@ -12,17 +12,23 @@ from __future__ import annotations
 import base64
 import csv
 import json
+import math
 import mimetypes
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lmmbench.config.perf import PerfConfig
 from lmmbench.core.errors import UserError
+from lmmbench.core.registry import Registry
 from lmmbench.core.request_records import PerfRequest
 from lmmbench.datasets.json_lines import parse_json_lines
 
-__all__ = ["build_requests", "load_tokenizer", "synthetic_text"]
+__all__ = [
+    "PERF_DATASETS", "DatasetBuilder", "build_requests", "count_tokens", "load_tokenizer", "output_length",
+    "request_body", "synthetic_prompt", "synthetic_text", "token_pool",
+]  # fmt: skip
 
 _WORDS = (
     "time year people way day man thing woman life child world school state family student group country "
@@ -76,12 +82,15 @@ def synthetic_text(tok: Any, ids_pool: list[int], n: int, rng: random.Random) ->
     return best
 
 
-def _length(rng: random.Random, mean: int, sd: float) -> int:
+def _length(rng: random.Random, mean: int, sd: float, range_ratio: float = 0.0) -> int:
+    """A length around ``mean``: uniform in [mean(1-r), mean(1+r)] (vLLM's range ratio), else normal."""
+    if range_ratio > 0:
+        return rng.randint(max(1, math.floor(mean * (1 - range_ratio))), math.ceil(mean * (1 + range_ratio)))
     return max(1, round(rng.gauss(mean, sd))) if sd > 0 else mean
 
 
-def _payload(cfg: PerfConfig, content: Any, max_tokens: int | None) -> dict[str, Any]:
-    body: dict[str, Any] = {}
+def chat_or_prompt(cfg: PerfConfig, body: dict[str, Any], content: Any) -> None:
+    """Put ``content`` into ``body`` as chat messages (after the system prompt) or as a prompt."""
     if cfg.endpoint == "chat":
         msgs: list[dict[str, Any]] = []
         if cfg.system_prompt:
@@ -92,6 +101,12 @@ def _payload(cfg: PerfConfig, content: Any, max_tokens: int | None) -> dict[str,
         if not isinstance(content, str):
             raise UserError("multimodal prompts need --endpoint chat")
         body["prompt"] = content
+
+
+def request_body(cfg: PerfConfig, content: Any, max_tokens: int | None) -> dict[str, Any]:
+    """The JSON body of one request (without model / stream): the content and the output length."""
+    body: dict[str, Any] = {}
+    chat_or_prompt(cfg, body, content)
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
         if cfg.ignore_eos:
@@ -100,56 +115,79 @@ def _payload(cfg: PerfConfig, content: Any, max_tokens: int | None) -> dict[str,
     return body
 
 
-def _count(tok: Any | None, text: str) -> int:
+
+def count_tokens(tok: Any | None, text: str) -> int:
+    """Tokens of ``text`` with the tokenizer, or words in word mode."""
     return len(tok.encode(text, add_special_tokens=False).ids) if tok is not None else len(text.split())
 
 
-def _out_len(cfg: PerfConfig, rng: random.Random, own: int | None) -> int | None:
+
+def output_length(cfg: PerfConfig, rng: random.Random, own: int | None) -> int | None:
+    """max_tokens of a request: --output-tokens (with its spread), else the dataset's own length."""
     if cfg.output_tokens is not None:
-        return _length(rng, cfg.output_tokens, cfg.output_tokens_stddev)
+        return _length(rng, cfg.output_tokens, cfg.output_tokens_stddev, cfg.random_range_ratio)
     return own
+
+
+_Item = tuple[Any, int | None, int | None, dict[str, Any]]
+
+#: A dataset builder: (config, number of requests, tokenizer or None, seeded rng) -> requests.
+DatasetBuilder = Callable[[PerfConfig, int, Any | None, random.Random], list[PerfRequest]]
+
+#: The datasets of ``lmmbench perf --dataset`` (more in lmmbench.datasets.perf_workloads).
+PERF_DATASETS: Registry[DatasetBuilder] = Registry("perf_dataset")
 
 
 def build_requests(cfg: PerfConfig, n: int, tok: Any | None = None) -> list[PerfRequest]:
     """``n`` requests from the configured dataset (file datasets are shuffled by seed and cycled)."""
-    rng = random.Random(cfg.seed)
-    if cfg.dataset == "synthetic":
-        return _synthetic(cfg, n, tok, rng)
-    assert cfg.dataset_path is not None
-    path = cfg.dataset_path
-    if not path.is_file():
-        raise UserError(f"--dataset-path {path}: file not found")
-    if cfg.dataset == "multimodal":
-        base = _multimodal(cfg, path)
-    elif cfg.dataset == "sharegpt":
-        base = _sharegpt(cfg, path, tok)
-    else:
-        base = _jsonl(cfg, path, tok)
+    import lmmbench.datasets.perf_workloads  # noqa: F401  (registers multiturn, shared_prefix, trace)
+
+    if cfg.dataset_path is not None and cfg.dataset != "synthetic" and not cfg.dataset_path.is_file():
+        raise UserError(f"--dataset-path {cfg.dataset_path}: file not found")
+    return PERF_DATASETS.get(cfg.dataset)(cfg, n, tok, random.Random(cfg.seed))
+
+
+def _from_items(cfg: PerfConfig, n: int, rng: random.Random, base: list[_Item]) -> list[PerfRequest]:
     rng.shuffle(base)
     out = []
     for i in range(n):
         content, in_len, own_out, extra = base[i % len(base)]
-        payload = _payload(cfg, content, _out_len(cfg, rng, own_out))
+        payload = request_body(cfg, content, output_length(cfg, rng, own_out))
         payload.update(extra)
         out.append(PerfRequest(i, payload, cfg.endpoint, in_len, payload.get("max_tokens")))
     return out
 
 
+def _file_dataset(read: Callable[[PerfConfig, Path, Any | None], list[_Item]]) -> DatasetBuilder:
+    def build(cfg: PerfConfig, n: int, tok: Any | None, rng: random.Random) -> list[PerfRequest]:
+        assert cfg.dataset_path is not None
+        return _from_items(cfg, n, rng, read(cfg, cfg.dataset_path, tok))
+
+    return build
+
+
+@PERF_DATASETS.register("synthetic")
 def _synthetic(cfg: PerfConfig, n: int, tok: Any | None, rng: random.Random) -> list[PerfRequest]:
     pool = _safe_ids(tok) if tok is not None else []
     out = []
     for i in range(n):
-        length = _length(rng, cfg.input_tokens, cfg.input_tokens_stddev)
-        if tok is not None:
-            text, real = synthetic_text(tok, pool, length, rng)
-        else:
-            text, real = " ".join(rng.choice(_WORDS) for _ in range(length)), length
-        max_tokens = _out_len(cfg, rng, 32)
-        out.append(PerfRequest(i, _payload(cfg, text, max_tokens), cfg.endpoint, real, max_tokens))
+        length = _length(rng, cfg.input_tokens, cfg.input_tokens_stddev, cfg.random_range_ratio)
+        text, real = synthetic_prompt(tok, pool, length, rng)
+        max_tokens = output_length(cfg, rng, 32)
+        out.append(PerfRequest(i, request_body(cfg, text, max_tokens), cfg.endpoint, real, max_tokens))
     return out
 
 
-_Item = tuple[Any, int | None, int | None, dict[str, Any]]
+def synthetic_prompt(tok: Any | None, pool: list[int], n: int, rng: random.Random) -> tuple[str, int]:
+    """A random text of ``n`` tokens (tokenizer) or ``n`` words (word mode), and its real length."""
+    if tok is not None:
+        return synthetic_text(tok, pool, n, rng)
+    return " ".join(rng.choice(_WORDS) for _ in range(n)), n
+
+
+def token_pool(tok: Any | None) -> list[int]:
+    """Plain word token ids of ``tok`` to build synthetic prompts from ([] in word mode)."""
+    return _safe_ids(tok) if tok is not None else []
 
 
 def _read_json_rows(path: Path) -> list[tuple[int, Any]]:
@@ -173,9 +211,9 @@ def _sharegpt(cfg: PerfConfig, path: Path, tok: Any | None) -> list[_Item]:
             if t.get("from", t.get("role")) in ("human", "user"):
                 prompt = str(t.get("value", t.get("content", "")))
                 reply = turns[j + 1] if j + 1 < len(turns) else None
-                own = _count(tok, str(reply.get("value", reply.get("content", "")))) if reply else None
+                own = count_tokens(tok, str(reply.get("value", reply.get("content", "")))) if reply else None
                 if prompt.strip():
-                    items.append((prompt, _count(tok, prompt), own or None, {}))
+                    items.append((prompt, count_tokens(tok, prompt), own or None, {}))
                 break
     if not items:
         raise UserError(f"{path}: no ShareGPT conversations (rows with 'conversations': [{{from, value}}])")
@@ -195,9 +233,9 @@ def _jsonl(cfg: PerfConfig, path: Path, tok: Any | None) -> list[_Item]:
             msgs = row["messages"]
             text = " ".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
             extra = {**extra, "messages": msgs}
-            items.append((text, _count(tok, text), own, extra))
+            items.append((text, count_tokens(tok, text), own, extra))
         elif isinstance(row.get("prompt"), str):
-            items.append((row["prompt"], _count(tok, row["prompt"]), own, extra))
+            items.append((row["prompt"], count_tokens(tok, row["prompt"]), own, extra))
         else:
             raise UserError(f"{path}:{lineno}: expected a 'prompt' string or a 'messages' list")
     if not items:
@@ -257,3 +295,8 @@ def _multimodal(cfg: PerfConfig, path: Path) -> list[_Item]:
     if not items:
         raise UserError(f"{path}: the manifest has no rows")
     return items
+
+
+PERF_DATASETS.add("sharegpt", _file_dataset(_sharegpt))
+PERF_DATASETS.add("jsonl", _file_dataset(_jsonl))
+PERF_DATASETS.add("multimodal", _file_dataset(lambda cfg, path, tok: _multimodal(cfg, path)))

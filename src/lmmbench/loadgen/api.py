@@ -160,6 +160,8 @@ def _plans(cfg: PerfConfig, requests: list[PerfRequest], pf: Preflight, workers:
     }
     plans = []
     n = _request_count(cfg)
+    if any(r.turn or r.arrival_ns is not None for r in requests):  # multi-turn or trace: the dataset decides
+        return _structured_plans(cfg, requests, workers, common)
     if cfg.rate is not None:
         offsets = arrival_offsets_ns(cfg.arrival, cfg.rate, count=n, duration_s=cfg.duration_s if n is None else None,
                                      seed=cfg.seed, burstiness=cfg.burstiness)  # fmt: skip
@@ -179,6 +181,33 @@ def _plans(cfg: PerfConfig, requests: list[PerfRequest], pf: Preflight, workers:
     if cfg.warmup_requests:
         for w, p in enumerate(plans):
             p.warmup = _split(cfg.warmup_requests, workers, w)
+    return plans
+
+
+def _structured_plans(cfg: PerfConfig, requests: list[PerfRequest], workers: int,
+                      common: dict[str, Any]) -> list[WorkerPlan]:  # fmt: skip
+    """Plans for datasets that carry their own structure: every first turn is scheduled once, later
+    turns follow their predecessor (driver); trace requests keep their arrival times (rate unused)."""
+    starts = [i for i, r in enumerate(requests) if r.turn == 0]
+    closed = cfg.rate is None and requests[starts[0]].arrival_ns is None
+    if closed:
+        conc = cfg.concurrency or 1
+        until = int(cfg.duration_s * 1e9) if cfg.duration_s and cfg.num_requests is None else None
+        return [WorkerPlan(worker=w, closed_ids=starts[w::workers], concurrency=_split(conc, workers, w),
+                           duration_ns=until, preopen=_split(conc, workers, w), **common)
+                for w in range(workers)]  # fmt: skip
+    if requests[starts[0]].arrival_ns is not None:
+        offsets = [requests[i].arrival_ns or 0 for i in starts]
+    else:
+        assert cfg.rate is not None
+        offsets = arrival_offsets_ns(cfg.arrival, cfg.rate, count=len(starts), seed=cfg.seed,
+                                     burstiness=cfg.burstiness)  # fmt: skip
+    schedule = sorted(zip(starts, offsets, strict=True), key=lambda x: x[1])
+    plans = []
+    for w in range(workers):
+        cap = _split(cfg.concurrency, workers, w) if cfg.concurrency else None
+        plans.append(WorkerPlan(worker=w, schedule=schedule[w::workers], concurrency=cap,
+                                preopen=min(cap or 16, 16), **common))  # fmt: skip
     return plans
 
 
@@ -299,7 +328,7 @@ def run_benchmark(
 
         if tokenizer is None and cfg.tokenizer is not None:
             tokenizer = load_tokenizer(cfg.tokenizer)
-        n_distinct = cfg.num_requests or 1000
+        n_distinct = _request_count(cfg) or 1000
         requests = build_requests(cfg, n_distinct, tokenizer)
     plans = _plans(cfg, requests, pf, workers)
     if journal is not None:
@@ -320,7 +349,7 @@ def run_benchmark(
         sys.stderr.write("\n")
     records = sorted((r for res in results for r in res.records), key=lambda r: (r.scheduled_ns, r.request_id))
     not_sent = sum(res.not_sent for res in results)
-    summary = summarize_records(records, cfg.slo, not_sent)
+    summary = summarize_records(records, cfg.slo, not_sent, cfg.percentiles)
     result = LoadResult(cfg, records, summary, not_sent, any(r.interrupted for r in results),
                         sum(r.connections_opened for r in results), workers, pf.model)  # fmt: skip
     result.client_cpu_s = sum(r.cpu_s for r in results)

@@ -92,6 +92,7 @@ class _Driver:
         self.not_sent = 0
         self.warmup_phase = False
         self.cap = plan.concurrency
+        self.pending_turns = 0  # multi-turn: next turns waiting out their think time
         # closed loop state
         self._closed_iter: Any = None
         self._closed_deadline = 0
@@ -115,13 +116,41 @@ class _Driver:
             self.errors += 1
         if self._journal_add is not None:
             self._journal_add(rec)
+        follows = self._schedule_next_turn(rec)
         if self.waiting and not self.stopped:
             nxt, data = self.waiting.popleft()
             self._send(nxt, data, _now())
-        elif self._closed_iter is not None:
+        elif self._closed_iter is not None and not follows:  # a client keeps its conversation
             self._next_closed()
-        if self.all_issued and self.in_flight == 0 and not self.waiting:
+        self._check_done()
+
+    def _check_done(self) -> None:
+        if self.all_issued and self.in_flight == 0 and not self.waiting and not self.pending_turns:
             self.done.set()
+
+    def _schedule_next_turn(self, rec: RequestRecord) -> bool:
+        """Multi-turn: after a completed turn, send the conversation's next one after its think time."""
+        if rec.warmup or not rec.ok or self.stopped:
+            return False
+        req = self.plan.requests[rec.request_id % len(self.plan.requests)]
+        if req.next_turn is None:
+            return False
+        self.pending_turns += 1
+        self._send_turn(req.next_turn, (rec.end_ns or _now()) + req.think_ns)
+        return True
+
+    def _send_turn(self, rid: int, target_ns: int) -> None:
+        """Send turn ``rid`` at ``target_ns`` (loop timers may fire up to ~1 ms early: re-armed then)."""
+        wait_ns = target_ns - _now()
+        if wait_ns > 0 and not self.stopped:
+            asyncio.get_running_loop().call_later(wait_ns / 1e9, self._send_turn, rid, target_ns)
+            return
+        self.pending_turns -= 1
+        if self.stopped:
+            self.not_sent += 1
+            self._check_done()
+            return
+        self._dispatch(rid, target_ns)
 
     def _next_closed(self) -> None:
         now = _now()
@@ -137,8 +166,7 @@ class _Driver:
 
     def _closed_exhausted(self) -> None:
         self.all_issued = True
-        if self.in_flight == 0:
-            self.done.set()
+        self._check_done()
 
     def stop(self) -> None:
         """Stop sending (Ctrl-C); requests in flight get a short grace period."""
@@ -147,8 +175,7 @@ class _Driver:
             self.not_sent += len(self.waiting)
             self.waiting.clear()
             self.all_issued = True
-            if self.in_flight == 0:
-                self.done.set()
+            self._check_done()
             if self._wake is not None:
                 self._wake()
 
@@ -194,8 +221,7 @@ class _Driver:
         if self.stopped:
             self.not_sent += len(schedule) - dispatched
         self.all_issued = True
-        if self.in_flight == 0 and not self.waiting:
-            self.done.set()
+        self._check_done()
         await self._drain()
 
     def _dispatch(self, rid: int, target: int) -> None:
@@ -243,8 +269,7 @@ class _Driver:
         if self.stopped:
             self.not_sent += n - dispatched
         self.all_issued = True
-        if self.in_flight == 0 and not self.waiting:
-            self.done.set()
+        self._check_done()
         await self._drain()
 
     async def _drain(self) -> None:
@@ -352,6 +377,8 @@ async def run_worker_async(
     for r in records:
         req = plan.requests[r.request_id % len(plan.requests)]
         r.input_tokens = req.input_tokens
+        if req.labels:  # the dataset's own labels (conversation / turn, prefix group)
+            r.labels = {**r.labels, **req.labels}
     opened = int(getattr(client, "connections_opened", 0))
     return WorkerResult(plan.worker, records, driver.not_sent, opened, interrupted, cpu_s)
 

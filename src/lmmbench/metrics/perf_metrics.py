@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lmmbench.core.request_records import RequestRecord
-from lmmbench.metrics.stats import summarize
+from lmmbench.metrics.stats import summarize as summarize_values
 
 __all__ = [
     "LATENCY_METRICS",
@@ -123,9 +123,16 @@ def _span_s(starts: Sequence[int], ends: Sequence[int]) -> float:
 
 
 def summarize_records(
-    records: Iterable[RequestRecord], slo: dict[str, float] | None = None, not_sent: int = 0
+    records: Iterable[RequestRecord],
+    slo: dict[str, float] | None = None,
+    not_sent: int = 0,
+    percentiles: Sequence[float] = (50.0, 90.0, 95.0, 99.0),
 ) -> dict[str, Any]:
-    """Aggregate metrics of the measured (non-warmup) records."""
+    """Aggregate metrics of the measured (non-warmup) records (``percentiles`` in every metric's stats)."""
+
+    def summarize(values: Sequence[float]) -> dict[str, float]:
+        return summarize_values(values, percentiles)
+
     recs = [r for r in records if not r.warmup]
     vals = [request_values(r) for r in recs]
     ok = [v for v in vals if v["ok"]]

@@ -5,9 +5,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["STAT_NAMES", "percentile", "quantile", "summarize"]
+__all__ = ["ALWAYS_PERCENTILES", "STAT_NAMES", "percentile", "percentile_key", "quantile", "summarize"]
 
 STAT_NAMES = ("count", "mean", "std", "min", "p50", "p90", "p95", "p99", "max")
+#: Percentiles every summary has (reports and messages read them), whatever else is asked for.
+ALWAYS_PERCENTILES = (50.0, 90.0, 99.0)
+_DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
+
+
+def percentile_key(q: float) -> str:
+    """The stat name of percentile ``q``: p99, p99.9 (as vLLM names them)."""
+    return f"p{int(q)}" if float(q).is_integer() else f"p{q:g}"
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -29,22 +37,17 @@ def quantile(values: Sequence[float], q: float) -> float:
     return percentile(sorted(values), q * 100.0)
 
 
-def summarize(values: Sequence[float]) -> dict[str, float]:
-    """count, mean, std (population), min, p50, p90, p95, p99, max of ``values`` (NaN when empty)."""
+def summarize(values: Sequence[float], percentiles: Sequence[float] = _DEFAULT_PERCENTILES) -> dict[str, float]:
+    """count, mean, std (population), min, the percentiles (and p50/p90/p99 always), max (NaN when empty)."""
     vals = sorted(float(v) for v in values if v is not None and not math.isnan(v))
     n = len(vals)
+    qs = sorted(set(ALWAYS_PERCENTILES) | {float(q) for q in percentiles})
     if n == 0:
-        return {name: (0.0 if name == "count" else math.nan) for name in STAT_NAMES}
+        empty = {"count": 0.0, "mean": math.nan, "std": math.nan, "min": math.nan}
+        return {**empty, **{percentile_key(q): math.nan for q in qs}, "max": math.nan}
     mean = math.fsum(vals) / n
     var = math.fsum((v - mean) ** 2 for v in vals) / n
-    return {
-        "count": float(n),
-        "mean": mean,
-        "std": math.sqrt(var),
-        "min": vals[0],
-        "p50": percentile(vals, 50),
-        "p90": percentile(vals, 90),
-        "p95": percentile(vals, 95),
-        "p99": percentile(vals, 99),
-        "max": vals[-1],
-    }
+    out = {"count": float(n), "mean": mean, "std": math.sqrt(var), "min": vals[0]}
+    out.update({percentile_key(q): percentile(vals, q) for q in qs})
+    out["max"] = vals[-1]
+    return out

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from lmmbench.profiling.timeline import ResolvedSpan
 
-__all__ = ["OTHERS_PARTS", "STAGE_FIELDS", "TTFT_STAGES", "stage_breakdown", "unmeasured_fields"]
+__all__ = ["OTHERS_PARTS", "STAGE_FIELDS", "TTFT_STAGES", "field_of_category", "stage_breakdown", "unmeasured_fields"]
 
 # span category -> field its exclusive time is added to
 _CATEGORY_FIELD = {
@@ -71,6 +71,15 @@ STAGE_FIELDS = (
     *OTHERS_PARTS,
     "unattributed_pct",
 )
+
+
+def field_of_category(category: str) -> str:
+    """The breakdown field a span of ``category`` adds its exclusive time to (the forward's own glue
+    is part of ``prefill_ms``; the root span of a measurement is ``ttft_ms``)."""
+    if category == "ttft":
+        return "ttft_ms"
+    field = _CATEGORY_FIELD.get(category, "others_unattributed_ms")
+    return "prefill_ms" if field == "prefill_glue_ms" else field
 
 
 def stage_breakdown(spans: list[ResolvedSpan], merge_in_forward: bool = False) -> dict[str, float]:

@@ -59,6 +59,9 @@ class Timeline:
         self._marks: list[Any] = []
         self._spans: list[_Span] = []
         self._stack: list[int] = []
+        from lmmbench.profiling.trace_ranges import current_ranges
+
+        self._ranges = current_ranges()  # a profiler capture in progress: spans become trace ranges
         if use_cuda:
             import torch
 
@@ -83,6 +86,8 @@ class Timeline:
         if parent >= 0:
             self._spans[parent].children.append(sid)
         self._stack.append(sid)
+        if self._ranges is not None:
+            self._ranges.push(category)
         return sid
 
     def close(self, sid: int) -> None:
@@ -92,6 +97,8 @@ class Timeline:
         end = self.mark()
         while self._stack:
             top = self._stack.pop()
+            if self._ranges is not None:
+                self._ranges.pop()
             self._spans[top].end = end
             if top == sid:
                 break

@@ -14,7 +14,6 @@ from lmmbench.core.clock import wall_label
 from lmmbench.core.environment import cpu_name, git_commit, library_versions
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.metrics.perf_metrics import request_values
-from lmmbench.metrics.stats import STAT_NAMES
 from lmmbench.reports.json_files import json_safe, write_json
 
 __all__ = ["RecordWriter", "bytemlperf_entry", "environment", "summary_row", "write_json"]
@@ -69,7 +68,7 @@ def summary_row(point: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any
         row[key] = summary[key]
     row["errors_by_kind"] = ";".join(f"{k}={v}" for k, v in summary["errors_by_kind"].items())
     for name, stats in summary["metrics"].items():
-        for stat in STAT_NAMES:
+        for stat in stats:
             if stat != "count":
                 row[f"{name}_{stat}"] = stats[stat]
     return {k: json_safe(v) for k, v in row.items()}

@@ -162,6 +162,32 @@ def _keep_crashed_journal(run_dir: Path) -> None:
         print(f"[perf] a crashed run left {journal.name}; kept as {kept.name}", file=sys.stderr)
 
 
+def _start_telemetry(cfg: PerfConfig, run_dir: Path) -> Any:
+    if cfg.telemetry_interval_s <= 0:
+        return None
+    from lmmbench.loadgen.telemetry import TelemetrySampler
+
+    return TelemetrySampler(cfg.url, run_dir, cfg.telemetry_interval_s).start()
+
+
+def _finish_telemetry(sampler: Any, cfg: PerfConfig, run_dir: Path, records: list[RequestRecord]) -> list[Path]:
+    """Stop the sampler; telemetry.jsonl and, with plots, telemetry.png (the HTML report shows it)."""
+    from lmmbench.loadgen.telemetry import read_telemetry
+
+    files = [sampler.stop()]
+    for note in sampler.notes:
+        print(f"[perf] {note}", file=sys.stderr)
+    if not sampler.data_rows:  # neither server metrics nor a GPU: nothing was measured
+        files[0].unlink(missing_ok=True)
+        return []
+    if cfg.plots:
+        from lmmbench.reports.telemetry_plot import plot_telemetry
+
+        png = plot_telemetry(run_dir, read_telemetry(files[0]), records)
+        files += [png] if png is not None else []
+    return files
+
+
 def run_perf(cfg: PerfConfig) -> PerfRun:
     """Run every point of ``cfg`` (or the SLO search) and write the run folder."""
     base, points = _resolve(cfg)
@@ -183,12 +209,22 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
     write_json(run_dir / "run.json", {"config": base.model_dump(mode="json"), "points": points,
                                        "environment": out.env})  # fmt: skip
 
+    telemetry = _start_telemetry(base, run_dir)
+
     def one(i: int, pcfg: PerfConfig, pf: Preflight) -> LoadResult:
+        if telemetry is not None:
+            telemetry.point = i
         labels = _labels(i, pcfg)
         res = run_benchmark(pcfg, None, tok, pf, journal=(str(run_dir / JOURNAL_NAME), labels))  # builds the requests
         out.add(labels, res)
         run.results.append(res)
         _print_point(labels, res)
+        if pcfg.wants_vllm_result():
+            from lmmbench.reports.vllm_result_file import write_vllm_result
+
+            path = write_vllm_result(pcfg, res.records, res.model, res.summary["duration_s"], run_dir, i, len(points))
+            run.files.append(path)
+            print(f"[perf] vLLM-format result: {path}", file=sys.stderr)
         return res
 
     try:
@@ -235,6 +271,8 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
     finally:
         out.flush()
         out.close()
+        if telemetry is not None:
+            run.files += _finish_telemetry(telemetry, base, run_dir, [r for p in out.points for r in p[1]])
         if base.plots and out.points:
             from lmmbench.reports.perf_plots import PLOTS_NOTE, plot_run
 

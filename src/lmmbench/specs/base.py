@@ -55,6 +55,10 @@ class RunOptions(BaseModel):
                                         "TTFT median is within this % of the median (order-statistic CI: needs >= 6 "
                                         "repeats), up to --max-repeats.")
     max_repeats: int = Field(30, ge=1, description="Most repeats per sample with --target-ci-pct.")
+    profile: bool = Field(False, description="Also write a torch profiler trace (Chrome/Perfetto JSON) of one extra, "
+                          "unrecorded run of --profile-sample after its repeat --profile-repeat.")
+    profile_sample: str | None = Field(None, description="Sample id to profile (default: the first sample).")
+    profile_repeat: int = Field(0, ge=0, description="Profile after this measured repeat of the sample.")
 
 
 @dataclass

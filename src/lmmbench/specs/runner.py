@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmmbench.core.clock import wall_label
+from lmmbench.core.errors import UserError
 from lmmbench.specs.base import Case, Spec, SpecContext
 
 __all__ = ["BASE_COLUMNS", "RunStats", "UnifiedRunner"]
@@ -93,11 +94,14 @@ class UnifiedRunner:
                     if todo[case.id]:
                         bar.update(task, description=f"{self.spec.name} warm-up {case.id}")
                         warm_error[case.id] = self._warmup(case, warmup)
+            profile_id = self._profile_target(cases)
             for case, r in order:
                 bar.update(task, description=f"{self.spec.name} {case.id}")
                 if case.id not in warm_error:
                     warm_error[case.id] = self._warmup(case, warmup)
                 self._measure(case, r, warm_error[case.id], clear_cache, stats)
+                if (case.id, r) == profile_id and warm_error[case.id] is None:
+                    self._profile(case, r)
                 bar.advance(task)
             if target_ci_pct is not None:
                 for case in cases:
@@ -122,6 +126,21 @@ class UnifiedRunner:
         width = ci_half_width_pct(self.totals.get(case.id, []))
         if width is None or width > target_pct:
             stats.ci_not_reached.append(case.id)
+
+    def _profile_target(self, cases: list[Case]) -> tuple[str, int] | None:
+        opts = self.ctx.options
+        if not getattr(opts, "profile", False) or not cases:
+            return None
+        sample = opts.profile_sample or cases[0].id
+        if sample not in {c.id for c in cases}:
+            raise UserError(f"--profile-sample {sample}: no such sample; samples: {', '.join(c.id for c in cases)}")
+        return sample, opts.profile_repeat
+
+    def _profile(self, case: Case, r: int) -> None:
+        """One extra, unrecorded run under the torch profiler (see lmmbench.specs.profile_run)."""
+        from lmmbench.specs.profile_run import profile_once
+
+        profile_once(self.spec, self.ctx, case, r)
 
     def _measure(self, case: Case, r: int, warm_error: str | None, clear_cache: bool, stats: RunStats) -> None:
         if warm_error is not None:

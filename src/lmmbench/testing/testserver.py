@@ -22,6 +22,7 @@ from typing import Any
 
 from lmmbench.config.perf_testserver import FAULT_KINDS, TestServerConfig
 from lmmbench.loadgen.precise_timer import PreciseTimers
+from lmmbench.testing.server_model import PrefixCacheModel, render_metrics
 
 __all__ = ["TestServerState", "run_testserver", "serve"]
 
@@ -50,6 +51,7 @@ class TestServerState:
         self.active = 0
         self.queued: deque[tuple[_ServerConn, str, str, bytes]] = deque()
         self.adaptive = cfg.timer == "adaptive"
+        self.cache = PrefixCacheModel(cfg)
 
     def call_at_pc(self, target_pc: float, cb: Any, *args: Any) -> asyncio.TimerHandle | None:
         """Call ``cb(*args)`` at ``perf_counter`` time ``target_pc`` (see ``timer``)."""
@@ -149,8 +151,10 @@ class _ServerConn(asyncio.Protocol):
 
     def _release(self) -> None:
         """The current stream ended: free its slot, start a queued request."""
-        self.stream = None
         st = self.state
+        if self.stream is not None:
+            st.cache.active_tokens -= self.stream.prompt_tokens + self.stream.n_out
+        self.stream = None
         st.active -= 1
         while st.queued:
             conn, method, path, body = st.queued.popleft()
@@ -195,6 +199,10 @@ class _ServerConn(asyncio.Protocol):
                     {"id": cfg.model, "object": "model", "owned_by": "lmmbench"}]}))  # fmt: skip
             elif path in ("/health", "/v1/health"):
                 self.write(_json_response(200, {"status": "ok"}))
+            elif path == "/metrics" and cfg.metrics_names != "none":
+                page = render_metrics(cfg, self.state.cache, self.state.active, len(self.state.queued))
+                self.write(_status_line(200) + b"Content-Type: text/plain; version=0.0.4\r\nContent-Length: "
+                           + str(len(page)).encode() + b"\r\n\r\n" + page)  # fmt: skip
             elif path == "/stats":
                 st = self.state
                 self.write(_json_response(200, {"requests": st.requests, "faults": st.fault_counts,
@@ -202,6 +210,10 @@ class _ServerConn(asyncio.Protocol):
                                                 "pid": os.getpid()}))  # fmt: skip
             else:
                 self.write(_error(404, f"no route {path}"))
+            return
+        if method == "POST" and path == "/reset_prefix_cache":  # as vLLM's endpoint of that name
+            self.state.cache.blocks.clear()
+            self.write(_json_response(200, {"status": "ok"}))
             return
         chat = path.endswith("/chat/completions")
         if method != "POST" or not (chat or path.endswith("/completions")):
@@ -238,11 +250,12 @@ class _ServerConn(asyncio.Protocol):
             text = " ".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
         else:
             text = str(req.get("prompt", ""))
-        prompt_tokens = len(text.split())
+        words = text.split()
+        prompt_tokens = len(words)
         rid = f"cmpl-{os.getpid()}-{st.counter}"
         t0 = time.perf_counter()
         if not req.get("stream"):
-            delay = cfg.ttft_ms / 1e3 + (n_out - 1) * cfg.itl_ms / 1e3
+            delay = self._ttft_s(words) + (n_out - 1) * cfg.itl_ms / 1e3
             st.call_at_pc(t0 + delay, self._answer_whole, rid, chat, n_out, prompt_tokens)
             return
         if cfg.max_streams and st.active >= cfg.max_streams:
@@ -257,6 +270,7 @@ class _ServerConn(asyncio.Protocol):
         s = _Stream(self, rid, chat, n_out, prompt_tokens, bool(opts.get("include_usage")) and cfg.usage,
                     bool(opts.get("continuous_usage_stats")) and cfg.continuous_usage, fault, t0)  # fmt: skip
         self.stream = s
+        st.cache.active_tokens += prompt_tokens + n_out
         head = _status_line(200) + (
             b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
         )
@@ -265,7 +279,14 @@ class _ServerConn(asyncio.Protocol):
         self.write(head)
         if fault == "stall":
             return
-        s.handle = st.call_at_pc(t0 + cfg.ttft_ms / 1e3, self._emit, s)
+        s.t0 = t0 + self._ttft_s(words) - cfg.ttft_ms / 1e3  # later chunks keep their spacing after the first
+        s.handle = st.call_at_pc(s.t0 + cfg.ttft_ms / 1e3, self._emit, s)
+
+    def _ttft_s(self, words: list[str]) -> float:
+        """TTFT of a prompt: ttft_ms plus the prefill of its tokens the prefix cache does not hold."""
+        cfg = self.state.cfg
+        cached = self.state.cache.lookup_and_fill(words)
+        return (cfg.ttft_ms + (len(words) - cached) * cfg.prefill_ms_per_token) / 1e3
 
     def _payload(self, s: _Stream, delta: dict[str, Any], finish: str | None, cum_tokens: int) -> bytes:
         # rendered by hand (same JSON as json.dumps of the chunk object): this runs for every chunk
