@@ -148,6 +148,8 @@ def command_from_model(
                 desc = f"{desc} \\[default: {shown}]"  # escaped: rich markup would eat it
         opt_name = "--" + fname.replace("_", "-")
         if fname in positional:
+            if get_origin(_unwrap_optional(field.annotation)) in (list, tuple, set):
+                cli_tp = list[str]  # any number of values
             info: Any = typer.Argument(None, help=desc, show_default=False)
         elif cli_tp is bool:
             flags = f"{opt_name}/--no-{fname.replace('_', '-')}"
@@ -173,7 +175,7 @@ def command_from_model(
         if cfg_path is not None:
             data.update(load_config_file(Path(cfg_path)))
         for key, raw in kwargs.items():
-            if raw is None:
+            if raw is None or (isinstance(raw, (list, tuple)) and not raw):
                 continue
             data[key] = _convert(fields[key].annotation, raw)
         cfg = parse_model(model, data, source=f"'{name}' options")

@@ -31,6 +31,7 @@ class SpecRun:
     analysis: dict[str, Any] = field(default_factory=dict)
     total_field: str | None = None
     unattributed_field: str | None = None
+    run_id: str = ""
 
 
 def run_spec(spec_name: str, options: Any) -> SpecRun:
@@ -40,8 +41,10 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     returned ``SpecRun`` then has ``interrupted=True``.
     """
     from lmmbench.core.clock import wall_label
+    from lmmbench.core.run_log import write_run_log
     from lmmbench.reports import ResultsCsv, build_analysis, read_rows, run_record, write_json, write_summary
     from lmmbench.reports.plots import plot_breakdown
+    from lmmbench.reports.run_info import run_files
     from lmmbench.specs import BASE_COLUMNS, SPECS, RunStats, SpecContext, UnifiedRunner
 
     spec = SPECS.get(spec_name)()
@@ -79,10 +82,12 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     config = {"spec": spec.name, **options.model_dump(mode="json")}
     run_stats = {"ok": stats.ok, "failed": stats.failed, "skipped_already_done": stats.skipped,
                  "interrupted": interrupted}
-    record = run_record(spec.name, config, ctx.environment, started, run_stats)
-    write_json(spec_dir / "run.json", record, float_digits=6)
+    record = run_record(spec.name, config, ctx.environment, started, run_stats, rows)
+    write_run_log(spec_dir, record, index=False)
     from lmmbench.reports.html_report import write_reports
 
     write_reports("spec", spec_dir, spec.name)  # report.html; a failure is a logged warning
+    record.files = run_files(spec_dir)
+    write_run_log(spec_dir, record)  # with report.html listed, and indexed in the run store
     return SpecRun(spec_dir, spec.name, stats.ok, stats.failed, stats.skipped, interrupted, rows, analysis,
-                   spec.total_field, spec.unattributed_field)
+                   spec.total_field, spec.unattributed_field, record.run_id)
