@@ -197,6 +197,10 @@ def _finish_run_log(run_log: RunLog, run: EvalRun, run_dir: Path) -> None:
     run_log.headline = eval_headline(run.results)
     run_log.run["infer"] = run.infer
     run_log.finished_at = wall_label()
+    write_run_log(run_dir, run_log, index=False)
+    from lmmbench.reports.html_report import write_reports
+
+    write_reports("eval", run_dir)  # report.html; a failure is a logged warning
     run_log.files = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file())
     write_run_log(run_dir, run_log)
 

@@ -24,7 +24,8 @@ from lmmbench.core.run_summaries import eval_headline, perf_headline, spec_headl
 from lmmbench.reports import html_sections as sections_of
 from lmmbench.reports.svg_charts import CHART_CSS, CHART_SCRIPT
 
-__all__ = ["REPORT_WRITERS", "HtmlReport", "ReportWriter", "format_value", "write_reports"]
+__all__ = ["REPORT_WRITERS", "HtmlReport", "ReportWriter", "format_value", "render_page", "render_table",
+           "write_html", "write_reports"]
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +180,22 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
         return []
     with path.open(newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
+
+
+def render_page(title: str, meta_html: str, sections: Sequence[str]) -> str:
+    """A whole self-contained page (inline CSS, the charts' script); ``meta_html`` is already escaped."""
+    return _page(title, meta_html, sections)
+
+
+def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, key_cols: int = 1) -> str:
+    """An HTML table of ``rows`` (cells escaped, numbers formatted)."""
+    return _table(rows, columns, key_cols)
+
+
+def write_html(path: Path, text: str) -> Path:
+    """Write a page atomically (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _write(path, text)
 
 
 def _spec_headline(spec_dir: Path, spec_name: str) -> dict[str, float | None]:

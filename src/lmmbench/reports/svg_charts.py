@@ -78,12 +78,15 @@ def _frame(title: str, y_lo: float, y_hi: float, y_label: str, x_label: str) -> 
 
 
 def _legend(names: Sequence[str]) -> str:
-    out, x = [], _L
+    out, x, y = [], _L, _H - 30
     for i, name in enumerate(names):
         color = PALETTE[i % len(PALETTE)]
-        out.append(f"<g class='legend' data-series='{i}'><rect x='{x}' y='{_H - 30}' width='10' height='10' "
-                   f"fill='{color}'/><text x='{x + 14}' y='{_H - 21}'>{_e(name)}</text></g>")  # fmt: skip
-        x += 24 + 7 * len(name)
+        width = 24 + 7 * len(name)
+        if x + width > _W and x > _L:  # a second row
+            x, y = _L, y + 14
+        out.append(f"<g class='legend' data-series='{i}'><rect x='{x}' y='{y}' width='10' height='10' "
+                   f"fill='{color}'/><text x='{x + 14}' y='{y + 9}'>{_e(name)}</text></g>")  # fmt: skip
+        x += width
     return "".join(out)
 
 
@@ -167,13 +170,13 @@ def line_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], 
 def forest_chart(title: str, rows: Sequence[tuple[str, float, float | None, float | None, str]], *,
                  unit: str = "%") -> str:
     """Changes with their intervals, one row each: (label, change, low, high, verdict)."""
-    vals = [abs(v) for _, c, lo, hi, _ in rows for v in (c, lo, hi) if v is not None and _finite(v)]
-    span = _nice_max(max(vals, default=1.0))
+    changes = [abs(c) for _, c, _, _, _ in rows if _finite(c)]
+    span = _nice_max(1.5 * max(changes, default=1.0))  # intervals wider than this are clipped at the edge
     height = _T + 22 * max(len(rows), 1) + 30
     mid_l, mid_r = 300, _W - _R
 
     def x_of(v: float) -> float:
-        return mid_l + (mid_r - mid_l) * (v + span) / (2 * span)
+        return mid_l + (mid_r - mid_l) * (max(-span, min(span, v)) + span) / (2 * span)
 
     parts = [f"<text x='8' y='16' font-weight='600'>{_e(title)}</text>",
              f"<line class='axis' x1='{x_of(0):.1f}' x2='{x_of(0):.1f}' y1='{_T - 4}' y2='{height - 24}'/>",
