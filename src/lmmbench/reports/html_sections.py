@@ -177,29 +177,44 @@ def spec_charts(summary: list[dict[str, str]], stage_fields: Sequence[str] = ())
     return _charts_block(charts)
 
 
+def _bounded(results: list[dict[str, Any]], metric: str) -> bool:
+    """Whether ``metric`` is a 0..1 score (accuracy-like) in every task that has it."""
+    found = [_num(((r.get("metrics") or {}).get(metric) or {}).get("value")) for r in results]
+    vals = [v for v in found if v is not None]
+    return bool(vals) and all(0.0 <= v <= 1.0 for v in vals)
+
+
 def eval_charts(results: list[dict[str, Any]]) -> str:
-    """Every task's metrics with 95 % intervals (value +- 1.96 stderr), and each group's."""
+    """0..1 scores (accuracies) per task with 95 % intervals (value +- 1.96 stderr), then per group;
+    unbounded metrics (perplexities) get a chart of their own per task."""
     charts = []
     names = list(dict.fromkeys(m for r in results for m in (r.get("metrics") or {})))
-    if results and names:
-        cats = [str(r.get("task")) for r in results]
+    scores = [m for m in names if _bounded(results, m)]
+    scored = [r for r in results if any(m in (r.get("metrics") or {}) for m in scores)]
+    if scored:
+        cats = [str(r.get("task")) for r in scored]
         series: dict[str, list[float | None]] = {}
         intervals: dict[str, list[tuple[float, float] | None]] = {}
-        for m in names:
-            mvs = [(r.get("metrics") or {}).get(m) or {} for r in results]
+        for m in scores:
+            mvs = [(r.get("metrics") or {}).get(m) or {} for r in scored]
             series[m] = [_num(mv.get("value")) for mv in mvs]
             intervals[m] = [_interval(mv) for mv in mvs]
-        charts.append(bar_chart("Score per task (95 % interval)", cats, series, intervals=intervals))
+        charts.append(bar_chart("Score per task (95 % interval)", cats, series, intervals=intervals, y_max=1.0))
     for r in results:
+        own = [m for m in (r.get("metrics") or {}) if m not in scores]
+        if own:
+            mvs = [r["metrics"][m] for m in own]
+            charts.append(bar_chart(f"{r.get('task')} (95 % interval)", own, {"value": [_num(mv.get("value"))
+                                    for mv in mvs]}, intervals={"value": [_interval(mv) for mv in mvs]}))  # fmt: skip
         for col, groups in (r.get("groups") or {}).items():
             cats = list(groups)[:20]
-            metric = next(iter(r.get("metrics") or {}), None)
+            metric = next((m for m in (r.get("metrics") or {}) if m in scores), None)
             if not cats or metric is None:
                 continue
             vals = [_num((groups[g].get(metric) or {}).get("value")) for g in cats]
             ivs = [_interval(groups[g].get(metric) or {}) for g in cats]
             charts.append(bar_chart(f"{r.get('task')}: {metric} by {col}", cats, {metric: vals},
-                                    intervals={metric: ivs}))  # fmt: skip
+                                    intervals={metric: ivs}, y_max=1.0))  # fmt: skip
     return _charts_block(charts)
 
 

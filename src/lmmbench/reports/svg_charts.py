@@ -16,7 +16,7 @@ __all__ = ["CHART_CSS", "CHART_SCRIPT", "bar_chart", "forest_chart", "line_chart
 
 PALETTE = ("#2f6fdb", "#e07b1a", "#2e9e5b", "#c03b3b", "#7a52c7", "#8c6d31", "#d44f9e", "#4a4a4a")
 _W, _H = 640, 300
-_L, _R, _T, _B = 64, 16, 28, 56
+_L, _R, _T, _B = 64, 16, 50, 56  # the legend sits between the title and the plot
 
 CHART_CSS = """
 svg.chart{background:#fff;border:1px solid #d8dde5;border-radius:6px;margin:6px 8px 6px 0;max-width:100%;height:auto}
@@ -78,12 +78,12 @@ def _frame(title: str, y_lo: float, y_hi: float, y_label: str, x_label: str) -> 
 
 
 def _legend(names: Sequence[str]) -> str:
-    out, x, y = [], _L, _H - 30
+    out, x, y = [], _L, 22
     for i, name in enumerate(names):
         color = PALETTE[i % len(PALETTE)]
         width = 24 + 7 * len(name)
         if x + width > _W and x > _L:  # a second row
-            x, y = _L, y + 14
+            x, y = _L, y + 13
         out.append(f"<g class='legend' data-series='{i}'><rect x='{x}' y='{y}' width='10' height='10' "
                    f"fill='{color}'/><text x='{x + 14}' y='{y + 9}'>{_e(name)}</text></g>")  # fmt: skip
         x += width
@@ -96,11 +96,13 @@ def _svg(body: list[str], label: str) -> str:
 
 
 def bar_chart(title: str, categories: Sequence[str], series: Mapping[str, Sequence[float | None]], *,
-              y_label: str = "", intervals: Mapping[str, Sequence[tuple[float, float] | None]] | None = None) -> str:
-    """Grouped bars: one group per category, one bar per series; optional interval whiskers."""
+              y_label: str = "", intervals: Mapping[str, Sequence[tuple[float, float] | None]] | None = None,
+              y_max: float | None = None) -> str:
+    """Grouped bars: one group per category, one bar per series; optional interval whiskers (clipped
+    to the axis, whose top is ``y_max`` when given)."""
     values = [v for vs in series.values() for v in vs if v is not None and _finite(v)]
     highs = [hi for ivs in (intervals or {}).values() for iv in ivs if iv for hi in iv[1:] if _finite(hi)]
-    y_hi = _nice_max(max([*values, *highs], default=1.0))
+    y_hi = y_max or _nice_max(max([*values, *highs], default=1.0))
     parts = _frame(title, 0.0, y_hi, y_label, "")
     n_cat, n_ser = max(len(categories), 1), max(len(series), 1)
     slot = (_W - _L - _R) / n_cat
@@ -112,8 +114,12 @@ def bar_chart(title: str, categories: Sequence[str], series: Mapping[str, Sequen
 
     for ci, cat in enumerate(categories):
         cx = _L + slot * ci + slot * 0.1
-        parts.append(f"<text x='{_L + slot * (ci + 0.5):.1f}' y='{_H - _B + 14}' text-anchor='middle'>"
-                     f"{_e(cat[:24])}</text>")  # fmt: skip
+        tx = _L + slot * (ci + 0.5)
+        if n_cat > 5:  # slanted, so long names do not overlap
+            parts.append(f"<text x='{tx:.1f}' y='{_H - _B + 12}' text-anchor='end' "
+                         f"transform='rotate(-30 {tx:.1f} {_H - _B + 12})'>{_e(cat[:18])}</text>")  # fmt: skip
+        else:
+            parts.append(f"<text x='{tx:.1f}' y='{_H - _B + 14}' text-anchor='middle'>{_e(cat[:24])}</text>")
         for si, (name, vals) in enumerate(series.items()):
             v = vals[ci] if ci < len(vals) else None
             if v is None or not _finite(v):
@@ -170,21 +176,22 @@ def line_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], 
 def forest_chart(title: str, rows: Sequence[tuple[str, float, float | None, float | None, str]], *,
                  unit: str = "%") -> str:
     """Changes with their intervals, one row each: (label, change, low, high, verdict)."""
+    top = 28
     changes = [abs(c) for _, c, _, _, _ in rows if _finite(c)]
     span = _nice_max(1.5 * max(changes, default=1.0))  # intervals wider than this are clipped at the edge
-    height = _T + 22 * max(len(rows), 1) + 30
+    height = top + 22 * max(len(rows), 1) + 30
     mid_l, mid_r = 300, _W - _R
 
     def x_of(v: float) -> float:
         return mid_l + (mid_r - mid_l) * (max(-span, min(span, v)) + span) / (2 * span)
 
     parts = [f"<text x='8' y='16' font-weight='600'>{_e(title)}</text>",
-             f"<line class='axis' x1='{x_of(0):.1f}' x2='{x_of(0):.1f}' y1='{_T - 4}' y2='{height - 24}'/>",
+             f"<line class='axis' x1='{x_of(0):.1f}' x2='{x_of(0):.1f}' y1='{top - 4}' y2='{height - 24}'/>",
              f"<text x='{mid_l}' y='{height - 8}'>-{_fmt(span)} {unit}</text>",
              f"<text x='{mid_r}' y='{height - 8}' text-anchor='end'>+{_fmt(span)} {unit}</text>"]  # fmt: skip
     colors = {"regression": "#c03b3b", "improvement": "#2e9e5b"}
     for i, (label, change, lo, hi, verdict) in enumerate(rows):
-        y = _T + 22 * i + 8
+        y = top + 22 * i + 8
         color = colors.get(verdict, "#5b6678")
         parts.append(f"<text x='8' y='{y + 4}'>{_e(label[:44])}</text>")
         if lo is not None and hi is not None and _finite(lo) and _finite(hi):
