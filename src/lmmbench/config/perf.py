@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -18,6 +18,15 @@ class PerfConfig(BaseModel):
     """Load-test an OpenAI-compatible server: open-loop rate or closed-loop concurrency, streamed."""
 
     model_config = ConfigDict(extra="forbid")
+    cli_panels: ClassVar[dict[str, tuple[str, ...]]] = {
+        "Server": ("url", "model", "endpoint", "api_key", "server_cmd"),
+        "Dataset": ("dataset", "dataset_path", "tokenizer", "input_tokens", "input_tokens_stddev", "output_tokens",
+                    "output_tokens_stddev", "ignore_eos", "extra_body", "system_prompt", "workload"),
+        "Load": ("num_requests", "duration_s", "concurrency", "rate", "arrival", "burstiness", "rates",
+                 "concurrencies", "warmup_requests", "workers", "timeout_s", "seed", "spin_us", "loop",
+                 "continuous_usage"),
+        "SLOs and search": ("slo", "slo_attainment", "search_mode", "search_low", "search_high", "search_iterations"),
+    }  # fmt: skip
 
     action: Literal["run", "search"] = Field(
         "run", description="run: measure the given load(s); search: find the highest load meeting --slo."

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lmmbench.config.common import Dtype, device_field, dtype_field, out_dir_field, threads_field
+
 __all__ = ["EvalConfig"]
 
 
@@ -18,14 +20,14 @@ class EvalConfig(BaseModel):
     model: str | None = Field(None, description="tiny model name, local model dir, or http(s):// endpoint URL")
     tasks: list[str] = Field(description="task names (see `lmmbench tasks`) or task YAML files")
     mode: Literal["all", "infer", "eval"] = "all"
-    out_dir: Path = Field(Path("outputs/eval"), description="runs go to <out-dir>/<timestamp>/")
+    out_dir: Path = out_dir_field("Runs go to <out-dir>/<timestamp>/.", "eval")
     resume: str | None = Field(None, description="'latest' or a run folder name to resume / re-score")
     batch_size: int = Field(16, ge=1, description="requests per forward (equal lengths only unless --pad-batches)")
     pad_batches: bool = Field(
         False, description="right-pad mixed lengths into one batch (faster; log-likelihoods move by up to ~4e-6)"
     )
-    device: str = Field("cpu", description="torch device of the in-process model (cpu, cuda, cuda:1)")
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = device_field()
+    dtype: Dtype = dtype_field()
     limit: int | None = Field(None, ge=1, description="only the first N samples of each task")
     num_fewshot: int | None = Field(None, ge=0, description="override the tasks' few-shot count")
     group_by: list[str] = Field(default_factory=list, description="extra metadata columns to aggregate by")
@@ -33,6 +35,4 @@ class EvalConfig(BaseModel):
     tokenizer: str | None = Field(None, description="local tokenizer (model name or dir) for an endpoint")
     max_length: int | None = Field(None, ge=8, description="context length (default: from the model config)")
     concurrency: int = Field(8, ge=1, description="parallel requests to an endpoint")
-    threads: int | None = Field(
-        None, ge=1, description="torch CPU threads (default: torch's; 1 is far faster on a busy shared CPU)"
-    )
+    threads: int | None = threads_field()

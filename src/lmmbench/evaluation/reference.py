@@ -115,8 +115,8 @@ def dump_reference(cfg: DumpConfig) -> Path:
     np.savez_compressed(cfg.out / "reference.npz", first_token_logits=np.stack(firsts))
     meta = {
         "model": cfg.model,
-        "device": cfg.device,
-        "dtype": cfg.dtype,
+        "device": str(loaded.device),  # resolved (--device/--dtype may be auto)
+        "dtype": str(loaded.dtype).removeprefix("torch."),
         "host": cpu_name(),
         "max_new_tokens": cfg.max_new_tokens,
         "prompts": records,
@@ -206,7 +206,7 @@ def compare_reference(cfg: CompareConfig) -> dict[str, Any]:
     cosine = cos_num / math.sqrt(cos_a * cos_b) if cos_a > 0 and cos_b > 0 else float("nan")
     report: dict[str, Any] = {
         "Model": cfg.model,
-        "Backend": cfg.backend_name or f"{cfg.device}/{cfg.dtype}",
+        "Backend": cfg.backend_name or f"{loaded.device}/{str(loaded.dtype).removeprefix('torch.')}",
         "Reference Backend": f"{meta['device']}/{meta['dtype']}",
         "Host Info": cpu_name(),
         "Min New Tokens": meta["max_new_tokens"],
