@@ -63,7 +63,7 @@ EXTRA_OF_MODULE = {
     "torch": "models", "transformers": "models", "accelerate": "models", "av": "models", "PIL": "models",
     "soundfile": "models", "numpy": "models", "matplotlib": "plots", "fastapi": "serve", "uvicorn": "serve",
     "jinja2": "eval", "sacrebleu": "eval", "pandas": "eval", "pyarrow": "eval", "datasets": "eval",
-    "aiohttp": "eval", "sqlalchemy": "store",
+    "aiohttp": "eval", "sqlalchemy": "store", "mlflow": "tracking", "wandb": "tracking",
 }
 
 

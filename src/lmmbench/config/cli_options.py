@@ -36,6 +36,7 @@ COMMON_PANELS: dict[str, tuple[str, ...]] = {
     "Model and device": ("model", "device", "dtype", "threads", "hooks"),
     "Output": ("out_dir", "out", "run_name", "resume", "progress", "plots", "keep_text", "labels", "store",
                "json_output"),
+    "Tracking": ("mlflow", "wandb"),
 }  # fmt: skip
 
 

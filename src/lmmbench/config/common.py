@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-__all__ = ["DEFAULT_OUT_DIR", "Dtype", "device_field", "dtype_field", "out_dir_field", "threads_field"]
+__all__ = ["DEFAULT_OUT_DIR", "Dtype", "device_field", "dtype_field", "mlflow_field", "out_dir_field", "threads_field",
+           "wandb_field"]
 
 #: The root of every command's results (perf, spec runs, eval, reference comparisons).
 DEFAULT_OUT_DIR = Path("lmmbench-results")
@@ -34,3 +35,15 @@ def threads_field() -> Any:
 def out_dir_field(layout: str, sub: str = "") -> Any:
     """``--out-dir`` under ``lmmbench-results`` (``sub`` a sub-folder); ``layout`` says what goes where."""
     return Field(DEFAULT_OUT_DIR / sub if sub else DEFAULT_OUT_DIR, description=layout)
+
+
+def mlflow_field() -> Any:
+    """``--mlflow URI``: log the finished run's config and headline metrics to MLflow."""
+    return Field(None, description="Log config and headline metrics to this MLflow tracking URI (e.g. "
+                                   "file:///tmp/mlruns; needs mlflow).")  # fmt: skip
+
+
+def wandb_field() -> Any:
+    """``--wandb PROJECT``: log the finished run to Weights & Biases."""
+    return Field(None, description="Log config and headline metrics to this W&B project (needs wandb; "
+                                   "WANDB_MODE=offline works without an account).")  # fmt: skip

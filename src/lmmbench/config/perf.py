@@ -8,6 +8,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from lmmbench.config.common import mlflow_field, wandb_field
+
 __all__ = ["SLO_KEYS", "PerfConfig"]
 
 #: Per-request quantities an SLO can bound (each request must stay at or below the limit).
@@ -90,6 +92,8 @@ class PerfConfig(BaseModel):
     plots: bool = Field(True, description="Write PNG plots (needs matplotlib).")
     progress: bool = Field(True, description="Live progress line on stderr.")
     labels: dict[str, Any] = Field(default_factory=dict, description="Labels copied to every record and row.")
+    mlflow: str | None = mlflow_field()
+    wandb: str | None = wandb_field()
 
     @field_validator("slo")
     @classmethod

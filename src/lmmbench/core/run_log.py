@@ -159,6 +159,9 @@ def write_run_log(run_dir: Path, run_log: RunLog, *, index: bool = True) -> Path
             log.warning("run not indexed (%s is not installed): pip install sqlalchemy", exc.name)
         except Exception as exc:  # the store must never lose a run
             log.warning("run %s not indexed in the run store: %s", run_log.run_id, exc)
+        from lmmbench.core.run_sinks import log_to_sinks
+
+        log_to_sinks(run_log, run_dir)  # --mlflow / --wandb, when given
     return path
 
 

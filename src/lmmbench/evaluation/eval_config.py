@@ -7,7 +7,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lmmbench.config.common import Dtype, device_field, dtype_field, out_dir_field, threads_field
+from lmmbench.config.common import (
+    Dtype,
+    device_field,
+    dtype_field,
+    mlflow_field,
+    out_dir_field,
+    threads_field,
+    wandb_field,
+)
 
 __all__ = ["EvalConfig"]
 
@@ -36,3 +44,5 @@ class EvalConfig(BaseModel):
     max_length: int | None = Field(None, ge=8, description="context length (default: from the model config)")
     concurrency: int = Field(8, ge=1, description="parallel requests to an endpoint")
     threads: int | None = threads_field()
+    mlflow: str | None = mlflow_field()
+    wandb: str | None = wandb_field()

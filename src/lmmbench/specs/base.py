@@ -16,7 +16,15 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lmmbench.config.common import Dtype, device_field, dtype_field, out_dir_field, threads_field
+from lmmbench.config.common import (
+    Dtype,
+    device_field,
+    dtype_field,
+    mlflow_field,
+    out_dir_field,
+    threads_field,
+    wandb_field,
+)
 from lmmbench.core.registry import Registry
 
 __all__ = ["SPECS", "Case", "RunOptions", "Spec", "SpecContext", "register_spec"]
@@ -51,6 +59,8 @@ class RunOptions(BaseModel):
                              "bursts of load on a shared machine over samples).")
     clear_cache: bool = Field(True, description="gc + CUDA cache clearing between repeats.")
     progress: bool = Field(True, description="Show a progress bar.")
+    mlflow: str | None = mlflow_field()
+    wandb: str | None = wandb_field()
 
 
 @dataclass
