@@ -9,7 +9,7 @@ import pytest
 
 from lmmbench.core.run_log import load_run_log
 from lmmbench.evaluation import EvalConfig, run_eval
-from lmmbench.metrics.compare import compare_metric, rule_for
+from lmmbench.metrics.compare import compare_metric, confirm, rule_for
 from lmmbench.sessions.runs_session import compare_runs
 
 
@@ -40,3 +40,18 @@ def test_accuracy_threshold_is_in_points() -> None:
     assert res.ci_low is not None and res.ci_low > 0
     small = compare_metric("task.acc", [[0.0, 1.0] * 20], [[0.0, 1.0] * 20], rule=rule_for("task.acc", {"acc": 5}))
     assert small.verdict == "unchanged" and small.threshold == 5
+
+
+def test_a_burst_in_one_run_is_not_a_change_but_a_shift_is() -> None:
+    base = [20.0 + 0.1 * (i % 5) for i in range(100)]
+    burst = [50.0 if 40 <= i < 60 else x for i, x in enumerate(base)]  # 20 slow requests in a row
+    found = [compare_metric("ttft_ms", [burst], [base], statistic=s) for s in ("mean", "p50")]
+    confirm(found)
+    mean, median = found
+    assert mean.change == pytest.approx((20.2 / 26.16 - 1) * 100) and median.verdict == "unchanged"
+    assert mean.verdict in ("unconfirmed", "unchanged")  # the mean moved, the median did not: not counted
+    shifted = [x + 6.0 for x in base]  # every request 6 ms slower
+    found = [compare_metric("ttft_ms", [base], [shifted], statistic=s) for s in ("mean", "p50")]
+    confirm(found)
+    assert [c.verdict for c in found] == ["regression", "regression"]
+    assert all(c.ci_low is not None and c.ci_low > 20 for c in found)

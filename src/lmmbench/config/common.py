@@ -18,7 +18,8 @@ Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 
 def device_field() -> Any:
     """``--device``: auto (CUDA when present, else CPU), cpu, cuda or cuda:N."""
-    return Field("auto", description="Where the model runs: auto (CUDA if present, else CPU), cpu, cuda, cuda:N.")
+    return Field("auto", pattern=r"^(auto|cpu|mps|cuda(:\d+)?|xpu(:\d+)?|npu(:\d+)?)$",
+                 description="Where the model runs: auto (CUDA if present, else CPU), cpu, cuda, cuda:N.")
 
 
 def dtype_field() -> Any:

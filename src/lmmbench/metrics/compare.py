@@ -1,8 +1,9 @@
 """Comparing two sets of runs with confidence: per metric, the change and a bootstrap interval.
 
-Each side is one or more runs, each a list of per-request (or per-sample) values of a metric. The
-interval comes from a two-level bootstrap: runs are resampled with replacement within a side, then
-the values within each drawn run, so run-to-run noise widens the interval when several runs are
+Each side is one or more runs, each a list of per-request (or per-sample) values of a metric, in
+the order they were measured. The interval comes from a two-level bootstrap: runs are resampled with
+replacement within a side, then blocks of consecutive values within each drawn run (a moving-block
+bootstrap, so bursts of load count), so run-to-run noise widens the interval when several runs are
 given. A change is a regression or an improvement only when its interval excludes zero AND the
 change exceeds the metric's threshold (percent for latencies and throughputs, points for
 accuracies). Pure Python (``random``), deterministic for a given seed.
@@ -17,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["DEFAULT_RESAMPLES", "STATISTICS", "MetricComparison", "MetricRule", "compare_metric", "rule_for"]
+__all__ = ["DEFAULT_RESAMPLES", "STATISTICS", "MetricComparison", "MetricRule", "compare_metric", "confirm", "rule_for"]
 
 DEFAULT_RESAMPLES = 1000
-Verdict = Literal["regression", "improvement", "unchanged", "no interval"]
+Verdict = Literal["regression", "improvement", "unchanged", "unconfirmed", "no interval"]
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -95,11 +96,25 @@ def _change(a: float, b: float, rule: MetricRule) -> float:
     return (b / a - 1.0) * 100.0
 
 
+def _blocks(run: Sequence[float], rng: random.Random) -> list[float]:
+    """A moving-block resample of one run's values (in the order they were measured), so a burst of
+    slow requests on a busy machine moves whole blocks and widens the interval as it should."""
+    n = len(run)
+    size = max(1, round(n ** (1 / 3)))
+    if n < 4 * size:
+        return rng.choices(run, k=n)
+    out: list[float] = []
+    while len(out) < n:
+        start = rng.randrange(n - size + 1)
+        out += run[start : start + size]
+    return out[:n]
+
+
 def _resample(side: Sequence[Sequence[float]], rng: random.Random) -> list[float]:
     runs = rng.choices(side, k=len(side)) if len(side) > 1 else side
     out: list[float] = []
     for run in runs:
-        out += rng.choices(run, k=len(run))
+        out += _blocks(run, rng)
     return out
 
 
@@ -138,3 +153,17 @@ def compare_metric(metric: str, side_a: Sequence[Sequence[float]], side_b: Seque
         worse = change > 0 if rule.lower_is_better else change < 0
         verdict = "regression" if worse else "improvement"
     return MetricComparison(metric, statistic, a, b, change, low, high, unit, verdict, n_a, n_b, rule.threshold)
+
+
+def confirm(comparisons: Sequence[MetricComparison]) -> None:
+    """Mean and median of one metric must agree: a flag raised by only one of them (a burst that moves
+    the mean, or a shift the mean's noise hides) becomes ``unconfirmed`` and is not counted."""
+    by_stat = {c.statistic: c for c in comparisons}
+    mean, median = by_stat.get("mean"), by_stat.get("p50")
+    if mean is None or median is None:
+        return
+    flagged = ("regression", "improvement")
+    if mean.verdict != median.verdict:
+        for c in (mean, median):
+            if c.verdict in flagged:
+                c.verdict = "unconfirmed"

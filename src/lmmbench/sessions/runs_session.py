@@ -17,7 +17,7 @@ from typing import Any
 from lmmbench.core.errors import UserError
 from lmmbench.core.run_log import RunLog, load_run_log
 from lmmbench.core.run_store import RunStore, StoredRun
-from lmmbench.metrics.compare import DEFAULT_RESAMPLES, MetricComparison, compare_metric, rule_for
+from lmmbench.metrics.compare import DEFAULT_RESAMPLES, MetricComparison, compare_metric, confirm, rule_for
 from lmmbench.sessions.run_samples import RunSamples, load_samples
 
 __all__ = ["ResolvedRun", "RunComparison", "compare_runs", "resolve_runs"]
@@ -125,10 +125,11 @@ def compare_runs(refs_a: Sequence[str], refs_b: Sequence[str], *, thresholds: di
     for group, metric in shared:
         rule = rule_for(metric, thresholds)
         stats = statistics if not rule.absolute_points else ("mean",)
-        for stat in stats:
-            result.metrics.append((group, compare_metric(
-                metric, _side_values(samples_a, group, metric), _side_values(samples_b, group, metric),
-                statistic=stat, rule=rule, resamples=resamples, seed=seed)))  # fmt: skip
+        side_a_values, side_b_values = _side_values(samples_a, group, metric), _side_values(samples_b, group, metric)
+        found = [compare_metric(metric, side_a_values, side_b_values, statistic=stat, rule=rule, resamples=resamples,
+                                seed=seed) for stat in stats]  # fmt: skip
+        confirm(found)
+        result.metrics += [(group, c) for c in found]
     run_shared, _ = _shared(samples_a, samples_b, "per_run")
     for group, metric in run_shared:
         values_a = [[s.per_run[group][metric]] for s in samples_a]
