@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,21 +18,28 @@ from lmmbench.core.run_log import RunLog, write_run_log
 from lmmbench.testing import running_testserver
 
 
-def _perf(tmp_path: Path, *extra: str) -> Path:
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """One perf run logged to both sinks (a sink whose library is missing only warns)."""
+    root = tmp_path_factory.mktemp("sinks")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LMMBENCH_STORE_URL", f"sqlite:///{root / 's.sqlite'}")
+    mp.setenv("WANDB_MODE", "offline")
+    mp.setenv("WANDB_SILENT", "true")
+    uri = (root / "mlruns").as_uri()
     with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=5, itl_ms=1)) as url:
         assert main(["perf", "--url", url, "--model", "test-model", "--concurrency", "2", "--num-requests", "10",
-                     "--output-tokens", "2", "--no-plots", "--no-progress", "--out-dir", str(tmp_path),
-                     "--run-name", "r", *extra]) == 0  # fmt: skip
-    return tmp_path / "perf" / "r"
+                     "--output-tokens", "2", "--no-plots", "--no-progress", "--out-dir", str(root),
+                     "--run-name", "r", "--mlflow", uri, "--wandb", "lmmbench-test"]) == 0  # fmt: skip
+    yield root / "perf" / "r", uri
+    mp.undo()
 
 
-def test_mlflow_file_store_gets_config_and_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mlflow_file_store_gets_config_and_metrics(logged: tuple[Path, str]) -> None:
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
 
-    monkeypatch.setenv("LMMBENCH_STORE_URL", f"sqlite:///{tmp_path / 's.sqlite'}")
-    uri = (tmp_path / "mlruns").as_uri()
-    run_dir = _perf(tmp_path, "--mlflow", uri)
+    run_dir, uri = logged
     log = json.loads((run_dir / "run.json").read_text())
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("lmmbench-perf")
@@ -42,12 +50,9 @@ def test_mlflow_file_store_gets_config_and_metrics(tmp_path: Path, monkeypatch: 
     assert run.data.metrics["ttft_ms_p50"] == pytest.approx(log["headline"]["ttft_ms_p50"])
 
 
-def test_wandb_offline_run_gets_config_and_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wandb_offline_run_gets_config_and_summary(logged: tuple[Path, str]) -> None:
     pytest.importorskip("wandb")
-    monkeypatch.setenv("LMMBENCH_STORE_URL", f"sqlite:///{tmp_path / 's.sqlite'}")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    run_dir = _perf(tmp_path, "--wandb", "lmmbench-test")
+    run_dir, _ = logged
     log = json.loads((run_dir / "run.json").read_text())
     (offline,) = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
     data = offline.read_bytes()  # the offline run's records (protobuf; keys and JSON values are plain text)
