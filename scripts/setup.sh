@@ -13,3 +13,15 @@ if [ "${SKIP_TF517:-0}" != "1" ]; then
   .venv-tf517/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[all,dev]" \
     "transformers==5.17.*"
 fi
+
+# Headless Chromium for the report-page test (tests/reports/test_report_pages_chromium.py).
+if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+    :  # already installed
+elif command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian's chromium (headless report-page test)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } ||
+        echo "setup: could not install chromium with apt-get; the report-page test will be skipped" >&2
+else
+    echo "setup: chromium is not installed and apt-get (as root) is not available; the report-page" \
+         "test will be skipped. Install chromium with your package manager to run it." >&2
+fi

@@ -36,6 +36,9 @@ def test_dump_then_compare_same_and_other_dtype(tmp_path: Path, capsys: pytest.C
     assert acc["Logits Diff"]["Cosine Similarity"] == pytest.approx(1.0, abs=1e-12)
     assert acc["Token Diff"]["Max Difference"] == 0.0 and acc["Token Diff"]["Prompt Num"] == 4
     assert acc["PPL"] == acc["Reference PPL"]
+    run = json.loads((same / "run.json").read_text())  # the run log, like every run's
+    assert run["kind"] == "reference" and run["outcome"]["ok"] == 4 and "report.json" in run["files"]
+    assert run["headline"]["logits_max_abs_diff"] == 0.0 and run["measurement"]["dtype"] == "float32"
     for png in ("logits_diff.png", "token_diff.png"):
         assert (same / png).stat().st_size > 1000
 

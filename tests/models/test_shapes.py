@@ -150,7 +150,8 @@ def test_reduced_omni_shape_breakdown_on_cpu_has_media_tokens_and_says_random(
         if "audio" in r["modalities"]:
             assert int(r["audio_tokens"]) > 0 and int(r["mel_frames"]) > 0
     run = json.loads((spec_dir / "run.json").read_text())
-    assert run["random_weights"] is True and run["model_weights"]["name"] == "shape:qwen2.5-omni-3b"
+    assert run["measurement"]["random_weights"] is True
+    assert run["run"]["model_weights"]["name"] == "shape:qwen2.5-omni-3b"
     assert json.loads((spec_dir / "ttft-breakdown_analysis.json").read_text())["random_weights"] is True
     assert "RANDOM WEIGHTS" in (spec_dir / "report.html").read_text()
 

@@ -27,6 +27,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 def _assert_escaped(page: str) -> None:
     assert "<script>" not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;&amp;&quot;q" in page
+    assert page.count("<script") == 1 and "<script id='lmmbench-charts'>" in page  # only the charts' own
 
 
 def _assert_self_contained(page: str, n_images: int) -> None:

@@ -117,7 +117,7 @@ def test_rows_whose_media_yield_no_tokens_fail_and_run_exits_1_simulated_torchvi
     assert all(r["visual_tokens"] == "" and r["ttft_ms"] == "" for r in rows)  # nothing measured, nothing written
     err = capsys.readouterr().err
     assert "error: no row measured ok (4 failed, 0 degraded)" in err
-    stats = json.loads((tmp_path / "ttft-breakdown" / "run.json").read_text())["stats"]
+    stats = json.loads((tmp_path / "ttft-breakdown" / "run.json").read_text())["outcome"]
     assert stats["rows"] == {"ok": 0, "degraded": 0, "failed": 4}
 
 
@@ -148,7 +148,7 @@ def test_a_hook_that_raises_leaves_its_stage_empty_and_rows_degraded(
         assert "boom in the visual hook" in r["error"] and "boom in the visual hook" in r["hook_errors"]
     run = json.loads((spec_dir / "run.json").read_text())
     assert "boom in the visual hook" in run["run"]["dropped_hooks"]["visual"]
-    assert run["stats"]["rows"] == {"ok": 1, "degraded": 3, "failed": 0}
+    assert run["outcome"]["rows"] == {"ok": 1, "degraded": 3, "failed": 0}
     analysis = json.loads((spec_dir / "ttft-breakdown_analysis.json").read_text())
     assert analysis["rows_ok"] == 1 and analysis["rows_degraded"] == 3 and analysis["rows_failed"] == 0
     assert analysis["unattributed"]["rows"] == 1

@@ -75,7 +75,7 @@ def test_breakdown_run_records_attention_precision_and_noise(tmp_path: Path) -> 
     assert run["run"]["attention"]["in_use"]["vision"] == "eager"
     assert run["run"]["attention"]["in_use"]["text"] == "eager"
     assert run["run"]["matmul_precision"]["float32_matmul_precision"] in ("highest", "high", "medium")
-    assert run["random_weights"] is False
+    assert run["measurement"]["random_weights"] is False
     summary = list(csv.DictReader((spec_dir / "ttft-breakdown_summary.csv").open()))
     ttft = next(r for r in summary if r["level"] == "sample" and r["field"] == "ttft_ms")
     assert float(ttft["median_ci95_low"]) <= float(ttft["p50"]) <= float(ttft["median_ci95_high"])

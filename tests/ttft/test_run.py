@@ -40,7 +40,9 @@ def test_every_output_file_is_written(breakdown_run: Path) -> None:
                  "ttft-breakdown_analysis.json", "run.json"):
         assert (breakdown_run / name).stat().st_size > 0, name
     run = json.loads((breakdown_run / "run.json").read_text())
-    assert run["timer"] == "perf_counter_ns" and run["seed"] == 0
+    assert run["schema_version"] == 2 and run["kind"] == "spec" and run["config"]["seed"] == 0
+    assert run["measurement"]["timer"] == "perf_counter_ns" and run["measurement"]["threads"] == 1
+    assert run["outcome"]["ok"] > 0 and run["headline"]["ttft_ms_median"] > 0 and "report.html" in run["files"]
     assert run["config"]["repeats"] == 3 and run["environment"]["libraries"]["torch"]
     assert "commit" in run["environment"]["git"] and run["environment"]["gpu"]["available"] is False
     summary = read_rows(breakdown_run / "ttft-breakdown_summary.csv")

@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "lmmbench.cli.testserver_cmd",
     "lmmbench.cli.serve_cmd",
     "lmmbench.cli.eval_cmd",
+    "lmmbench.cli.runs_cmd",
 ]
 
 
@@ -62,7 +63,7 @@ EXTRA_OF_MODULE = {
     "torch": "models", "transformers": "models", "accelerate": "models", "av": "models", "PIL": "models",
     "soundfile": "models", "numpy": "models", "matplotlib": "plots", "fastapi": "serve", "uvicorn": "serve",
     "jinja2": "eval", "sacrebleu": "eval", "pandas": "eval", "pyarrow": "eval", "datasets": "eval",
-    "aiohttp": "eval",
+    "aiohttp": "eval", "sqlalchemy": "store", "mlflow": "tracking", "wandb": "tracking",
 }
 
 
@@ -78,6 +79,9 @@ def missing_extra_message(exc: ModuleNotFoundError) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; bad input exits 2 with one line on stderr."""
     app = build_app()
+    from lmmbench.cli.runs_cmd import keep_side_separator
+
+    argv = keep_side_separator(sys.argv[1:] if argv is None else list(argv))
     try:
         app(args=argv, standalone_mode=True)
     except SystemExit as exc:  # click's normal exit, --help, usage errors (2)

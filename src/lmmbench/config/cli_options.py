@@ -30,9 +30,45 @@ from lmmbench.core.errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
 
-__all__ = ["command_from_model", "load_config_file", "parse_model", "validation_message"]
+__all__ = ["COMMON_PANELS", "command_from_model", "load_config_file", "panel_of", "parse_model", "validation_message"]
 
 _SCALARS: tuple[type, ...] = (str, int, float, Path)
+
+#: Help panel of fields that mean the same thing in every command; a model's own ``cli_panels``
+#: (panel -> field names) comes first, and any other field goes to "Options".
+COMMON_PANELS: dict[str, tuple[str, ...]] = {
+    "Model and device": ("model", "device", "dtype", "threads", "hooks"),
+    "Output": ("out_dir", "out", "run_name", "resume", "progress", "plots", "keep_text", "labels", "store",
+               "json_output"),
+    "Tracking": ("mlflow", "wandb"),
+}  # fmt: skip
+
+
+def panel_of(model: type[BaseModel], field_name: str) -> str:
+    """The help panel ``field_name`` of ``model`` is listed under."""
+    own: dict[str, tuple[str, ...]] = getattr(model, "cli_panels", {})
+    for panel, names in [*own.items(), *COMMON_PANELS.items()]:
+        if field_name in names:
+            return panel
+    return "Options"
+
+
+def _hide_flag_types() -> None:
+    """Flags (``--x/--no-x``) are shown without a ``<bool>`` type label."""
+    from typer.core import TyperOption
+
+    if getattr(TyperOption.display_type_rich, "_lmmbench", False):
+        return
+    original = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else original(self, ctx)
+
+    display_type_rich._lmmbench = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_hide_flag_types()
 
 
 def _unwrap_optional(tp: Any) -> Any:
@@ -172,13 +208,16 @@ def command_from_model(
             if shown:
                 desc = f"{desc} \\[default: {shown}]"  # escaped: rich markup would eat it
         opt_name = "--" + fname.replace("_", "-")
+        panel = panel_of(model, fname)
         if fname in positional:
+            if get_origin(_unwrap_optional(field.annotation)) in (list, tuple, set):
+                cli_tp = list[str]  # any number of values
             info: Any = typer.Argument(None, help=desc, show_default=False)
         elif cli_tp is bool:
             flags = f"{opt_name}/--no-{fname.replace('_', '-')}"
-            info = typer.Option(None, flags, help=desc, show_default=False)
+            info = typer.Option(None, flags, help=desc, show_default=False, rich_help_panel=panel)
         else:
-            info = typer.Option(None, opt_name, help=desc, show_default=False)
+            info = typer.Option(None, opt_name, help=desc, show_default=False, rich_help_panel=panel)
         params.append(
             inspect.Parameter(fname, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=cli_tp | None)
         )
@@ -200,7 +239,7 @@ def command_from_model(
             data.update(load_config_file(Path(cfg_path)))
         used: list[str] = []
         for key, raw in kwargs.items():
-            if raw is None:
+            if raw is None or (isinstance(raw, (list, tuple)) and not raw):
                 continue
             if key in aliases:
                 key, flag = aliases[key]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from lmmbench.config.common import mlflow_field, wandb_field
 from lmmbench.config.perf_shapes import TelemetryOptions, WorkloadShapeOptions
 from lmmbench.config.perf_vllm import VllmBenchFlags
 
@@ -22,6 +23,15 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
 
     model_config = ConfigDict(extra="forbid")
     CLI_ALIASES = {**VllmBenchFlags.CLI_ALIASES, **WorkloadShapeOptions.CLI_ALIASES}
+    cli_panels: ClassVar[dict[str, tuple[str, ...]]] = {
+        "Server": ("url", "model", "endpoint", "api_key", "server_cmd"),
+        "Dataset": ("dataset", "dataset_path", "tokenizer", "input_tokens", "input_tokens_stddev", "output_tokens",
+                    "output_tokens_stddev", "ignore_eos", "extra_body", "system_prompt", "workload"),
+        "Load": ("num_requests", "duration_s", "concurrency", "rate", "arrival", "burstiness", "rates",
+                 "concurrencies", "warmup_requests", "workers", "timeout_s", "seed", "spin_us", "loop",
+                 "continuous_usage"),
+        "SLOs and search": ("slo", "slo_attainment", "search_mode", "search_low", "search_high", "search_iterations"),
+    }  # fmt: skip
 
     action: Literal["run", "search"] = Field(
         "run", description="run: measure the given load(s); search: find the highest load meeting --slo."
@@ -85,6 +95,8 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
     plots: bool = Field(True, description="Write PNG plots (needs matplotlib).")
     progress: bool = Field(True, description="Live progress line on stderr.")
     labels: dict[str, Any] = Field(default_factory=dict, description="Labels copied to every record and row.")
+    mlflow: str | None = mlflow_field()
+    wandb: str | None = wandb_field()
 
     @field_validator("slo")
     @classmethod

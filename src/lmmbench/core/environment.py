@@ -17,7 +17,7 @@ from typing import Any
 __all__ = ["ENVIRONMENT_LIBRARIES", "capture_environment", "cpu_name", "git_commit", "library_versions"]
 
 ENVIRONMENT_LIBRARIES = ("lmmbench", "torch", "transformers", "tokenizers", "accelerate", "av", "numpy", "pillow",
-                         "soundfile")
+                         "soundfile", "pydantic", "aiohttp", "uvloop", "matplotlib")
 
 
 def git_commit(start: Path | None = None) -> dict[str, Any]:
@@ -75,8 +75,13 @@ def library_versions(names: tuple[str, ...] | list[str]) -> dict[str, str | None
 
 
 def capture_environment() -> dict[str, Any]:
-    """CPU, GPU and driver if any, Python and library versions, host, git commit."""
+    """CPU, GPU and driver if any, Python and library versions, host, git commit, load average."""
+    from datetime import datetime, timezone
+
     return {
+        "time_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "host": platform.node(),
+        "argv": list(sys.argv),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpu": cpu_name(),

@@ -7,6 +7,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lmmbench.config.common import (
+    Dtype,
+    device_field,
+    dtype_field,
+    mlflow_field,
+    out_dir_field,
+    threads_field,
+    wandb_field,
+)
+
 __all__ = ["EvalConfig"]
 
 
@@ -23,14 +33,14 @@ class EvalConfig(BaseModel):
         default_factory=list, description="folders of lm-evaluation-harness task / group files, looked up by name"
     )
     mode: Literal["all", "infer", "eval"] = "all"
-    out_dir: Path = Field(Path("outputs/eval"), description="runs go to <out-dir>/<timestamp>/")
+    out_dir: Path = out_dir_field("Runs go to <out-dir>/<timestamp>/.", "eval")
     resume: str | None = Field(None, description="'latest' or a run folder name to resume / re-score")
     batch_size: int = Field(16, ge=1, description="requests per forward (equal lengths only unless --pad-batches)")
     pad_batches: bool = Field(
         False, description="right-pad mixed lengths into one batch (faster; log-likelihoods move by up to ~4e-6)"
     )
-    device: str = Field("cpu", description="torch device of the in-process model (cpu, cuda, cuda:1)")
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = device_field()
+    dtype: Dtype = dtype_field()
     limit: int | None = Field(None, ge=1, description="only the first N samples of each task")
     num_fewshot: int | None = Field(None, ge=0, description="override the tasks' few-shot count")
     group_by: list[str] = Field(default_factory=list, description="extra metadata columns to aggregate by")
@@ -41,6 +51,6 @@ class EvalConfig(BaseModel):
     allow_random_weights: bool = Field(
         False, description="run a shape-only model (random weights: its scores mean nothing) instead of refusing"
     )
-    threads: int | None = Field(
-        None, ge=1, description="torch CPU threads (default: torch's; 1 is far faster on a busy shared CPU)"
-    )
+    threads: int | None = threads_field()
+    mlflow: str | None = mlflow_field()
+    wandb: str | None = wandb_field()

@@ -7,6 +7,7 @@ timestamp) reuses a run folder: `infer` skips samples already predicted, `eval` 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import logging
@@ -16,8 +17,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from lmmbench.backends.scoring import ScoringBackend
+from lmmbench.core.clock import wall_label
 from lmmbench.core.environment import capture_environment
 from lmmbench.core.errors import UserError
+from lmmbench.core.run_log import Outcome, RunLog, load_run_log, measurement_from, new_run_id, write_run_log
+from lmmbench.core.run_summaries import eval_headline
 from lmmbench.evaluation.aggregate import write_summary
 from lmmbench.evaluation.eval_config import EvalConfig
 from lmmbench.evaluation.evaluate import TaskResult, evaluate_task
@@ -162,11 +166,13 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
     root.addHandler(handler)  # warnings of the run go to its log file too
     runlog.addHandler(handler)
     try:
+        env = capture_environment()
         (run_dir / "logs" / f"config_{cfg.mode}.json").write_text(
-            json.dumps({"config": cfg.model_dump(mode="json"), "environment": capture_environment(),
+            json.dumps({"config": cfg.model_dump(mode="json"), "environment": env,
                         "random_weights": _random_weights(cfg.model)}, indent=2) + "\n"
         )
         run = EvalRun(run_dir=run_dir)
+        run_log = _start_run_log(cfg, run_dir, env)
         if cfg.mode in ("all", "infer"):
             backend = make_backend(cfg)
             for task in tasks:
@@ -181,11 +187,48 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
             results += group_results(groups, results, run_dir / "results")  # lm-eval group files
             write_summary(results, run_dir / "summary", title=f"lmmbench eval — {run_dir.name}")
             run.results = [r.to_json() for r in results]
+        _finish_run_log(run_log, run, run_dir)
         return run
     finally:
         root.removeHandler(handler)
         runlog.removeHandler(handler)
         handler.close()
+
+
+def _start_run_log(cfg: EvalConfig, run_dir: Path, env: dict[str, Any]) -> RunLog:
+    """run.json of an eval run, written at its start (a resumed run keeps its id)."""
+    previous = run_dir / "run.json"
+    run_id = new_run_id("eval")
+    if previous.is_file():
+        with contextlib.suppress(Exception):
+            run_id = load_run_log(previous).run_id
+    config = cfg.model_dump(mode="json")
+    run_log = RunLog(run_id=run_id, kind="eval", name=run_dir.name, model=cfg.model, started_at=wall_label(),
+                     config=config, environment=env, run={"mode": cfg.mode},
+                     measurement=measurement_from({"timer": "perf_counter_ns",
+                                                    "random_weights": _random_weights(cfg.model)}, config))  # fmt: skip
+    write_run_log(run_dir, run_log)
+    return run_log
+
+
+def _finish_run_log(run_log: RunLog, run: EvalRun, run_dir: Path) -> None:
+    """run.json at the end: counts, failures, accuracy headline, files; indexed in the run store."""
+    errors = sum(int(s.get("errors") or 0) for s in run.infer)
+    scored = sum(int(r.get("n_samples") or 0) for r in run.results)
+    failed = sum(int(r.get("n_errors") or 0) for r in run.results)
+    done = sum(int(s.get("done") or 0) for s in run.infer)
+    run_log.outcome = Outcome.model_validate({"ok": scored if run.results else done,
+                                              "failed": failed if run.results else errors,
+                                              "failures_by_kind": {"inference": errors} if errors else {}})
+    run_log.headline = eval_headline(run.results)
+    run_log.run["infer"] = run.infer
+    run_log.finished_at = wall_label()
+    write_run_log(run_dir, run_log, index=False)
+    from lmmbench.reports.html_report import write_reports
+
+    write_reports("eval", run_dir)  # report.html; a failure is a logged warning
+    run_log.files = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file())
+    write_run_log(run_dir, run_log)
 
 
 def _infer_one(task: TaskConfig, backend: ScoringBackend, run_dir: Path, show_progress: bool) -> InferStats:

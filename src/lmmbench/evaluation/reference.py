@@ -115,8 +115,8 @@ def dump_reference(cfg: DumpConfig) -> Path:
     np.savez_compressed(cfg.out / "reference.npz", first_token_logits=np.stack(firsts))
     meta = {
         "model": cfg.model,
-        "device": cfg.device,
-        "dtype": cfg.dtype,
+        "device": str(loaded.device),  # resolved (--device/--dtype may be auto)
+        "dtype": str(loaded.dtype).removeprefix("torch."),
         "host": cpu_name(),
         "max_new_tokens": cfg.max_new_tokens,
         "prompts": records,
@@ -146,6 +146,9 @@ def compare_reference(cfg: CompareConfig) -> dict[str, Any]:
     """Replay the reference here; write report.json, logits_diff.png, token_diff.png, per-prompt CSVs."""
     import numpy as np
 
+    from lmmbench.core.clock import wall_label
+
+    started = wall_label()
     meta_path = cfg.reference / "reference.json"
     npz_path = cfg.reference / "reference.npz"
     if not meta_path.is_file() or not npz_path.is_file():
@@ -206,7 +209,7 @@ def compare_reference(cfg: CompareConfig) -> dict[str, Any]:
     cosine = cos_num / math.sqrt(cos_a * cos_b) if cos_a > 0 and cos_b > 0 else float("nan")
     report: dict[str, Any] = {
         "Model": cfg.model,
-        "Backend": cfg.backend_name or f"{cfg.device}/{cfg.dtype}",
+        "Backend": cfg.backend_name or f"{loaded.device}/{str(loaded.dtype).removeprefix('torch.')}",
         "Reference Backend": f"{meta['device']}/{meta['dtype']}",
         "Host Info": cpu_name(),
         "Min New Tokens": meta["max_new_tokens"],
@@ -231,5 +234,28 @@ def compare_reference(cfg: CompareConfig) -> dict[str, Any]:
     }
     path = cfg.out_dir / "report.json"
     path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    _write_run_log(cfg, report, loaded, started)
     report["_path"] = str(path)
     return report
+
+
+def _write_run_log(cfg: CompareConfig, report: dict[str, Any], loaded: Any, started: str) -> None:
+    """run.json of a reference comparison (indexed in the run store like every run)."""
+    from lmmbench.core.clock import wall_label
+    from lmmbench.core.environment import capture_environment
+    from lmmbench.core.run_log import Outcome, RunLog, measurement_from, new_run_id, write_run_log
+
+    acc = report["Accuracy"]
+    headline = {"logits_max_abs_diff": acc["Logits Diff"]["Max Difference"],
+                "logits_cosine": acc["Logits Diff"]["Cosine Similarity"],
+                "logits_mse": acc["Logits Diff"]["Mean Squared(MSE)"],
+                "token_max_abs_diff": acc["Token Diff"]["Max Difference"]}  # fmt: skip
+    config = cfg.model_dump(mode="json")
+    device = {"device": str(loaded.device), "dtype": str(loaded.dtype).removeprefix("torch.")}
+    run_log = RunLog(run_id=new_run_id("reference"), kind="reference", name=cfg.out_dir.name, model=cfg.model,
+                     started_at=started, finished_at=wall_label(), config=config, environment=capture_environment(),
+                     measurement=measurement_from(device, config), headline=headline,
+                     outcome=Outcome(ok=acc["Logits Diff"]["Prompt Num"], failed=0, skipped=None),
+                     run={"backend": report["Backend"], "reference_backend": report["Reference Backend"]},
+                     files=sorted({p.name for p in cfg.out_dir.iterdir() if p.is_file()} | {"run.json"}))  # fmt: skip
+    write_run_log(cfg.out_dir, run_log)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CompareConfig", "DumpConfig"]
+from lmmbench.config.common import DEFAULT_OUT_DIR, Dtype, device_field, dtype_field, out_dir_field, threads_field
 
-Dtype = Literal["float32", "bfloat16", "float16"]
+__all__ = ["CompareConfig", "DumpConfig"]
 
 
 class DumpConfig(BaseModel):
@@ -21,10 +20,10 @@ class DumpConfig(BaseModel):
     prompts: str = Field("sample_qa", description="task name / task YAML, or a .txt (one per line) or .jsonl file")
     num_prompts: int = Field(16, ge=1, description="how many prompts")
     max_new_tokens: int = Field(16, ge=1, description="greedy steps per prompt")
-    device: str = "cpu"
-    dtype: Dtype = "float32"
-    out: Path = Field(Path("outputs/reference"), description="folder for reference.json + reference.npz")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
+    device: str = device_field()
+    dtype: Dtype = dtype_field()
+    out: Path = Field(DEFAULT_OUT_DIR / "reference" / "dump", description="folder for reference.json + reference.npz")
+    threads: int | None = threads_field()
 
 
 class CompareConfig(BaseModel):
@@ -34,8 +33,8 @@ class CompareConfig(BaseModel):
 
     model: str = Field(description="tiny model name or local model dir")
     reference: Path = Field(description="folder written by `lmmbench reference dump`")
-    device: str = "cpu"
-    dtype: Dtype = "float32"
+    device: str = device_field()
+    dtype: Dtype = dtype_field()
     backend_name: str | None = Field(None, description="label for the report's Backend field (default: device/dtype)")
-    out_dir: Path = Field(Path("outputs/reference_compare"), description="report.json, pngs and csvs go here")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
+    out_dir: Path = out_dir_field("report.json, PNGs and CSVs go here.", "reference")
+    threads: int | None = threads_field()

@@ -27,7 +27,7 @@ from lmmbench.loadgen.driver import WorkerPlan, WorkerResult, run_worker
 from lmmbench.loadgen.protocol import make_client
 from lmmbench.metrics.perf_metrics import summarize_records
 
-__all__ = ["LoadResult", "Preflight", "preflight", "run_benchmark"]
+__all__ = ["LoadResult", "Preflight", "measurement_facts", "preflight", "run_benchmark"]
 
 LATENESS_WARN_MS = 1.0
 
@@ -363,3 +363,16 @@ def run_benchmark(
     if summary["new_connections"]:
         result.warnings.append(f"note: {summary['new_connections']} requests had to open a new connection")
     return result
+
+
+def measurement_facts(cfg: PerfConfig, open_loop: bool) -> dict[str, Any]:
+    """How a load test of ``cfg`` measures: the event loop and what fires the sends (for the run log)."""
+    import importlib.util
+
+    from lmmbench.loadgen.precise_timer import timerfd_available
+
+    loop = cfg.loop if cfg.loop != "auto" else ("uvloop" if importlib.util.find_spec("uvloop") else "asyncio")
+    send = "closed-loop"
+    if open_loop:
+        send = "timerfd" if timerfd_available() else f"sleep+spin {cfg.spin_us:g} us"
+    return {"timer": "perf_counter_ns", "event_loop": loop, "send_timer": send, "workers": cfg.workers}

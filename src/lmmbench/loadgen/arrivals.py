@@ -1,14 +1,46 @@
 """Arrival processes as seeded sequences of absolute target offsets (nanoseconds from t0).
 
 Targets are computed up front from cumulative inter-arrival gaps, never as relative sleeps, so
-a late send does not push later ones back (no drift).
+a late send does not push later ones back (no drift). Processes live in the ``ARRIVALS`` registry
+(entry-point group ``lmmbench.arrivals``): each maps (rng, rate, burstiness, index of the arrival
+just placed, its time) to the next arrival time in seconds.
 """
 
 from __future__ import annotations
 
 import random
+from typing import Protocol
 
-__all__ = ["arrival_offsets_ns"]
+from lmmbench.core.registry import Registry
+
+__all__ = ["ARRIVALS", "ArrivalProcess", "arrival_offsets_ns"]
+
+
+class ArrivalProcess(Protocol):
+    """The next arrival time (seconds) after arrival ``index`` placed at ``t_s``."""
+
+    def __call__(self, rng: random.Random, rate: float, burstiness: float, index: int, t_s: float) -> float: ...
+
+
+ARRIVALS: Registry[ArrivalProcess] = Registry("arrivals")
+
+
+@ARRIVALS.register("constant")
+def _constant(rng: random.Random, rate: float, burstiness: float, index: int, t_s: float) -> float:
+    """Evenly spaced (from the index, so rounding never accumulates)."""
+    return (index + 1) / rate
+
+
+@ARRIVALS.register("poisson")
+def _poisson(rng: random.Random, rate: float, burstiness: float, index: int, t_s: float) -> float:
+    """Exponential gaps."""
+    return t_s + rng.expovariate(rate)
+
+
+@ARRIVALS.register("gamma")
+def _gamma(rng: random.Random, rate: float, burstiness: float, index: int, t_s: float) -> float:
+    """Gamma gaps of shape ``burstiness`` (1 is Poisson, below 1 burstier) and mean 1 / rate."""
+    return t_s + rng.gammavariate(burstiness, 1.0 / rate / burstiness)
 
 
 def arrival_offsets_ns(
@@ -22,15 +54,17 @@ def arrival_offsets_ns(
 ) -> list[int]:
     """Target offsets of ``count`` arrivals (or all within ``duration_s``) at ``rate`` per second.
 
-    ``constant``: evenly spaced; ``poisson``: exponential gaps; ``gamma``: gamma gaps with shape
-    ``burstiness`` (1 is Poisson, below 1 burstier) and the same mean. The first arrival is at 0.
+    ``kind`` names a process in ``ARRIVALS`` (``constant``, ``poisson``, ``gamma``, or a plugin's).
+    The first arrival is at 0.
     """
     if rate <= 0:
         raise ValueError("rate must be positive")
     if count is None and duration_s is None:
         raise ValueError("give count or duration_s")
+    if kind not in ARRIVALS:
+        raise ValueError(f"unknown arrival process '{kind}'; known: {', '.join(ARRIVALS.names())}")
+    process = ARRIVALS.get(kind)
     rng = random.Random(seed)
-    mean = 1.0 / rate
     out: list[int] = []
     t = 0.0
     limit_ns = int(duration_s * 1e9) if duration_s is not None else None
@@ -41,12 +75,5 @@ def arrival_offsets_ns(
         if limit_ns is not None and t_ns >= limit_ns:
             break
         out.append(t_ns)
-        if kind == "constant":
-            t = len(out) * mean
-        elif kind == "poisson":
-            t += rng.expovariate(rate)
-        elif kind == "gamma":
-            t += rng.gammavariate(burstiness, mean / burstiness)
-        else:
-            raise ValueError(f"unknown arrival process '{kind}'")
+        t = process(rng, rate, burstiness, len(out) - 1, t)
     return out

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PreciseTimers"]
+__all__ = ["PreciseTimers", "timerfd_available"]
 
 _CLOCK_MONOTONIC = 1
 _TFD_NONBLOCK = 0o4000
@@ -50,6 +50,11 @@ def _libc() -> Any:
     if time.get_clock_info("perf_counter").implementation != "clock_gettime(CLOCK_MONOTONIC)":
         return None
     return libc
+
+
+def timerfd_available() -> bool:
+    """Whether sends can be driven by a timerfd here (Linux, libc, a CLOCK_MONOTONIC perf_counter)."""
+    return _libc() is not None
 
 
 class PreciseTimers:

@@ -6,10 +6,10 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from lmmbench.core.errors import UserError
+from lmmbench.core.registry import Registry
 from lmmbench.core.request_records import PerfRequest, RequestRecord
 
-__all__ = ["BACKENDS", "StreamClient", "make_client"]
+__all__ = ["STREAM_CLIENTS", "StreamClient", "StreamClientFactory", "make_client"]
 
 
 class StreamClient(Protocol):
@@ -37,17 +37,32 @@ class StreamClient(Protocol):
         """Parse the raw stream of a finished record (after the load)."""
 
 
-#: Backend name -> "module:ClassName", imported by name so loadgen never imports a concrete backend.
-BACKENDS: dict[str, str] = {"openai-http": "lmmbench.backends.openai_http:OpenAIHttpClient"}
+class StreamClientFactory(Protocol):
+    """Builds a client from its keyword arguments (a client class is one)."""
+
+    def __call__(self, **kwargs: Any) -> StreamClient: ...
+
+
+#: Stream clients by name (entry-point group ``lmmbench.stream_clients``). Built-in ones import
+#: their module on first use, so loadgen never imports a concrete backend.
+STREAM_CLIENTS: Registry[StreamClientFactory] = Registry("stream_clients")
+
+
+def _lazy(target: str) -> StreamClientFactory:
+    module, _, name = target.partition(":")
+
+    def build(**kwargs: Any) -> StreamClient:
+        cls = getattr(importlib.import_module(module), name)
+        client: StreamClient = cls(**kwargs)
+        return client
+
+    build.__doc__ = f"Build {target}."
+    return build
+
+
+STREAM_CLIENTS.add("openai-http", _lazy("lmmbench.backends.openai_http:OpenAIHttpClient"))
 
 
 def make_client(backend: str, **kwargs: Any) -> StreamClient:
-    """Build the client of ``backend`` with ``kwargs``."""
-    try:
-        target = BACKENDS[backend]
-    except KeyError:
-        raise UserError(f"unknown backend '{backend}'; known: {', '.join(sorted(BACKENDS))}") from None
-    module, _, name = target.partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    client: StreamClient = cls(**kwargs)
-    return client
+    """Build the client registered as ``backend`` with ``kwargs``."""
+    return STREAM_CLIENTS.get(backend)(**kwargs)

@@ -20,12 +20,16 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from lmmbench.core.registry import Registry
+from lmmbench.core.run_summaries import eval_headline, perf_headline, spec_headline
+from lmmbench.reports import html_sections as sections_of
+from lmmbench.reports.svg_charts import CHART_CSS, CHART_SCRIPT
 
-__all__ = ["REPORT_WRITERS", "HtmlReport", "ReportWriter", "format_value", "write_reports"]
+__all__ = ["REPORT_WRITERS", "HtmlReport", "ReportWriter", "format_value", "render_page", "render_table",
+           "write_html", "write_reports"]
 
 log = logging.getLogger(__name__)
 
-RunKind = Literal["spec", "perf"]
+RunKind = Literal["spec", "perf", "eval"]
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
@@ -57,6 +61,9 @@ class ReportWriter(Protocol):
     def perf_run(self, run_dir: Path) -> Path:
         """Report of ``lmmbench perf`` (``<out-dir>/perf/<run-name>``)."""
 
+    def eval_run(self, run_dir: Path) -> Path:
+        """Report of ``lmmbench eval`` (``<out-dir>/<timestamp>``)."""
+
 
 REPORT_WRITERS: Registry[ReportWriter] = Registry("report_writers")
 
@@ -67,7 +74,12 @@ def write_reports(kind: RunKind, folder: Path, spec_name: str = "") -> list[Path
     for name in REPORT_WRITERS.names():
         try:
             writer = REPORT_WRITERS.get(name)
-            files.append(writer.spec_run(folder, spec_name) if kind == "spec" else writer.perf_run(folder))
+            if kind == "spec":
+                files.append(writer.spec_run(folder, spec_name))
+            elif kind == "perf":
+                files.append(writer.perf_run(folder))
+            elif hasattr(writer, "eval_run"):  # writers from before eval reports may lack it
+                files.append(writer.eval_run(folder))
         except Exception as exc:  # a report must never fail or lose the run
             log.warning("report writer %r could not write its report in %s: %s", name, folder, exc)
     return files
@@ -151,8 +163,9 @@ def _images(paths: Iterable[Path]) -> str:
 def _page(title: str, meta: str, sections: Sequence[str]) -> str:
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width,initial-scale=1'>"
-            f"<title>{_e(title)}</title><style>{_CSS}</style></head>\n<body><main>\n"
-            f"<h1>{_e(title)}</h1><p class='meta'>{meta}</p>\n{''.join(sections)}</main></body></html>\n")  # fmt: skip
+            f"<title>{_e(title)}</title><style>{_CSS}{CHART_CSS}</style></head>\n<body><main>\n"
+            f"<h1>{_e(title)}</h1><p class='meta'>{meta}</p>\n{''.join(sections)}</main>"
+            f"<script id='lmmbench-charts'>{CHART_SCRIPT}</script></body></html>\n")  # fmt: skip
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -167,6 +180,26 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
         return []
     with path.open(newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
+
+
+def render_page(title: str, meta_html: str, sections: Sequence[str]) -> str:
+    """A whole self-contained page (inline CSS, the charts' script); ``meta_html`` is already escaped."""
+    return _page(title, meta_html, sections)
+
+
+def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, key_cols: int = 1) -> str:
+    """An HTML table of ``rows`` (cells escaped, numbers formatted)."""
+    return _table(rows, columns, key_cols)
+
+
+def write_html(path: Path, text: str) -> Path:
+    """Write a page atomically (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _write(path, text)
+
+
+def _spec_headline(spec_dir: Path, spec_name: str) -> dict[str, float | None]:
+    return spec_headline(_read_csv(spec_dir / f"{spec_name}_results.csv"))
 
 
 def _write(path: Path, text: str) -> Path:
@@ -186,16 +219,21 @@ class HtmlReport:
         summary = _read_csv(spec_dir / f"{spec_name}_summary.csv")
         config = run.get("config", {})
         model = config.get("model", "")
-        stats = run.get("stats", {})
+        stats = run.get("outcome") or run.get("stats") or {}
         meta = (f"model <b>{_e(model)}</b> &middot; {_e(run.get('started_at', ''))} &rarr; "
                 f"{_e(run.get('finished_at', ''))} &middot; {format_value(stats.get('ok'))} measured, "
                 f"{format_value(stats.get('failed'))} failed"
                 + (" &middot; <span class='warn'>interrupted</span>" if stats.get("interrupted") else "")
                 + (" &middot; <span class='warn'>RANDOM WEIGHTS (shape-only model)</span>"
-                   if run.get("random_weights") else ""))  # fmt: skip
+                   if (run.get("measurement") or {}).get("random_weights") or run.get("random_weights")
+                   else ""))  # fmt: skip
         fits = analysis.get("fits", {})
+        headline = run.get("headline") or _spec_headline(spec_dir, spec_name)
+        stages = [str(r.get("field")) for r in summary if r.get("level") == "all"]
+        sections = [sections_of.headline_section(headline, sections_of.spec_verdicts(run, analysis)),
+                    sections_of.spec_charts(summary, stages)]
         findings = {k: v for k, v in analysis.items() if k not in ("fits", "fits_by_basis", "failures", "spec")}
-        sections = [_section("Fits", _mapping(fits) if fits else "<p class='meta'>(none)</p>")]
+        sections.append(_section("Fits", _mapping(fits) if fits else "<p class='meta'>(none)</p>"))
         sections.append(_section("Findings", _mapping(findings)))
         if analysis.get("failures"):
             sections.append(_section("Failures", _mapping(analysis["failures"])))
@@ -208,7 +246,8 @@ class HtmlReport:
                      f"{_table(rest, key_cols=3)}</details>")
         sections.append(_section("Summary", body))
         sections.append(_section("Config", _mapping(config)))
-        env = {k: v for k, v in run.items() if k not in ("config", "stats", "spec", "schema_version")}
+        skip = ("config", "stats", "outcome", "spec", "schema_version", "files")
+        env = {k: v for k, v in run.items() if k not in skip}
         sections.append(_section("Environment and run", _mapping(env)))
         return _write(spec_dir / "report.html", _page(f"lmmbench run {spec_name}: {model}", meta, sections))
 
@@ -221,7 +260,9 @@ class HtmlReport:
         env = run.get("environment", {})
         meta = (f"model <b>{_e(model)}</b> &middot; {_e(run.get('config', {}).get('url', ''))} &middot; "
                 f"{len(summary)} point(s) &middot; {_e(env.get('time_utc', ''))}")  # fmt: skip
-        sections = []
+        headline = run.get("headline") or perf_headline(summary)
+        sections = [sections_of.headline_section(headline, sections_of.perf_verdicts(run, report, summary)),
+                    sections_of.perf_charts(run_dir, summary)]
         search = report.get("search")
         if isinstance(search, dict):
             sections.append(_section("Search", f"<p><b>{_e(search.get('verdict', ''))}</b></p>"
@@ -239,7 +280,35 @@ class HtmlReport:
         if run.get("points"):
             sections.append(_section("Points", _mapping(run["points"])))
         sections.append(_section("Environment", _mapping(env)))
+        if run.get("measurement"):
+            sections.append(_section("How it measured", _mapping(run["measurement"])))
         return _write(run_dir / "report.html", _page(f"lmmbench perf: {model}", meta, sections))
+
+    def eval_run(self, run_dir: Path) -> Path:
+        """Headline accuracies and failures; score per task and group with intervals; summary; config."""
+        run = _read_json(run_dir / "run.json")
+        results = [_read_json(p) for p in sorted((run_dir / "results").glob("*.json"))]
+        results = [r for r in results if r.get("metrics")]
+        config = run.get("config", {})
+        model = run.get("model") or config.get("model") or ""
+        meta = (f"model <b>{_e(model)}</b> &middot; {len(results)} task(s) &middot; "
+                f"{_e(run.get('started_at', ''))} &rarr; {_e(run.get('finished_at', ''))}")  # fmt: skip
+        headline = run.get("headline") or eval_headline(results)
+        sections = [sections_of.headline_section(headline, sections_of.eval_verdicts(run)),
+                    sections_of.eval_charts(results)]
+        rows = [{"task": r.get("task"), "metric": name, "value": mv.get("value"), "stderr": mv.get("stderr"),
+                 "n": mv.get("n"), "samples": r.get("n_samples"), "failed": r.get("n_errors")}
+                for r in results for name, mv in (r.get("metrics") or {}).items()]  # fmt: skip
+        sections.append(_section("Scores", _table(rows, key_cols=2)))
+        for r in results:
+            for col, groups in (r.get("groups") or {}).items():
+                grows = [{col: g, **{m: mv.get("value") for m, mv in ms.items()}} for g, ms in groups.items()]
+                sections.append(_section(f"{r.get('task')} by {col}", _table(grows)))
+        sections.append(_section("Config", _mapping(config)))
+        if run.get("measurement"):
+            sections.append(_section("How it measured", _mapping(run["measurement"])))
+        sections.append(_section("Environment", _mapping(run.get("environment", {}))))
+        return _write(run_dir / "report.html", _page(f"lmmbench eval: {model}", meta, sections))
 
 
 REPORT_WRITERS.add("html", HtmlReport())

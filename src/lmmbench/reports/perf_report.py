@@ -1,25 +1,19 @@
-"""Files of a perf run: records (JSONL + CSV), summary.csv, report.json (ByteMLPerf keys), run.json."""
+"""Files of a perf run: records (JSONL + CSV), summary.csv, report.json (ByteMLPerf keys)."""
 
 from __future__ import annotations
 
 import csv
 import json
-import os
-import platform
-import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from lmmbench.core.clock import wall_label
-from lmmbench.core.environment import cpu_name, git_commit, library_versions
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.metrics.perf_metrics import request_values
 from lmmbench.reports.json_files import json_safe, write_json
 
-__all__ = ["RecordWriter", "bytemlperf_entry", "environment", "summary_row", "write_json"]
+__all__ = ["RecordWriter", "bytemlperf_entry", "summary_row", "write_json"]
 
 _CSV_SKIP = ("error_message",)
-_CLIENT_LIBS = ("lmmbench", "aiohttp", "tokenizers", "pydantic", "uvloop", "matplotlib")
 
 
 class RecordWriter:
@@ -92,18 +86,3 @@ def bytemlperf_entry(labels: dict[str, Any], summary: dict[str, Any]) -> dict[st
         "lmmbench": summary,
     })  # fmt: skip
     return entry
-
-
-def environment() -> dict[str, Any]:
-    """Where the client ran: host, CPU, Python, library versions, git commit."""
-    return {
-        "time_utc": wall_label(),
-        "host": platform.node(),
-        "cpu": cpu_name(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "versions": library_versions(_CLIENT_LIBS),
-        "git_commit": git_commit()["commit"],
-        "argv": sys.argv,
-    }

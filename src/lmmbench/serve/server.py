@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lmmbench.config.common import Dtype, device_field, dtype_field, threads_field
 from lmmbench.core.errors import UserError, require
 from lmmbench.engines.batch_engine import BatchEngine
 from lmmbench.engines.requests import GenerationRequest, SamplingParams
@@ -47,13 +48,9 @@ class ServeConfig(BaseModel):
     prefill_wait_steps: int = Field(
         0, ge=0, description="While requests run, let newcomers wait up to N steps to share one prefill forward."
     )
-    device: str = Field("cpu", description="cpu, cuda, cuda:N or auto.")
-    dtype: str = Field("float32", description="float32, float16, bfloat16 or auto.")
-    num_threads: int | None = Field(
-        None,
-        ge=1,
-        description="torch CPU threads (default: torch's choice; 1 is fastest for tiny models on a busy CPU).",
-    )
+    device: str = device_field()
+    dtype: Dtype = dtype_field()
+    threads: int | None = threads_field()
     api_key: str | None = Field(None, description="Require 'Authorization: Bearer <key>' on /v1 routes.")
     served_model_name: str | None = Field(None, description="Model id clients use (default: the model name).")
     max_body_mb: float = Field(16.0, gt=0, description="Largest request body accepted, in MiB (else 413).")
@@ -68,10 +65,10 @@ def build_server(cfg: ServeConfig) -> tuple[BatchEngine, Any]:
     require("uvicorn", "serve")
     if cfg.gil_switch_ms is not None:
         sys.setswitchinterval(cfg.gil_switch_ms / 1000.0)
-    if cfg.num_threads is not None:
+    if cfg.threads is not None:
         import torch
 
-        torch.set_num_threads(cfg.num_threads)
+        torch.set_num_threads(cfg.threads)
     engine = BatchEngine.from_model(
         cfg.model,
         device=cfg.device,

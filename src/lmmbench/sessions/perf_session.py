@@ -5,7 +5,9 @@ Output folder ``<out-dir>/perf/<run-name>/``: records.partial.jsonl (finished re
 in progress, raw instants, appended every 0.5 s by the load workers and removed when the point ends),
 records.jsonl / records.csv (full records appended after each point, flushed), summary.csv and
 report.json (rewritten after each point, so an interrupted run keeps everything measured),
-run.json (environment, resolved config), PNG plots and report.html.
+run.json (the run log: resolved config, environment, how it measured, outcome, headline metrics,
+files; written at the start and again at the end, when the run is indexed in the run store), PNG
+plots and report.html.
 """
 
 from __future__ import annotations
@@ -22,12 +24,16 @@ from typing import Any
 from lmmbench.config.cli_options import parse_model
 from lmmbench.config.perf import PerfConfig
 from lmmbench.config.perf_workload import load_workload
+from lmmbench.core.clock import wall_label
+from lmmbench.core.environment import capture_environment
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import RequestRecord
-from lmmbench.loadgen.api import LoadResult, Preflight, preflight, run_benchmark
+from lmmbench.core.run_log import RunLog, measurement_from, new_run_id, write_run_log
+from lmmbench.core.run_summaries import perf_headline
+from lmmbench.loadgen.api import LoadResult, Preflight, measurement_facts, preflight, run_benchmark
 from lmmbench.loadgen.journal import JOURNAL_NAME
 from lmmbench.loadgen.search import SearchResult, search_max_load
-from lmmbench.reports.perf_report import RecordWriter, bytemlperf_entry, environment, summary_row, write_json
+from lmmbench.reports.perf_report import RecordWriter, bytemlperf_entry, summary_row, write_json
 
 __all__ = ["PerfRun", "run_perf"]
 
@@ -40,6 +46,7 @@ class PerfRun:
     results: list[LoadResult] = field(default_factory=list)
     search: SearchResult | None = None
     files: list[Path] = field(default_factory=list)
+    run_id: str = ""
 
     def request_counts(self) -> tuple[int, int]:
         """(requests sent, requests that succeeded) over every load point."""
@@ -84,7 +91,7 @@ class _Outputs:
         self.rows: list[dict[str, Any]] = []
         self.perf: list[dict[str, Any]] = []
         self.points: list[tuple[str, list[RequestRecord], dict[str, Any], float]] = []
-        self.env = environment()
+        self.env = capture_environment()
         self.extra: dict[str, Any] = {}
         self.model = base.model
 
@@ -118,6 +125,27 @@ class _Outputs:
 
     def close(self) -> None:
         self.writer.close()
+
+    def run_log(self, run_log: RunLog, *, finished: bool, interrupted: bool, index: bool = False) -> None:
+        """Write run.json (the run log) now; at the end with counts, headline and files, and indexed."""
+        ok = sum(int(r.get("ok") or 0) for r in self.rows)
+        by_kind: dict[str, int] = {}
+        for p in self.perf:
+            for kind, n in p["lmmbench"].get("errors_by_kind", {}).items():
+                by_kind[kind] = by_kind.get(kind, 0) + int(n)
+        run_log.model = self.model
+        run_log.outcome = run_log.outcome.model_validate({
+            "ok": ok if self.rows else None, "failed": sum(by_kind.values()) if self.rows else None,
+            "interrupted": interrupted, "failures_by_kind": by_kind,
+            "not_sent": sum(int(r.get("not_sent") or 0) for r in self.rows) if self.rows else None,
+        })  # fmt: skip
+        run_log.headline = perf_headline(self.rows)
+        if self.extra.get("search"):
+            run_log.run["search"] = self.extra["search"]
+        if finished:
+            run_log.finished_at = wall_label()
+            run_log.files = sorted(str(p.relative_to(self.run_dir)) for p in self.run_dir.iterdir() if p.is_file())
+        write_run_log(self.run_dir, run_log, index=index)
 
 
 def _start_server(cmd: str, tp: Any, batch: Any, url: str) -> subprocess.Popen[bytes]:
@@ -206,8 +234,15 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
     _keep_crashed_journal(run_dir)
     out = _Outputs(run_dir, base)
     run = PerfRun(run_dir)
-    write_json(run_dir / "run.json", {"config": base.model_dump(mode="json"), "points": points,
-                                       "environment": out.env})  # fmt: skip
+    open_loop = base.rate is not None or bool(base.rates) or any(p.get("rate") is not None for p in points) or (
+        base.action == "search" and base.search_mode == "rate")
+    run_log = RunLog(run_id=new_run_id("perf"), kind="perf", name=run_name, model=base.model,
+                     labels=dict(base.labels), started_at=wall_label(), config=base.model_dump(mode="json"),
+                     environment=out.env, measurement=measurement_from(measurement_facts(base, open_loop)),
+                     run={"points": points})  # fmt: skip
+    out.run_log(run_log, finished=False, interrupted=False)
+    run.run_id = run_log.run_id
+    interrupted = False
 
     telemetry = _start_telemetry(base, run_dir)
 
@@ -267,6 +302,7 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
                         proc.terminate()
                         proc.wait(30)
     except KeyboardInterrupt:
+        interrupted = True
         print("[perf] interrupted: results so far are written", file=sys.stderr)
     finally:
         out.flush()
@@ -282,7 +318,9 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
             run.files += files
         from lmmbench.reports.html_report import write_reports
 
+        out.run_log(run_log, finished=True, interrupted=interrupted or any(r.interrupted for r in run.results))
         run.files += write_reports("perf", run_dir)  # a failure is a logged warning, never a lost run
+        out.run_log(run_log, finished=True, interrupted=run_log.outcome.interrupted, index=True)  # + report.html
     run.files += [run_dir / n for n in ("records.jsonl", "records.csv", "summary.csv", "report.json", "run.json")]
     print(f"[perf] results: {run_dir}", file=sys.stderr)
     return run

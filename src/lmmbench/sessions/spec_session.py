@@ -33,6 +33,7 @@ class SpecRun:
     unattributed_field: str | None = None
     degraded: int = 0
     dropped_hooks: dict[str, str] = field(default_factory=dict)
+    run_id: str = ""
 
     def row_counts(self) -> dict[str, int]:
         """ok / degraded / failed rows in the results file (a resumed file's earlier rows included)."""
@@ -55,8 +56,10 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     returned ``SpecRun`` then has ``interrupted=True``.
     """
     from lmmbench.core.clock import wall_label
+    from lmmbench.core.run_log import write_run_log
     from lmmbench.reports import ResultsCsv, build_analysis, read_rows, run_record, write_json, write_summary
     from lmmbench.reports.plots import plot_breakdown
+    from lmmbench.reports.run_info import run_files
     from lmmbench.specs import BASE_COLUMNS, SPECS, RunStats, SpecContext, UnifiedRunner
 
     spec = SPECS.get(spec_name)()
@@ -106,12 +109,15 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     run_stats = {"ok": stats.ok, "degraded": stats.degraded, "failed": stats.failed,
                  "skipped_already_done": stats.skipped, "interrupted": interrupted, "rows": done.row_counts(),
                  "extra_repeats_for_target_ci": stats.extra_repeats, "target_ci_not_reached": stats.ci_not_reached}
-    record = run_record(spec.name, config, ctx.environment, started, run_stats)
-    record["random_weights"] = weights is not None
+    ctx.environment["random_weights"] = weights is not None
     if weights is not None:
-        record["model_weights"] = weights
-    write_json(spec_dir / "run.json", record, float_digits=6)
+        ctx.environment["model_weights"] = weights
+    record = run_record(spec.name, config, ctx.environment, started, run_stats, rows)
+    write_run_log(spec_dir, record, index=False)
     from lmmbench.reports.html_report import write_reports
 
     write_reports("spec", spec_dir, spec.name)  # report.html; a failure is a logged warning
+    record.files = run_files(spec_dir)
+    write_run_log(spec_dir, record)  # with report.html listed, and indexed in the run store
+    done.run_id = record.run_id
     return done

@@ -148,7 +148,7 @@ class _BuiltinServer:
         cmd = [sys.executable, "-m", "lmmbench.cli.main", "serve", "--model", model, "--port", str(self.port),
                "--device", device, "--dtype", dtype]  # the same device and dtype as the in-process side
         if threads:
-            cmd += ["--num-threads", str(threads)]
+            cmd += ["--threads", str(threads)]
         self.log = log_path.open("w", encoding="utf-8")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
 

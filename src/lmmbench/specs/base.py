@@ -16,6 +16,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lmmbench.config.common import (
+    Dtype,
+    device_field,
+    dtype_field,
+    mlflow_field,
+    out_dir_field,
+    threads_field,
+    wandb_field,
+)
 from lmmbench.core.registry import Registry
 
 __all__ = ["SPECS", "Case", "RunOptions", "Spec", "SpecContext", "register_spec"]
@@ -25,24 +34,26 @@ class RunOptions(BaseModel):
     """Options shared by every spec (the seed's common parser)."""
 
     model_config = ConfigDict(extra="forbid")
+    cli_panels: ClassVar[dict[str, tuple[str, ...]]] = {
+        "Measurement": ("manifest", "repeats", "warmup", "seed", "limit", "video_fps", "max_frames", "interleave",
+                        "clear_cache"),
+    }  # fmt: skip
 
     model: str = Field("tiny-omni", description="Built-in model name (tiny-omni, tiny-vl, tiny-llm) or a local "
                        "Hugging Face model directory.")
     manifest: Path | None = Field(None, description="Manifest CSV (id, video, image, audio, prompt, extras...); "
                                   "default: the synthetic set, generated on first use.")
-    out_dir: Path = Field(Path("results"), description="Results go to <out-dir>/<spec>/.")
+    out_dir: Path = out_dir_field("Results go to <out-dir>/<spec>/.")
     repeats: int = Field(5, ge=1, description="Measured repeats per sample.")
     warmup: int = Field(1, ge=0, description="Unrecorded warm-up runs per sample before the repeats.")
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the model runs.")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Model dtype (auto: bfloat16 on CUDA, float32 on CPU).")
+    device: str = device_field()
+    dtype: Dtype = dtype_field()
     resume: bool = Field(False, description="Keep the existing results file and skip rows already measured.")
     seed: int = Field(0, description="Seed of the synthetic set and of torch.")
     limit: int | None = Field(None, ge=1, description="Measure only the first N samples.")
     video_fps: float = Field(2.0, gt=0, description="Frames sampled per second of video.")
     max_frames: int = Field(64, ge=2, description="At most this many video frames per sample.")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice; 1 gives "
-                                "steadier timings on a shared machine).")
+    threads: int | None = threads_field()
     hooks: bool = Field(True, description="Stage hooks on (off: TTFT only, for overhead checks).")
     interleave: bool = Field(False, description="Measure repeat 0 of every sample, then repeat 1, ... (spreads "
                              "bursts of load on a shared machine over samples).")
@@ -59,6 +70,8 @@ class RunOptions(BaseModel):
                           "unrecorded run of --profile-sample after its repeat --profile-repeat.")
     profile_sample: str | None = Field(None, description="Sample id to profile (default: the first sample).")
     profile_repeat: int = Field(0, ge=0, description="Profile after this measured repeat of the sample.")
+    mlflow: str | None = mlflow_field()
+    wandb: str | None = wandb_field()
 
 
 @dataclass

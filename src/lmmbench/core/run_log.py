@@ -1,0 +1,195 @@
+"""The run log: one versioned schema for the ``run.json`` of every kind of run.
+
+A spec, perf, eval or reference run (and, when they land, episodic and plan runs) describes itself
+with one ``RunLog``: the resolved config, the environment (``core.environment``), how it measured
+(``Measurement``), what came out (``Outcome``), its headline metrics and its files. Every writer goes
+through ``write_run_log``, which writes ``run.json`` and, once the run has finished, indexes it in
+the run store. ``load_run_log`` also reads the three layouts written before this schema (spec
+``schema_version`` 1, perf's unversioned file, eval's ``logs/config_<mode>.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import secrets
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lmmbench.core.errors import UserError
+
+__all__ = [
+    "RUN_LOG_NAME",
+    "RUN_LOG_VERSION",
+    "Measurement",
+    "Outcome",
+    "RunKind",
+    "RunLog",
+    "load_run_log",
+    "measurement_from",
+    "new_run_id",
+    "write_run_log",
+]
+
+log = logging.getLogger(__name__)
+
+RUN_LOG_VERSION = 2
+RUN_LOG_NAME = "run.json"
+RunKind = Literal["spec", "perf", "eval", "reference", "episodic", "plan"]
+
+
+class Measurement(BaseModel):
+    """How the numbers were taken. Unknown keys are kept (other parts add their own)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    timer: str | None = Field(default=None, description="Clock of the durations (perf_counter_ns, cuda_events, ...).")
+    event_loop: str | None = Field(default=None, description="asyncio or uvloop (load tests).")
+    send_timer: str | None = Field(default=None, description="What fired the sends: timerfd, spin, closed-loop.")
+    device: str | None = None
+    dtype: str | None = None
+    threads: int | None = Field(default=None, description="torch threads (in-process runs).")
+    attention_implementation: str | None = None
+    processor_path: str | None = Field(default=None, description="fast, slow or lmmbench's assembled processor.")
+    processor_classes: list[str] | None = None
+    random_weights: bool | None = None
+    dropped_hooks: list[str] | None = None
+
+
+class Outcome(BaseModel):
+    """What a run produced: counts, whether it was interrupted, failures by kind."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ok: int | None = None
+    failed: int | None = None
+    skipped: int | None = Field(default=None, description="Already done (resumed runs).")
+    interrupted: bool = False
+    failures_by_kind: dict[str, int] = Field(default_factory=dict)
+
+
+class RunLog(BaseModel):
+    """The content of ``run.json`` (schema version 2)."""
+
+    model_config = ConfigDict(extra="allow", ser_json_inf_nan="null")
+
+    schema_version: int = RUN_LOG_VERSION
+    run_id: str
+    kind: RunKind
+    name: str = Field(description="Spec name, perf run name or eval run folder.")
+    model: str | None = None
+    labels: dict[str, Any] = Field(default_factory=dict)
+    started_at: str | None = None
+    finished_at: str | None = Field(default=None, description="Unset while the run is in progress.")
+    config: dict[str, Any] = Field(default_factory=dict)
+    environment: dict[str, Any] = Field(default_factory=dict)
+    measurement: Measurement = Field(default_factory=lambda: Measurement())
+    outcome: Outcome = Field(default_factory=lambda: Outcome())
+    headline: dict[str, float | None] = Field(default_factory=dict, description="Headline metrics, for the store.")
+    run: dict[str, Any] = Field(default_factory=dict, description="Kind-specific facts (spec context, points).")
+    files: list[str] = Field(default_factory=list, description="Files of the run, relative to its folder.")
+    legacy_layout: str | None = Field(default=None, description="Set when read from an older layout.")
+
+
+def new_run_id(kind: str) -> str:
+    """A unique, sortable, readable id: ``<kind>-<YYYYmmdd-HHMMSS>-<4 hex>``."""
+    return f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+_MEASUREMENT_KEYS = {"timer": "timer", "torch_threads": "threads", "threads": "threads", "dtype": "dtype",
+                     "device": "device", "event_loop": "event_loop", "send_timer": "send_timer",
+                     "attention_implementation": "attention_implementation", "processor_path": "processor_path",
+                     "processor_classes": "processor_classes", "random_weights": "random_weights",
+                     "dropped_hooks": "dropped_hooks"}  # fmt: skip
+
+
+def measurement_from(*sources: dict[str, Any]) -> Measurement:
+    """A ``Measurement`` from the first value of each known key in ``sources`` (a run's context
+    dict, its config, the model record ``{"dtype", "device", ...}``)."""
+    found: dict[str, Any] = {}
+    for src in sources:
+        for key, target in _MEASUREMENT_KEYS.items():
+            value = src.get(key)
+            if value is not None and target not in found:
+                found[target] = value
+    if isinstance(found.get("processor_classes"), dict):
+        found["processor_classes"] = [str(v) for v in found["processor_classes"].values()]
+    if isinstance(found.get("dropped_hooks"), dict):
+        found["dropped_hooks"] = list(found["dropped_hooks"])
+    for key in ("device", "dtype", "timer", "processor_path", "attention_implementation"):
+        if key in found:
+            found[key] = str(found[key])
+    return Measurement.model_validate(found)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def write_run_log(run_dir: Path, run_log: RunLog, *, index: bool = True) -> Path:
+    """Write ``run_dir/run.json``; once the run has finished, index it in the run store.
+
+    Indexing is best effort: a store that cannot be reached (or SQLAlchemy missing) is a logged
+    warning, never a lost run.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / RUN_LOG_NAME
+    data = _finite(run_log.model_dump(mode="json", exclude_none=False))
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    if index and run_log.finished_at is not None:
+        try:
+            from lmmbench.core.run_store import RunStore
+
+            RunStore.open().index(run_log, run_dir)
+        except ModuleNotFoundError as exc:
+            log.warning("run not indexed (%s is not installed): pip install sqlalchemy", exc.name)
+        except Exception as exc:  # the store must never lose a run
+            log.warning("run %s not indexed in the run store: %s", run_log.run_id, exc)
+        from lmmbench.core.run_sinks import log_to_sinks
+
+        log_to_sinks(run_log, run_dir)  # --mlflow / --wandb, when given
+    return path
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: cannot read the run log ({exc})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a run log (expected a JSON object)")
+    return data
+
+
+def _find_file(target: Path) -> Path:
+    if target.is_file():
+        return target
+    if (target / RUN_LOG_NAME).is_file():
+        return target / RUN_LOG_NAME
+    configs = sorted((target / "logs").glob("config_*.json"))
+    if configs:
+        return configs[-1]
+    raise UserError(f"{target}: no run.json (or eval logs/config_<mode>.json) here; pass a run folder")
+
+
+def load_run_log(target: Path) -> RunLog:
+    """The run log of a run folder (or of a run.json path), whatever layout wrote it."""
+    path = _find_file(Path(target))
+    data = _read_json(path)
+    from lmmbench.core.run_log_legacy import upgrade
+
+    return upgrade(data, path)

@@ -1,0 +1,113 @@
+"""Reading run logs of every layout: today's schema, and the three written before it.
+
+- spec ``schema_version`` 1 (``reports.run_info.run_record``): ``spec``, ``stats``, ``run``, ``timer``;
+- perf, unversioned (``sessions.perf_session``): ``config``, ``points``, ``environment`` with
+  ``versions`` / ``git_commit`` / ``time_utc``;
+- eval, ``logs/config_<mode>.json`` (``evaluation.modes``): ``config`` and ``environment`` only.
+
+Older layouts get a stable id derived from their folder (``legacy-<kind>-<hash>``), and counts and
+headline metrics read from the files the run wrote beside them where those exist.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from lmmbench.core.errors import UserError
+from lmmbench.core.run_log import Outcome, RunLog, measurement_from
+from lmmbench.core.run_summaries import eval_headline, perf_headline, spec_headline
+
+__all__ = ["upgrade"]
+
+
+def _legacy_id(kind: str, folder: Path) -> str:
+    digest = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:8]
+    return f"legacy-{kind}-{digest}"
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def _spec_v1(data: dict[str, Any], folder: Path) -> RunLog:
+    spec = str(data.get("spec") or folder.name)
+    stats = data.get("stats") or {}
+    extra = data.get("run") or {}
+    config = data.get("config") or {}
+    model_rec: dict[str, Any] = extra["model"] if isinstance(extra.get("model"), dict) else {}
+    rows = _csv_rows(folder / f"{spec}_results.csv")
+    return RunLog(
+        run_id=_legacy_id("spec", folder), kind="spec", name=spec, model=config.get("model"),
+        started_at=data.get("started_at"), finished_at=data.get("finished_at"), config=config,
+        environment=data.get("environment") or {}, measurement=measurement_from(extra, model_rec, config),
+        outcome=Outcome.model_validate({"ok": stats.get("ok"), "failed": stats.get("failed"),
+                                        "skipped": stats.get("skipped_already_done"),
+                                        "interrupted": bool(stats.get("interrupted"))}),
+        headline=spec_headline(rows), run=extra, files=_files(folder), legacy_layout="spec-v1",
+    )  # fmt: skip
+
+
+def _perf_v0(data: dict[str, Any], folder: Path) -> RunLog:
+    config = data.get("config") or {}
+    env = dict(data.get("environment") or {})
+    env.setdefault("libraries", env.get("versions"))
+    env.setdefault("git", {"commit": env.get("git_commit"), "dirty": None})
+    rows = _csv_rows(folder / "summary.csv")
+    ok = sum(int(r.get("ok") or 0) for r in rows)
+    errors = sum(int(r.get("errors") or 0) for r in rows)
+    report = json.loads((folder / "report.json").read_text()) if (folder / "report.json").is_file() else {}
+    return RunLog(
+        run_id=_legacy_id("perf", folder), kind="perf", name=folder.name,
+        model=report.get("Model") or config.get("model"), labels=config.get("labels") or {},
+        started_at=env.get("time_utc"), finished_at=env.get("time_utc"), config=config, environment=env,
+        measurement=measurement_from({"event_loop": config.get("loop")}),
+        outcome=Outcome.model_validate({"ok": ok if rows else None, "failed": errors if rows else None}),
+        headline=perf_headline(rows), run={"points": data.get("points") or []}, files=_files(folder),
+        legacy_layout="perf-v0",
+    )  # fmt: skip
+
+
+def _eval_config(data: dict[str, Any], path: Path) -> RunLog:
+    folder = path.parent.parent if path.parent.name == "logs" else path.parent
+    config = data.get("config") or {}
+    results = []
+    for p in sorted((folder / "results").glob("*.json")):
+        try:
+            results.append(json.loads(p.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError):
+            continue
+    n_ok = sum(int(r.get("n_samples") or 0) for r in results)
+    n_err = sum(int(r.get("n_errors") or 0) for r in results)
+    return RunLog(
+        run_id=_legacy_id("eval", folder), kind="eval", name=folder.name, model=config.get("model"),
+        config=config, environment=data.get("environment") or {}, measurement=measurement_from(config),
+        outcome=Outcome.model_validate({"ok": n_ok if results else None, "failed": n_err if results else None}),
+        headline=eval_headline(results), files=_files(folder), legacy_layout="eval-config",
+        finished_at=None,
+    )  # fmt: skip
+
+
+def upgrade(data: dict[str, Any], path: Path) -> RunLog:
+    """A ``RunLog`` from the JSON at ``path``, whichever layout wrote it."""
+    folder = path.parent
+    version = data.get("schema_version")
+    if version == 2 or (isinstance(version, int) and version > 2 and "kind" in data):
+        return RunLog.model_validate(data)
+    if version == 1 and "spec" in data:
+        return _spec_v1(data, folder)
+    if path.name.startswith("config_") and "config" in data:
+        return _eval_config(data, path)
+    if "points" in data and "config" in data:
+        return _perf_v0(data, folder)
+    raise UserError(f"{path}: not a run log lmmbench knows (no schema_version, spec, points or eval config)")

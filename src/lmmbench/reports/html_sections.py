@@ -1,0 +1,231 @@
+"""The top of every report page: headline numbers and verdicts, then interactive charts per run kind.
+
+Built only from the files a run wrote (run.json, summary CSVs, records, eval results); a number a
+run did not measure is not shown.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lmmbench.reports.svg_charts import bar_chart, line_chart
+
+__all__ = ["eval_charts", "eval_verdicts", "headline_section", "perf_charts", "perf_verdicts", "spec_charts",
+           "spec_verdicts"]  # fmt: skip
+
+Verdict = tuple[str, bool | None]  # text, met (True), missed (False), information (None)
+
+_CARD_CSS = ("display:inline-block;min-width:130px;margin:0 8px 8px 0;padding:8px 12px;background:#fff;"
+             "border:1px solid #d8dde5;border-radius:6px")  # fmt: skip
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _fmt(v: float) -> str:
+    return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.4g}"
+
+
+def headline_section(headline: dict[str, Any], verdicts: Sequence[Verdict], limit: int = 12) -> str:
+    """Cards with the headline numbers, then the verdict lines (goals met or missed)."""
+    cards = []
+    for key, value in list(headline.items())[:limit]:
+        v = _num(value)
+        if v is not None:
+            cards.append(f"<div class='card' style='{_CARD_CSS}'><div class='meta'>{_e(key)}</div>"
+                         f"<div style='font-size:20px;font-weight:600'>{_fmt(v)}</div></div>")  # fmt: skip
+    marks = {True: ("&#10003;", "#2e9e5b"), False: ("&#10007;", "#c03b3b"), None: ("&#8226;", "#5b6678")}
+    lines = []
+    for text, met in verdicts:
+        sym, color = marks[met]
+        lines.append(f"<li class='verdict' style='list-style:none'><span style='color:{color};font-weight:700'>"
+                     f"{sym}</span> {_e(text)}</li>")  # fmt: skip
+    body = "".join(cards) or "<p class='meta'>(no headline numbers)</p>"
+    if lines:
+        body += f"<ul style='padding-left:4px'>{''.join(lines)}</ul>"
+    return f"<h2>Headline</h2>\n<div class='headline'>{body}</div>\n"
+
+
+def _outcome_verdicts(run: dict[str, Any]) -> list[Verdict]:
+    out = run.get("outcome") or run.get("stats") or {}
+    verdicts: list[Verdict] = []
+    if out.get("interrupted"):
+        verdicts.append(("the run was interrupted: the numbers cover what was measured before", False))
+    failed = out.get("failed")
+    if isinstance(failed, int) and failed > 0:
+        kinds = out.get("failures_by_kind") or {}
+        verdicts.append((f"{failed} failed" + (f" ({', '.join(f'{k}: {n}' for k, n in kinds.items())})"
+                                               if kinds else ""), False))  # fmt: skip
+    elif isinstance(failed, int):
+        verdicts.append((f"{out.get('ok')} measured, none failed", True))
+    return verdicts
+
+
+def perf_verdicts(run: dict[str, Any], report: dict[str, Any], summary: list[dict[str, str]]) -> list[Verdict]:
+    """SLO attainment per point against its goal, the search verdict, failures."""
+    verdicts = _outcome_verdicts(run)
+    cfg = run.get("config") or {}
+    goal = _num(cfg.get("slo_attainment"))
+    if cfg.get("slo") and goal is not None:
+        for row in summary:
+            att = _num(row.get("slo_attainment"))
+            if att is not None:
+                verdicts.append((f"point {row.get('point')}: SLO {cfg['slo']} met by {att:.1%} of requests "
+                                 f"(goal {goal:.0%})", att >= goal))  # fmt: skip
+    search = report.get("search")
+    if isinstance(search, dict) and search.get("verdict"):
+        verdicts.append((str(search["verdict"]), search.get("best") is not None))
+    return verdicts
+
+
+def spec_verdicts(run: dict[str, Any], analysis: dict[str, Any]) -> list[Verdict]:
+    """The spec's own goal (unattributed share of TTFT), failures."""
+    verdicts = _outcome_verdicts(run)
+    una = analysis.get("unattributed")
+    if isinstance(una, dict):
+        worst, goal = _num(una.get("max_pct_per_sample")), _num(una.get("goal_pct"))
+        if worst is not None and goal is not None:
+            verdicts.append((f"unattributed time: worst sample {worst:.2f} % of TTFT (goal <= {goal:g} %)",
+                             worst <= goal))  # fmt: skip
+    return verdicts
+
+
+def eval_verdicts(run: dict[str, Any]) -> list[Verdict]:
+    """Failures of an eval run."""
+    return _outcome_verdicts(run)
+
+
+def _records_by_point(run_dir: Path) -> dict[str, list[float]]:
+    ttft: dict[str, list[float]] = {}
+    path = run_dir / "records.jsonl"
+    if not path.is_file():
+        return ttft
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            v = _num(rec.get("ttft_ms"))
+            if v is None or rec.get("warmup") or not rec.get("ok"):
+                continue
+            lab = rec.get("labels") or {}
+            name = f"rate {lab['rate']}" if lab.get("rate") is not None else f"conc {lab.get('concurrency')}"
+            ttft.setdefault(f"#{lab.get('point')} {name}", []).append(v)
+    return ttft
+
+
+def perf_charts(run_dir: Path, summary: list[dict[str, str]]) -> str:
+    """TTFT CDF per point, latency percentiles per point, and the load curve when there are several points."""
+    charts = []
+    ttft = _records_by_point(run_dir)
+    if ttft:
+        cdf = {}
+        for name, vals in ttft.items():
+            s = sorted(vals)
+            step = max(1, len(s) // 200)
+            cdf[name] = [(v, (i + 1) / len(s)) for i, v in enumerate(s) if i % step == 0 or i == len(s) - 1]
+        charts.append(line_chart("TTFT distribution (CDF)", cdf, x_label="TTFT (ms)", y_label="fraction",
+                                 markers=False))  # fmt: skip
+    if summary:
+        cats = [f"#{r.get('point')}" for r in summary]
+        series = {f"{m} {s}": [_num(r.get(f"{m}_{s}")) for r in summary]
+                  for m in ("ttft_ms", "tpot_ms", "e2e_ms") for s in ("p50", "p99")}  # fmt: skip
+        series = {k: v for k, v in series.items() if any(x is not None for x in v)}
+        charts.append(bar_chart("Latency per point (ms)", cats, series, y_label="ms"))
+    loads = [(_num(r.get("rate")) or _num(r.get("concurrency")), r) for r in summary]
+    if len(summary) > 1 and all(x is not None for x, _ in loads):
+        tput = [(float(x or 0), _num(r.get("output_token_throughput")) or math.nan) for x, r in loads]
+        curve = {"output tok/s": tput}
+        charts.append(line_chart("Throughput against load", curve, x_label="rate or concurrency",
+                                 y_label="output tokens/s"))  # fmt: skip
+        lat = {"TTFT p50": [(float(x or 0), _num(r.get("ttft_ms_p50")) or math.nan) for x, r in loads],
+               "TTFT p99": [(float(x or 0), _num(r.get("ttft_ms_p99")) or math.nan) for x, r in loads]}
+        charts.append(line_chart("TTFT against load", lat, x_label="rate or concurrency", y_label="ms"))
+    return _charts_block(charts)
+
+
+def spec_charts(summary: list[dict[str, str]], stage_fields: Sequence[str] = ()) -> str:
+    """Stage medians per sample, and p50 / p90 of every timed field over all samples."""
+    charts = []
+    all_rows = [r for r in summary if r.get("level") == "all" and str(r.get("field", "")).endswith("_ms")]
+    if all_rows:
+        cats = [str(r["field"]).removesuffix("_ms") for r in all_rows][:14]
+        charts.append(bar_chart("All samples (ms)", cats, {
+            "p50": [_num(r.get("p50")) for r in all_rows][:14], "p90": [_num(r.get("p90")) for r in all_rows][:14]},
+            y_label="ms"))  # fmt: skip
+    fields = [f for f in stage_fields if f.endswith("_ms")] or [str(r["field"]) for r in all_rows]
+    fields = fields[:6]
+    samples = list(dict.fromkeys(str(r["key"]) for r in summary if r.get("level") == "sample"))[:16]
+    if samples and fields:
+        med = {(str(r["key"]), str(r["field"])): _num(r.get("p50")) for r in summary if r.get("level") == "sample"}
+        series = {f.removesuffix("_ms"): [med.get((s, f)) for s in samples] for f in fields}
+        charts.append(bar_chart("Median per sample (ms)", samples, series, y_label="ms"))
+    return _charts_block(charts)
+
+
+def _bounded(results: list[dict[str, Any]], metric: str) -> bool:
+    """Whether ``metric`` is a 0..1 score (accuracy-like) in every task that has it."""
+    found = [_num(((r.get("metrics") or {}).get(metric) or {}).get("value")) for r in results]
+    vals = [v for v in found if v is not None]
+    return bool(vals) and all(0.0 <= v <= 1.0 for v in vals)
+
+
+def eval_charts(results: list[dict[str, Any]]) -> str:
+    """0..1 scores (accuracies) per task with 95 % intervals (value +- 1.96 stderr), then per group;
+    unbounded metrics (perplexities) get a chart of their own per task."""
+    charts = []
+    names = list(dict.fromkeys(m for r in results for m in (r.get("metrics") or {})))
+    scores = [m for m in names if _bounded(results, m)]
+    scored = [r for r in results if any(m in (r.get("metrics") or {}) for m in scores)]
+    if scored:
+        cats = [str(r.get("task")) for r in scored]
+        series: dict[str, list[float | None]] = {}
+        intervals: dict[str, list[tuple[float, float] | None]] = {}
+        for m in scores:
+            mvs = [(r.get("metrics") or {}).get(m) or {} for r in scored]
+            series[m] = [_num(mv.get("value")) for mv in mvs]
+            intervals[m] = [_interval(mv) for mv in mvs]
+        charts.append(bar_chart("Score per task (95 % interval)", cats, series, intervals=intervals, y_max=1.0))
+    for r in results:
+        own = [m for m in (r.get("metrics") or {}) if m not in scores]
+        if own:
+            mvs = [r["metrics"][m] for m in own]
+            charts.append(bar_chart(f"{r.get('task')} (95 % interval)", own, {"value": [_num(mv.get("value"))
+                                    for mv in mvs]}, intervals={"value": [_interval(mv) for mv in mvs]}))  # fmt: skip
+        for col, groups in (r.get("groups") or {}).items():
+            cats = list(groups)[:20]
+            metric = next((m for m in (r.get("metrics") or {}) if m in scores), None)
+            if not cats or metric is None:
+                continue
+            vals = [_num((groups[g].get(metric) or {}).get("value")) for g in cats]
+            ivs = [_interval(groups[g].get(metric) or {}) for g in cats]
+            charts.append(bar_chart(f"{r.get('task')}: {metric} by {col}", cats, {metric: vals},
+                                    intervals={metric: ivs}, y_max=1.0))  # fmt: skip
+    return _charts_block(charts)
+
+
+def _interval(mv: dict[str, Any]) -> tuple[float, float] | None:
+    v, se = _num(mv.get("value")), _num(mv.get("stderr"))
+    return None if v is None or se is None else (v - 1.96 * se, v + 1.96 * se)
+
+
+def _charts_block(charts: list[str]) -> str:
+    charts = [c for c in charts if c]
+    if not charts:
+        return "<h2>Charts</h2><p class='meta'>(nothing measured to chart)</p>\n"
+    return ("<h2>Charts</h2><p class='meta'>hover a mark for its value; click a legend entry to hide it</p>"
+            f"<div class='charts'>{''.join(charts)}</div>\n")  # fmt: skip

@@ -1,0 +1,140 @@
+"""Finding and comparing runs as library calls (`lmmbench runs ...`, tests, CI scripts).
+
+``compare_runs(baseline_refs, candidate_refs)`` resolves each reference through the run store (an
+id, an id prefix or a run folder), reads every run's per-request / per-sample values, and compares
+each metric the two sides share, per group (perf load point, eval task, spec: all rows), with a
+bootstrap interval that pools the runs of a side. Config, measurement and environment differences
+are listed first: runs with different configs are compared only on what they share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lmmbench.core.errors import UserError
+from lmmbench.core.run_log import RunLog, load_run_log
+from lmmbench.core.run_store import RunStore, StoredRun
+from lmmbench.metrics.compare import DEFAULT_RESAMPLES, MetricComparison, compare_metric, confirm, rule_for
+from lmmbench.sessions.run_samples import RunSamples, load_samples
+
+__all__ = ["ResolvedRun", "RunComparison", "compare_runs", "resolve_runs"]
+
+_CONFIG_IGNORED = {"run_name", "out_dir", "progress", "plots", "resume", "config_file"}
+_ENV_KEYS = ("host", "cpu", "cpu_count", "gpu", "python", "platform", "libraries", "git")
+
+
+@dataclass
+class ResolvedRun:
+    """A run found in the store, with its log and folder."""
+
+    stored: StoredRun
+    run_log: RunLog
+    folder: Path
+
+
+@dataclass
+class RunComparison:
+    """Side A (baseline) against side B: differences first, then every shared metric."""
+
+    side_a: list[ResolvedRun]
+    side_b: list[ResolvedRun]
+    config_diff: list[tuple[str, Any, Any]] = field(default_factory=list)
+    environment_diff: list[tuple[str, Any, Any]] = field(default_factory=list)
+    metrics: list[tuple[str, MetricComparison]] = field(default_factory=list)  # (group, comparison)
+    not_shared: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[tuple[str, MetricComparison]]:
+        """The metrics flagged as regressions."""
+        return [(g, m) for g, m in self.metrics if m.verdict == "regression"]
+
+    @property
+    def improvements(self) -> list[tuple[str, MetricComparison]]:
+        """The metrics flagged as improvements."""
+        return [(g, m) for g, m in self.metrics if m.verdict == "improvement"]
+
+
+def resolve_runs(refs: Sequence[str], store: RunStore | None = None) -> list[ResolvedRun]:
+    """Each reference (id, id prefix or folder) as a run with its log."""
+    store = store or RunStore.open()
+    out = []
+    for ref in refs:
+        stored = store.get(ref)
+        folder = Path(stored.path)
+        if not folder.exists():
+            raise UserError(f"run {stored.run_id}: its folder {folder} is gone; the store only indexes runs")
+        out.append(ResolvedRun(stored, load_run_log(folder), folder))
+    return out
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): obj}
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    fa, fb = _flatten(a), _flatten(b)
+    return [(k, fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+
+
+def _side_values(side: list[RunSamples], group: str, metric: str) -> list[list[float]]:
+    return [s.per_sample.get(group, {}).get(metric, []) for s in side]
+
+
+def _shared(side_a: list[RunSamples], side_b: list[RunSamples], attr: str) -> tuple[list[tuple[str, str]], list[str]]:
+    def keys(side: list[RunSamples]) -> set[tuple[str, str]]:
+        sets = [{(g, m) for g, ms in getattr(s, attr).items() for m in ms} for s in side]
+        return set.intersection(*sets) if sets else set()
+
+    ka, kb = keys(side_a), keys(side_b)
+    only = [f"{g}: {m} (only in {'A' if (g, m) in ka else 'B'})" for g, m in sorted(ka ^ kb)]
+    return sorted(ka & kb), only
+
+
+def compare_runs(refs_a: Sequence[str], refs_b: Sequence[str], *, thresholds: dict[str, float] | None = None,
+                 statistics: Sequence[str] = ("mean", "p50"), resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                 store: RunStore | None = None) -> RunComparison:  # fmt: skip
+    """Compare the runs ``refs_b`` against the baseline runs ``refs_a`` (each side pooled)."""
+    if not refs_a or not refs_b:
+        raise UserError("runs compare: give at least one run on each side, e.g. `runs compare A B`")
+    store = store or RunStore.open()
+    side_a, side_b = resolve_runs(refs_a, store), resolve_runs(refs_b, store)
+    kinds = {r.run_log.kind for r in side_a + side_b}
+    if len(kinds) > 1:
+        raise UserError(f"runs compare: cannot compare runs of different kinds ({', '.join(sorted(kinds))})")
+    first_a, first_b = side_a[0].run_log, side_b[0].run_log
+    cfg_a = {k: v for k, v in first_a.config.items() if k not in _CONFIG_IGNORED}
+    cfg_b = {k: v for k, v in first_b.config.items() if k not in _CONFIG_IGNORED}
+    result = RunComparison(side_a, side_b)
+    result.config_diff = _diff({"config": cfg_a, "measurement": first_a.measurement.model_dump()},
+                               {"config": cfg_b, "measurement": first_b.measurement.model_dump()})  # fmt: skip
+    env_a = {k: first_a.environment.get(k) for k in _ENV_KEYS}
+    env_b = {k: first_b.environment.get(k) for k in _ENV_KEYS}
+    result.environment_diff = _diff(env_a, env_b)
+    samples_a = [load_samples(r.run_log, r.folder) for r in side_a]
+    samples_b = [load_samples(r.run_log, r.folder) for r in side_b]
+    shared, only = _shared(samples_a, samples_b, "per_sample")
+    result.not_shared = only
+    for group, metric in shared:
+        rule = rule_for(metric, thresholds)
+        stats = statistics if not rule.absolute_points else ("mean",)
+        side_a_values, side_b_values = _side_values(samples_a, group, metric), _side_values(samples_b, group, metric)
+        found = [compare_metric(metric, side_a_values, side_b_values, statistic=stat, rule=rule, resamples=resamples,
+                                seed=seed) for stat in stats]  # fmt: skip
+        confirm(found)
+        result.metrics += [(group, c) for c in found]
+    run_shared, _ = _shared(samples_a, samples_b, "per_run")
+    for group, metric in run_shared:
+        values_a = [[s.per_run[group][metric]] for s in samples_a]
+        values_b = [[s.per_run[group][metric]] for s in samples_b]
+        result.metrics.append((group, compare_metric(metric, values_a, values_b, statistic="mean",
+                                                     rule=rule_for(metric, thresholds), resamples=resamples,
+                                                     seed=seed)))  # fmt: skip
+    return result

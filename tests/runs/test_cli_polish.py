@@ -1,0 +1,44 @@
+"""The derived CLI: options grouped in help panels, no `<bool>` labels, and one name and default for
+--device, --dtype, --threads and --out-dir across the commands that take them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from lmmbench.cli.main import build_app
+
+COMMANDS = [["run", "ttft-breakdown"], ["eval"], ["reference", "dump"], ["reference", "compare"], ["serve"]]
+
+
+def _help(argv: list[str]) -> str:
+    res = CliRunner().invoke(build_app(), [*argv, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def _default(text: str, option: str) -> str | None:
+    line = next((ln for ln in text.splitlines() if re.search(rf"{option}\b", ln)), "")
+    m = re.search(r"\[default: ([^\]]+)\]", line)
+    return m.group(1) if m else None
+
+
+def test_perf_help_is_grouped_in_panels_without_bool_labels() -> None:
+    text = _help(["perf"])
+    for panel in ("Server", "Dataset", "Load", "SLOs and search", "Output"):
+        assert re.search(rf"─ {panel} ─", text), panel
+    assert "<bool>" not in text and "--plots" in text
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: " ".join(a))
+def test_device_dtype_threads_share_names_and_defaults(argv: list[str]) -> None:
+    text = _help(argv)
+    assert "<bool>" not in text
+    assert re.search(r"─ Model and device ─", text)
+    assert _default(text, "--device") == "auto" and _default(text, "--dtype") == "auto"
+    assert "--threads" in text and "--num-threads" not in text
+    out = _default(text, "--out-dir") or _default(text, "--out")
+    if "serve" not in argv:
+        assert out is not None and out.startswith("lmmbench-results"), out

@@ -1,0 +1,87 @@
+"""`lmmbench runs` on real perf runs against `lmmbench testserver`: the store lists them, `runs compare`
+flags a TTFT of 26 ms against 20 ms (exit 1 with --fail-on-regression) and not two runs at 20 ms.
+
+Every run has 100 measured requests after 10 warm-up ones and one output token, so TTFT is the
+quantity under test (sub-millisecond inter-token gaps are noise on a shared machine)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lmmbench.cli.main import main
+from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.core.net import free_loopback_port
+from lmmbench.core.run_store import RunStore
+from lmmbench.sessions.runs_session import compare_runs
+from lmmbench.testing import running_testserver
+
+
+def _perf(out: Path, name: str, ttft_ms: float) -> Path:
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=ttft_ms, itl_ms=1)) as url:
+        assert main(["perf", "--url", url, "--model", "test-model", "--concurrency", "2", "--num-requests", "100",
+                     "--warmup-requests", "10", "--input-tokens", "16", "--output-tokens", "1", "--no-plots",
+                     "--no-progress", "--out-dir", str(out), "--run-name", name, "--labels", f"ttft={ttft_ms:g}"]) == 0
+    return out / "perf" / name
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Three perf runs indexed in a store of their own: two at TTFT 20 ms, one at 26 ms."""
+    root = tmp_path_factory.mktemp("runs")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LMMBENCH_STORE_URL", f"sqlite:///{root / 'store.sqlite'}")
+    ids = {}
+    for name, ttft in (("base", 20), ("slow", 26), ("again", 20)):
+        folder = _perf(root / "out", name, ttft)
+        ids[name] = json.loads((folder / "run.json").read_text())["run_id"]
+    yield ids
+    mp.undo()
+
+
+def test_every_perf_run_is_indexed_with_its_run_log(runs: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    listed = RunStore.open().list(kind="perf")
+    assert [r.run_id for r in listed] == [runs["again"], runs["slow"], runs["base"]]  # newest first
+    slow = next(r for r in listed if r.run_id == runs["slow"])
+    assert slow.ok == 100 and slow.failed == 0 and slow.labels == {"ttft": "26"} and slow.model == "test-model"
+    assert 26 <= slow.headline["ttft_ms_p50"] < 200  # the injected delay is a floor
+    log = json.loads((Path(slow.path) / "run.json").read_text())
+    assert log["schema_version"] == 2 and log["measurement"]["send_timer"] == "closed-loop"
+    assert log["measurement"]["event_loop"] in ("asyncio", "uvloop") and log["finished_at"]
+    assert {"records.jsonl", "summary.csv", "report.html", "run.json"} <= set(log["files"])
+    assert main(["runs", "list", "--label", "ttft=20"]) == 0
+    out = capsys.readouterr().out
+    assert runs["base"] in out and runs["again"] in out and runs["slow"] not in out
+    assert main(["runs", "show", runs["slow"][:-1]]) == 0  # a unique prefix is enough
+    assert "100 ok, 0 failed" in capsys.readouterr().out
+
+
+def test_ttft_26_against_20_is_a_regression_and_fails_the_ci_gate(
+    runs: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = compare_runs([runs["base"]], [runs["slow"]])
+    ttft = {m.statistic: m for group, m in result.metrics if m.metric == "ttft_ms"}
+    assert ttft["mean"].verdict == "regression" and ttft["mean"].ci_low is not None and ttft["mean"].ci_low > 0
+    assert ("config.labels.ttft", "20", "26") in result.config_diff  # differences are listed
+    assert main(["runs", "compare", runs["base"], runs["slow"], "--fail-on-regression"]) == 1
+    out = capsys.readouterr().out
+    assert "regression" in out and "config.labels.ttft" in out
+    assert main(["runs", "compare", runs["base"], runs["slow"]]) == 0  # without the gate: report only
+
+
+def test_identical_settings_are_not_flagged(runs: dict[str, str]) -> None:
+    assert main(["runs", "compare", runs["base"], runs["again"], "--fail-on-regression"]) == 0
+    result = compare_runs([runs["base"]], [runs["again"]])
+    assert not result.regressions and not result.improvements
+    assert result.config_diff == [] or all(k in ("config.url",) for k, _, _ in result.config_diff)
+
+
+def test_pooled_sides_with_separator(runs: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "compare", runs["base"], runs["again"], "--", runs["slow"], "--fail-on-regression"]) == 1
+    out = capsys.readouterr().out
+    assert f"A (baseline): {runs['base']}, {runs['again']}" in out
+    assert main(["runs", "compare", runs["base"], "--", "--fail-on-regression"]) == 2  # an empty side
+    assert "both sides" in capsys.readouterr().err
