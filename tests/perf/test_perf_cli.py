@@ -67,7 +67,7 @@ def test_bad_model_and_unreachable_server_fail_before_load(url: str, tmp_path: P
     err = capsys.readouterr().err
     assert "model 'nope' is not served" in err and "Traceback" not in err
     assert main(["perf", "--url", f"http://127.0.0.1:{free_loopback_port()}", "--model", "m",
-                 "--out-dir", str(tmp_path)]) == 2  # fmt: skip
+                 "--out-dir", str(tmp_path), "--wait-for-server", "0.5"]) == 2  # fmt: skip
     assert "cannot reach" in capsys.readouterr().err
     assert not (tmp_path / "perf").exists()
     assert main(["perf", "--url", url, "--slo", "latency=3", "--out-dir", str(tmp_path)]) == 2

@@ -11,7 +11,8 @@ from lmmbench.config.perf import PerfConfig
 def _run(cfg: PerfConfig) -> None:
     from lmmbench.sessions.perf_session import run_perf
 
-    run_perf(cfg)
+    if run_perf(cfg).interrupted:
+        raise KeyboardInterrupt  # exit 130 once every file is written
 
 
 def register(app: typer.Typer) -> None:

@@ -35,7 +35,9 @@ def _run(spec_name: str, options: Any) -> None:
 
 
 def _report(spec_dir: Path, name: str, stats: Any, analysis: dict[str, Any]) -> None:
-    typer.echo(f"{name}: {stats.ok} measured, {stats.failed} failed, {stats.skipped} already done -> {spec_dir}")
+    state = " (interrupted)" if getattr(stats, "interrupted", False) else ""
+    typer.echo(f"{name}{state}: {stats.ok} measured ({stats.measured_this_run} in this run, {stats.skipped} "
+               f"already done), {stats.failed} failed -> {spec_dir}")
     una = analysis.get("unattributed")
     worst = una.get("max_pct_per_sample") if una else None
     if una and isinstance(worst, float) and math.isfinite(worst):

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from lmmbench.backends.scoring import ScoringBackend
 from lmmbench.core.environment import capture_environment
 from lmmbench.core.errors import UserError
+from lmmbench.core.secrets import RedactingFilter
 from lmmbench.evaluation.aggregate import write_summary
 from lmmbench.evaluation.eval_config import EvalConfig
 from lmmbench.evaluation.evaluate import TaskResult, evaluate_task
@@ -135,6 +136,7 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(run_dir / "logs" / f"{cfg.mode}.log", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter())
     root = logging.getLogger("lmmbench")
     root.addHandler(handler)  # warnings of the run go to its log file too
     runlog.addHandler(handler)

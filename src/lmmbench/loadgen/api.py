@@ -165,7 +165,8 @@ def _plans(cfg: PerfConfig, requests: list[PerfRequest], pf: Preflight, workers:
                                      seed=cfg.seed, burstiness=cfg.burstiness)  # fmt: skip
         for w in range(workers):
             cap = _split(cfg.concurrency, workers, w) if cfg.concurrency else None
-            pre = math.ceil(cfg.rate / workers * est_latency_s) + 4
+            share = len(offsets) // workers + 1
+            pre = share if math.isinf(cfg.rate) else min(share, math.ceil(cfg.rate / workers * est_latency_s) + 4)
             plans.append(WorkerPlan(worker=w, schedule=[(i, off) for i, off in enumerate(offsets) if i % workers == w],
                                     concurrency=cap, preopen=min(pre, cap or pre, 4096), **common))  # fmt: skip
     else:

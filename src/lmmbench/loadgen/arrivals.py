@@ -6,6 +6,7 @@ a late send does not push later ones back (no drift).
 
 from __future__ import annotations
 
+import math
 import random
 
 __all__ = ["arrival_offsets_ns"]
@@ -29,6 +30,10 @@ def arrival_offsets_ns(
         raise ValueError("rate must be positive")
     if count is None and duration_s is None:
         raise ValueError("give count or duration_s")
+    if math.isinf(rate):  # --rate inf: every request at t0 (bounded by the concurrency cap, if any)
+        if count is None:
+            raise ValueError("an infinite rate needs a request count")
+        return [0] * count
     rng = random.Random(seed)
     mean = 1.0 / rate
     out: list[int] = []

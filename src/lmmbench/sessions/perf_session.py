@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmmbench.backends.readiness import wait_for_server
 from lmmbench.config.cli_options import parse_model
+from lmmbench.config.input_files import prepare_out_dir
+from lmmbench.config.limits import check_limit
 from lmmbench.config.perf import PerfConfig
 from lmmbench.config.perf_workload import load_workload
 from lmmbench.core.errors import UserError
@@ -40,6 +43,7 @@ class PerfRun:
     results: list[LoadResult] = field(default_factory=list)
     search: SearchResult | None = None
     files: list[Path] = field(default_factory=list)
+    interrupted: bool = False
 
 
 def _resolve(cfg: PerfConfig) -> tuple[PerfConfig, list[dict[str, Any]]]:
@@ -157,6 +161,32 @@ def _keep_crashed_journal(run_dir: Path) -> None:
         print(f"[perf] a crashed run left {journal.name}; kept as {kept.name}", file=sys.stderr)
 
 
+_RUN_FILES = ("run.json", "records.jsonl", "records.csv", "summary.csv", "report.json", JOURNAL_NAME)
+
+
+def _claim_run_dir(cfg: PerfConfig) -> Path:
+    """The run folder: a default name never collides; a named folder that holds a run is refused unless
+    --overwrite (its files are then removed), so one run is never appended to another."""
+    root = cfg.out_dir / "perf"
+    if cfg.run_name is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir, n = root / stamp, 1
+        while run_dir.exists():
+            n += 1
+            run_dir = root / f"{stamp}_{n}"
+        return run_dir
+    run_dir = root / cfg.run_name
+    held = [f for f in _RUN_FILES if (run_dir / f).exists()]
+    if held and not cfg.overwrite:
+        raise UserError(f"{run_dir} already holds a run ({held[0]}); pass --overwrite to replace it, "
+                        f"another --run-name, or `lmmbench perf recover {run_dir}` if it crashed")
+    replaced = [f for f in _RUN_FILES if f != JOURNAL_NAME]  # a crashed journal is kept aside, never deleted
+    for p in [*(run_dir / f for f in replaced), *run_dir.glob("*.png"), run_dir / "report.html"]:
+        if p.is_file():
+            p.unlink()
+    return run_dir
+
+
 def run_perf(cfg: PerfConfig) -> PerfRun:
     """Run every point of ``cfg`` (or the SLO search) and write the run folder."""
     base, points = _resolve(cfg)
@@ -167,16 +197,19 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
         from lmmbench.datasets.perf_datasets import load_tokenizer
 
         tok = load_tokenizer(base.tokenizer)
+    check_limit("sweep_points", len(points), "load points (workload points x sweep)")
+    run_dir = _claim_run_dir(base)
     if base.server_cmd is None:
+        wait_for_server(base.url, base.model, base.wait_for_server, api_key=base.api_key)
         pf = preflight(base)  # fails clearly before any folder is made or load is sent
-    run_name = base.run_name or time.strftime("%Y%m%d-%H%M%S")
-    run_dir = base.out_dir / "perf" / run_name
-    run_dir.mkdir(parents=True, exist_ok=True)
+    prepare_out_dir(run_dir, "--out-dir/perf/--run-name")
     _keep_crashed_journal(run_dir)
     out = _Outputs(run_dir, base)
     run = PerfRun(run_dir)
-    write_json(run_dir / "run.json", {"config": base.model_dump(mode="json"), "points": points,
-                                       "environment": out.env})  # fmt: skip
+    run_info = {"config": base.model_dump(mode="json"), "points": points, "environment": out.env,
+                "status": "running", "points_done": 0}
+    write_json(run_dir / "run.json", run_info)
+    status = "complete"
 
     def one(i: int, pcfg: PerfConfig, pf: Preflight) -> LoadResult:
         labels = _labels(i, pcfg)
@@ -226,10 +259,17 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
                         proc.terminate()
                         proc.wait(30)
     except KeyboardInterrupt:
+        status = "interrupted"
+        run.interrupted = True
         print("[perf] interrupted: results so far are written", file=sys.stderr)
+    except BaseException:
+        status = "failed"
+        raise
     finally:
         out.flush()
         out.close()
+        write_json(run_dir / "run.json", {**run_info, "status": status, "points_done": len(out.rows),
+                                          "requests_measured": sum(len(p[1]) for p in out.points)})
         if base.plots and out.points:
             from lmmbench.reports.perf_plots import PLOTS_NOTE, plot_run
 

@@ -31,6 +31,7 @@ class SpecRun:
     analysis: dict[str, Any] = field(default_factory=dict)
     total_field: str | None = None
     unattributed_field: str | None = None
+    measured_this_run: int = 0
 
 
 def run_spec(spec_name: str, options: Any) -> SpecRun:
@@ -39,6 +40,7 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     A Ctrl-C during the measurements still writes every file from the rows measured so far; the
     returned ``SpecRun`` then has ``interrupted=True``.
     """
+    from lmmbench.config.input_files import prepare_out_dir
     from lmmbench.core.clock import wall_label
     from lmmbench.reports import ResultsCsv, build_analysis, read_rows, run_record, write_json, write_summary
     from lmmbench.reports.plots import plot_breakdown
@@ -46,7 +48,8 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
 
     spec = SPECS.get(spec_name)()
     spec_dir = Path(options.out_dir) / spec.name
-    spec_dir.mkdir(parents=True, exist_ok=True)
+    _claim_folder(spec_dir, spec.name, options)
+    prepare_out_dir(spec_dir)
     ctx = SpecContext(options=options, spec_dir=spec_dir)
     started = wall_label()
     results_path = spec_dir / f"{spec.name}_results.csv"
@@ -77,12 +80,40 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
         plot_breakdown(rows, spec.stage_fields, spec.fit_pairs, plot_path, title=f"{spec.name}: {options.model}",
                        fit_stat=spec.fit_stat, preprocess_fields=spec.preprocess_fields)
     config = {"spec": spec.name, **options.model_dump(mode="json")}
-    run_stats = {"ok": stats.ok, "failed": stats.failed, "skipped_already_done": stats.skipped,
+    ok_total, failed_total = file_counts(rows)
+    run_stats = {"ok": ok_total, "failed": failed_total, "measured_this_run": stats.ok,
+                 "failed_this_run": stats.failed, "skipped_already_done": stats.skipped, "rows": len(rows),
                  "interrupted": interrupted}
     record = run_record(spec.name, config, ctx.environment, started, run_stats)
     write_json(spec_dir / "run.json", record, float_digits=6)
     from lmmbench.reports.html_report import write_reports
 
     write_reports("spec", spec_dir, spec.name)  # report.html; a failure is a logged warning
-    return SpecRun(spec_dir, spec.name, stats.ok, stats.failed, stats.skipped, interrupted, rows, analysis,
-                   spec.total_field, spec.unattributed_field)
+    return SpecRun(spec_dir, spec.name, ok_total, failed_total, stats.skipped, interrupted, rows, analysis,
+                   spec.total_field, spec.unattributed_field, stats.ok)
+
+
+def file_counts(rows: list[dict[str, Any]]) -> tuple[int, int]:
+    """(measured, failed) (sample, repeat) pairs of a results file: a pair that failed and was measured
+    on a resume counts as measured once; a failed one counts once however often it failed."""
+    ok = {(r.get("sample_id"), r.get("repeat")) for r in rows if r.get("status") == "ok"}
+    failed = {(r.get("sample_id"), r.get("repeat")) for r in rows if r.get("status") != "ok"} - ok
+    return len(ok), len(failed)
+
+
+_RUN_FILES = ("run.json", "report.html")
+
+
+def _claim_folder(spec_dir: Path, name: str, options: Any) -> None:
+    """Refuse to write into a folder that holds a run, unless --resume (continue) or --overwrite (replace)."""
+    from lmmbench.core.errors import UserError
+
+    held = [p for p in (spec_dir / f"{name}_results.csv", *(spec_dir / f for f in _RUN_FILES)) if p.exists()]
+    if not held or options.resume:
+        return
+    if not getattr(options, "overwrite", False):
+        raise UserError(f"{spec_dir} already holds a run ({held[0].name}); pass --resume to continue it, "
+                        f"--overwrite to replace it, or another --out-dir")
+    for p in [*spec_dir.glob(f"{name}_*"), *(spec_dir / f for f in _RUN_FILES)]:
+        if p.is_file():
+            p.unlink()

@@ -37,6 +37,7 @@ class RunOptions(BaseModel):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Model dtype (auto: bfloat16 on CUDA, float32 on CPU).")
     resume: bool = Field(False, description="Keep the existing results file and skip rows already measured.")
+    overwrite: bool = Field(False, description="Replace the run already in <out-dir>/<spec>/ (default: refuse).")
     seed: int = Field(0, description="Seed of the synthetic set and of torch.")
     limit: int | None = Field(None, ge=1, description="Measure only the first N samples.")
     video_fps: float = Field(2.0, gt=0, description="Frames sampled per second of video.")
