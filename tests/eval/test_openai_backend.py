@@ -25,7 +25,7 @@ def test_endpoint_loglikelihoods_equal_in_process(tiny_llm: Any, port: int) -> N
     local = InProcessScorer(tiny_llm, batch_size=1).loglikelihood(REQS)
     with serve(tiny_llm, port) as url:
         remote = OpenAIScorer(url, "tiny-llm", tiny_llm.tokenizer, max_length=2048).loglikelihood(REQS)
-        rolling = OpenAIScorer(url, "tiny-llm", tiny_llm.tokenizer).loglikelihood_rolling(["one two three four"])
+        rolling = OpenAIScorer(url, "tiny-llm", tiny_llm.tokenizer, max_length=2048).loglikelihood_rolling(["one two three four"])
     for (a, ga), (b, gb) in zip(local, remote, strict=True):
         assert abs(a - b) < 1e-4  # the server's forward covers one more token: fp noise only
         assert ga == gb

@@ -31,7 +31,11 @@ class EvalConfig(BaseModel):
     group_by: list[str] = Field(default_factory=list, description="extra metadata columns to aggregate by")
     served_model: str | None = Field(None, description="model name on the endpoint (default: first of /v1/models)")
     tokenizer: str | None = Field(None, description="local tokenizer (model name or dir) for an endpoint")
-    max_length: int | None = Field(None, ge=8, description="context length (default: from the model config)")
+    max_length: int | None = Field(
+        None, ge=8, description="context length (default: the model config's; for an endpoint, max_model_len "
+        "from its /v1/models; required for rolling perplexity against an endpoint that does not report it)"
+    )
+    wait_for_server: float = Field(10.0, ge=0, description="seconds to wait for an endpoint that is still starting")
     concurrency: int = Field(8, ge=1, description="parallel requests to an endpoint")
     threads: int | None = Field(
         None, ge=1, description="torch CPU threads (default: torch's; 1 is far faster on a busy shared CPU)"
