@@ -20,7 +20,6 @@ import traceback
 from pathlib import Path
 from types import FrameType
 
-import click
 import typer
 
 from lmmbench import __version__
@@ -154,6 +153,18 @@ def _input_problem(exc: BaseException) -> str | None:
     return None
 
 
+def _click_kind(exc: BaseException) -> str | None:
+    """'exit', 'abort' or 'usage' for the control-flow exceptions of click (or typer's vendored copy)."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    if "Exit" in names:
+        return "exit"
+    if "Abort" in names:
+        return "abort"
+    if "ClickException" in names and hasattr(exc, "show"):
+        return "usage"
+    return None
+
+
 def _unexpected(exc: BaseException) -> int:
     saved = save_traceback(exc)
     where = f"; traceback saved to {saved}" if saved else ""
@@ -176,15 +187,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
-    except click.exceptions.Exit as exc:  # --version, --help
-        return int(exc.exit_code)
-    except click.exceptions.Abort as exc:  # typer turns KeyboardInterrupt into Abort
-        term = isinstance(exc.__cause__, Terminated)
-        typer.echo(f"{'terminated' if term else 'interrupted'}: results written so far are kept", err=True)
-        return 143 if term else 130
-    except click.exceptions.ClickException as exc:  # usage errors: exit 2 with click's message
-        exc.show()
-        return int(exc.exit_code)
     except UserError as exc:
         typer.echo(f"error: {exc}", err=True)
         return exc.exit_code
@@ -199,6 +201,16 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"{'terminated' if term else 'interrupted'}: results written so far are kept", err=True)
         return 143 if term else 130
     except Exception as exc:
+        kind = _click_kind(exc)
+        if kind == "exit":  # --version, --help
+            return int(getattr(exc, "exit_code", 0))
+        if kind == "abort":  # typer turns KeyboardInterrupt into Abort
+            term = isinstance(exc.__cause__, Terminated)
+            typer.echo(f"{'terminated' if term else 'interrupted'}: results written so far are kept", err=True)
+            return 143 if term else 130
+        if kind == "usage":  # click's own one-line usage errors (exit 2)
+            exc.show()  # type: ignore[attr-defined]
+            return int(getattr(exc, "exit_code", 2))
         problem = _input_problem(exc)
         if problem is None:
             return _unexpected(exc)

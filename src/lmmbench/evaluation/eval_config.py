@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from lmmbench.config.limits import check_limit
 
 __all__ = ["EvalConfig"]
 
@@ -40,3 +42,10 @@ class EvalConfig(BaseModel):
     threads: int | None = Field(
         None, ge=1, description="torch CPU threads (default: torch's; 1 is far faster on a busy shared CPU)"
     )
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> EvalConfig:
+        check_limit("batch_size", self.batch_size, "--batch-size")
+        check_limit("concurrency", self.concurrency, "--concurrency")
+        check_limit("input_tokens", self.max_length, "--max-length")
+        return self
