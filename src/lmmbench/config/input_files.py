@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +89,23 @@ def _expanded_size(root: Any, bound: int) -> int:
     return sizes.get(id(root), 1)
 
 
+def _flow_depth(text: str) -> int:
+    """Deepest nesting of ``[`` / ``{`` in ``text`` (quotes ignored: an upper bound, linear time)."""
+    depth = deepest = 0
+    for ch in _NOT_BRACKET.sub("", text):
+        depth = depth + 1 if ch in "[{" else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
 def load_yaml(text: str, source: str | Path) -> Any:
     """Parse YAML ``text`` safely: syntax errors, alias bombs and too-deep nesting are ``UserError``."""
+    if _flow_depth(text) > limit_value("yaml_depth"):  # PyYAML's scanner is quadratic in the depth
+        raise UserError(f"{source}: YAML nested deeper than {limit_value('yaml_depth')} levels "
+                        f"(raise with LMMBENCH_LIMIT_YAML_DEPTH if it is real)")
     loader = _BoundedLoader(text)
     try:
         data = loader.get_single_data()

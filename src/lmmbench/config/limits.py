@@ -42,9 +42,12 @@ LIMITS: dict[str, Limit] = {
         Limit("sweep_points", 10_000, "load points of one run (--rates, --concurrencies, workload points)"),
         Limit("file_bytes", 2 * 1024**3, "size of one YAML / JSON / JSONL / CSV input file read as text"),
         Limit("yaml_nodes", 2_000_000, "nodes of one YAML document once its aliases are expanded"),
+        Limit("yaml_depth", 200, "nesting depth of [ ] / { } in one YAML document"),
         Limit("yaml_aliases", 10_000, "alias references (*name) in one YAML document"),
         Limit("csv_field_bytes", 64 * 1024**2, "one CSV field (manifests, task data, results files)"),
         Limit("prompt_chars", 100_000_000, "one rendered prompt / string built by a task template"),
+        Limit("media_seconds", 86_400, "one synthetic video or audio duration (media synth), seconds"),
+        Limit("image_side", 16_384, "one synthetic image side (media synth), pixels"),
         Limit("body_bytes", 64 * 1024**2, "one HTTP request body accepted by testserver"),
     )
 }

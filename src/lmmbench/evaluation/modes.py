@@ -135,8 +135,8 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
 
     tasks = _tasks(cfg)
     run_dir = _run_dir(cfg)
-    backend = make_backend(cfg) if cfg.mode in ("all", "infer") else None  # a wrong model fails before any folder
     prepare_out_dir(cfg.out_dir)
+    backend = make_backend(cfg) if cfg.mode in ("all", "infer") else None  # a wrong model fails before the run folder
     for sub in ("logs", "predictions", "results", "summary"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     log_names = dict.fromkeys((f"{cfg.mode}.log", "all.log"))  # mode all: one file

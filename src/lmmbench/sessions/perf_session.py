@@ -10,6 +10,7 @@ run.json (environment, resolved config), PNG plots and report.html.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import shlex
 import subprocess
@@ -202,6 +203,7 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
     if base.server_cmd is None:
         wait_for_server(base.url, base.model, base.wait_for_server, api_key=base.api_key)
         pf = preflight(base)  # fails clearly before any folder is made or load is sent
+    fresh = not run_dir.exists()
     prepare_out_dir(run_dir, "--out-dir/perf/--run-name")
     _keep_crashed_journal(run_dir)
     out = _Outputs(run_dir, base)
@@ -266,20 +268,36 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
         status = "failed"
         raise
     finally:
-        out.flush()
         out.close()
-        write_json(run_dir / "run.json", {**run_info, "status": status, "points_done": len(out.rows),
-                                          "requests_measured": sum(len(p[1]) for p in out.points)})
-        if base.plots and out.points:
-            from lmmbench.reports.perf_plots import PLOTS_NOTE, plot_run
-
-            files = plot_run(run_dir, out.points)
-            if not files:
-                print(f"[perf] {PLOTS_NOTE}", file=sys.stderr)
-            run.files += files
-        from lmmbench.reports.html_report import write_reports
-
-        run.files += write_reports("perf", run_dir)  # a failure is a logged warning, never a lost run
+        if status == "failed" and not out.rows and not (run_dir / JOURNAL_NAME).exists():
+            _remove_empty_run(run_dir, fresh)  # failed before measuring: leave nothing that looks like a run
+        else:
+            _finish(run, run_dir, out, {**run_info, "status": status, "points_done": len(out.rows),
+                                        "requests_measured": sum(len(p[1]) for p in out.points)})
     run.files += [run_dir / n for n in ("records.jsonl", "records.csv", "summary.csv", "report.json", "run.json")]
     print(f"[perf] results: {run_dir}", file=sys.stderr)
     return run
+
+
+def _remove_empty_run(run_dir: Path, fresh: bool) -> None:
+    for name in (*_RUN_FILES, "report.html"):
+        (run_dir / name).unlink(missing_ok=True)
+    if fresh:
+        with contextlib.suppress(OSError):
+            run_dir.rmdir()
+
+
+def _finish(run: PerfRun, run_dir: Path, out: _Outputs, run_info: dict[str, Any]) -> None:
+    """The files written at the end of every run that measured something (complete or not)."""
+    out.flush()
+    write_json(run_dir / "run.json", run_info)
+    if run_info["config"].get("plots") and out.points:
+        from lmmbench.reports.perf_plots import PLOTS_NOTE, plot_run
+
+        files = plot_run(run_dir, out.points)
+        if not files:
+            print(f"[perf] {PLOTS_NOTE}", file=sys.stderr)
+        run.files += files
+    from lmmbench.reports.html_report import write_reports
+
+    run.files += write_reports("perf", run_dir)  # a failure is a logged warning, never a lost run
