@@ -108,6 +108,25 @@ def _json_response(code: int, obj: Any) -> bytes:
 _MAX_HEAD_BYTES = 64 * 1024  # request line + headers
 
 
+def _request_problem(req: dict[str, Any], chat: bool) -> str | None:
+    """What is wrong with a completion request's fields (None when nothing): bad input is a 400."""
+    for key in ("max_tokens", "max_completion_tokens"):
+        v = req.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            return f"'{key}' must be a non-negative integer"
+        if isinstance(v, int) and v > limit_value("output_tokens"):
+            return f"'{key}' = {v} exceeds {limit_value('output_tokens')}"
+    if not isinstance(req.get("stream_options") or {}, dict):
+        return "'stream_options' must be an object"
+    if chat:
+        msgs = req.get("messages")
+        if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+            return "'messages' must be a non-empty list of message objects"
+    elif not isinstance(req.get("prompt", ""), (str, list)):
+        return "'prompt' must be a string or a list"
+    return None
+
+
 def _error(code: int, message: str) -> bytes:
     return _json_response(code, {"error": {"message": message, "type": "invalid_request_error", "code": code}})
 
@@ -232,6 +251,10 @@ class _ServerConn(asyncio.Protocol):
             assert isinstance(req, dict)
         except (ValueError, AssertionError, RecursionError):
             self.write(_error(400, "body is not a JSON object"))
+            return
+        problem = _request_problem(req, chat)
+        if problem is not None:
+            self.write(_error(400, problem))
             return
         model = req.get("model")
         if not cfg.accept_any_model and model != cfg.model:
