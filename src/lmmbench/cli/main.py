@@ -115,8 +115,19 @@ class Terminated(KeyboardInterrupt):
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    from lmmbench.core.signals import record_stop_signal
+
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    record_stop_signal(signum)
     raise Terminated()
+
+
+def _stopped(term: bool) -> int:
+    from lmmbench.core.signals import exit_code_for_stop
+
+    code = 143 if term else exit_code_for_stop()
+    typer.echo(f"{'terminated' if code == 143 else 'interrupted'}: results written so far are kept", err=True)
+    return code
 
 
 def save_traceback(exc: BaseException) -> Path | None:
@@ -183,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             old_term = None
     try:
         result = app(args=argv, standalone_mode=False)
+        if result == 130:  # typer's answer to a KeyboardInterrupt (Ctrl-C, or SIGTERM raised as Terminated)
+            return _stopped(False)
         return result if isinstance(result, int) and not isinstance(result, bool) else 0
     except SystemExit as exc:
         code = exc.code
@@ -197,17 +210,13 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"error: {message}", err=True)
         return 2
     except KeyboardInterrupt as exc:
-        term = isinstance(exc, Terminated)
-        typer.echo(f"{'terminated' if term else 'interrupted'}: results written so far are kept", err=True)
-        return 143 if term else 130
+        return _stopped(isinstance(exc, Terminated))
     except Exception as exc:
         kind = _click_kind(exc)
         if kind == "exit":  # --version, --help
             return int(getattr(exc, "exit_code", 0))
         if kind == "abort":  # typer turns KeyboardInterrupt into Abort
-            term = isinstance(exc.__cause__, Terminated)
-            typer.echo(f"{'terminated' if term else 'interrupted'}: results written so far are kept", err=True)
-            return 143 if term else 130
+            return _stopped(isinstance(exc.__cause__, Terminated))
         if kind == "usage":  # click's own one-line usage errors (exit 2)
             exc.show()  # type: ignore[attr-defined]
             return int(getattr(exc, "exit_code", 2))
