@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,9 +87,7 @@ def no_leaked_processes() -> Iterator[None]:
             break
         time.sleep(0.1)
     for pid in leaked:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
     if leaked:
         pytest.fail(f"the test left {len(leaked)} child process(es) alive: {leaked}")

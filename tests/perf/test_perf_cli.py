@@ -115,7 +115,8 @@ def test_search_finds_the_saturation_point(tmp_path: Path) -> None:
     search = report["search"]
     assert search["best"] is not None and search["lowest_failing"] is not None
     assert 20 <= search["best"] <= 200 < 400
-    assert len(report["Performance"]) == len(search["probes"]) == 6
+    reruns = sum(1 for p in report["Performance"] if p["labels"].get("attempt") == 2)  # late failures, again
+    assert len(report["Performance"]) == len(search["probes"]) + reruns == 6 + reruns
 
 
 def test_testserver_cli_serves_and_stops(tmp_path: Path) -> None:

@@ -28,9 +28,9 @@ from lmmbench.config.perf import PerfConfig
 from lmmbench.config.perf_workload import load_workload
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import RequestRecord
-from lmmbench.loadgen.api import LoadResult, Preflight, preflight, run_benchmark
+from lmmbench.loadgen.api import LATENESS_WARN_MS, LoadResult, Preflight, preflight, run_benchmark
 from lmmbench.loadgen.journal import JOURNAL_NAME
-from lmmbench.loadgen.search import SearchResult, search_max_load
+from lmmbench.loadgen.search import CLIENT_LIMITED, ProbeOutcome, SearchResult, search_max_load
 from lmmbench.reports.perf_report import RecordWriter, bytemlperf_entry, environment, summary_row, write_json
 
 __all__ = ["PerfRun", "run_perf"]
@@ -140,6 +140,12 @@ def _wait_ready(cfg: PerfConfig, proc: subprocess.Popen[bytes] | None, timeout_s
             time.sleep(0.25)
 
 
+def _client_late(res: LoadResult) -> bool:
+    """True when the client could not keep the schedule of this point (the lateness warning)."""
+    late = res.summary["metrics"]["lateness_ms"]["p99"]
+    return bool(late == late and late > LATENESS_WARN_MS)  # NaN (nothing sent): not late
+
+
 def _print_point(labels: dict[str, Any], res: LoadResult) -> None:
     s, m = res.summary, res.summary["metrics"]
     load = f"rate={labels['rate']:g}/s" if labels.get("rate") is not None else f"conc={labels.get('concurrency')}"
@@ -229,18 +235,29 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
             if base.num_requests is None and base.duration_s is None:
                 probe_base = base.model_copy(update={"duration_s": 10.0})
 
-            def probe(x: float) -> bool:
+            def probe(x: float) -> ProbeOutcome:
                 key = "rate" if not integer else "concurrency"
-                point = {key: int(x) if integer else x, "labels": {"search_probe": len(run.results)}}
-                res = one(len(run.results), _point_config(probe_base, point), pf)
-                return bool(res.summary["slo_attainment"] >= base.slo_attainment and not res.interrupted)
+                for attempt in (1, 2):  # a failure the client flagged as late is probed again once
+                    point = {key: int(x) if integer else x,
+                             "labels": {"search_probe": len(run.results), "attempt": attempt}}
+                    res = one(len(run.results), _point_config(probe_base, point), pf)
+                    if res.interrupted:
+                        raise KeyboardInterrupt
+                    passed = bool(res.summary["slo_attainment"] >= base.slo_attainment)
+                    if passed or not _client_late(res):  # a late pass is a pass: lateness only adds latency
+                        return passed
+                    if attempt == 1:
+                        print(f"[perf] search: {x:g} failed while the client was late; probing it again",
+                              file=sys.stderr)
+                return CLIENT_LIMITED
 
             sr = search_max_load(probe, base.search_low, base.search_high, base.search_iterations, integer)
             run.search = sr
             unit = "req/s" if not integer else "concurrent clients"
             out.extra["search"] = {"mode": base.search_mode, "slo": base.slo, "attainment": base.slo_attainment,
                                    "best": sr.best, "lowest_failing": sr.lowest_failing, "gap": sr.gap,
-                                   "probes": sr.probes, "verdict": sr.describe(unit)}  # fmt: skip
+                                   "probes": sr.probes, "client_limited": sr.client_limited,
+                                   "limited_by": sr.verdict, "verdict": sr.describe(unit)}  # fmt: skip
             print(f"[perf] search: {sr.describe(unit)}", file=sys.stderr)
         else:
             groups: dict[Any, list[tuple[int, PerfConfig]]] = {}
