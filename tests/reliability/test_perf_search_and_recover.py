@@ -53,3 +53,45 @@ def test_search_reruns_late_probes_and_reports_what_limited_it(url: str, tmp_pat
     assert search["limited_by"] in ("client-limited", "server-limited", "no-failure", "no-pass")
     if search["limited_by"] == "client-limited":
         assert search["lowest_failing"] in search["client_limited"] and "client-limited" in search["verdict"]
+
+
+@pytest.mark.timeout(180)
+def test_recover_turns_the_journal_of_a_killed_run_into_metrics(tmp_path: Path) -> None:
+    """SIGKILL mid-point (no handler runs), then `perf recover`: the injected TTFT / ITL and token
+    counts come back from the journal alone; ITL (needs every chunk) is absent, not guessed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from lmmbench.loadgen.journal import JOURNAL_NAME, read_journal
+
+    cfg = TestServerConfig(port=free_loopback_port(), ttft_ms=20, itl_ms=5)
+    run = tmp_path / "perf" / "k"
+    with running_testserver(cfg) as u:
+        proc = subprocess.Popen([sys.executable, "-m", "lmmbench.cli.main", "perf", "--url", u, "--rate", "20",
+                                 "--num-requests", "300", "--output-tokens", "8", "--no-plots", "--no-progress",
+                                 "--out-dir", str(tmp_path), "--run-name", "k"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 90
+            while len(read_journal(run / JOURNAL_NAME)) < 20 and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        time.sleep(1.0)
+    lines = read_journal(run / JOURNAL_NAME)
+    assert len(lines) >= 20 and not (run / "summary.csv").exists()
+    assert main(["perf", "recover", str(run)]) == 0
+    with (run / "summary.csv").open() as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert int(row["requests"]) == int(row["ok"]) == len(lines)
+    assert 20.0 <= float(row["ttft_send_ms_mean"]) < 20.0 + 15.0  # injected 20 ms, plus this busy machine
+    assert float(row["output_tokens_mean"]) == 8.0 and float(row["tpot_ms_mean"]) >= 5.0 * 0.95
+    assert row["itl_ms_mean"] in ("", "nan")
+    report = json.loads((run / "report.json").read_text())
+    assert report["recovered"] is True and report["recovered_requests"] == len(lines)
+    assert (run / "report.html").is_file()
+    assert json.loads((run / "run.json").read_text())["status"] == "recovered"

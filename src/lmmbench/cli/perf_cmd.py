@@ -11,6 +11,15 @@ from lmmbench.config.perf import PerfConfig
 def _run(cfg: PerfConfig) -> None:
     from lmmbench.sessions.perf_session import run_perf
 
+    if cfg.action == "recover":
+        from lmmbench.core.errors import UserError
+        from lmmbench.sessions.perf_recover import recover_perf
+
+        if cfg.recover_dir is None:
+            raise UserError("usage: lmmbench perf recover RUN_DIR (a folder under <out-dir>/perf/)")
+        for path in recover_perf(cfg.recover_dir):
+            typer.echo(f"wrote {path}")
+        return
     if run_perf(cfg).interrupted:
         raise KeyboardInterrupt  # exit 130 once every file is written
 
@@ -22,7 +31,8 @@ def register(app: typer.Typer) -> None:
         "perf",
         PerfConfig,
         _run,
-        positional=("action",),
+        positional=("action", "recover_dir"),
         help="Load-test an OpenAI-compatible server: `perf` measures, `perf search` finds the highest "
-        "load meeting --slo. Results in <out-dir>/perf/<run-name>/.",
+        "load meeting --slo, `perf recover RUN_DIR` rebuilds the reports of a killed run. "
+        "Results in <out-dir>/perf/<run-name>/.",
     )

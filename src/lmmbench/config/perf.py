@@ -22,9 +22,11 @@ class PerfConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    action: Literal["run", "search"] = Field(
-        "run", description="run: measure the given load(s); search: find the highest load meeting --slo."
+    action: Literal["run", "search", "recover"] = Field(
+        "run", description="run: measure the given load(s); search: find the highest load meeting --slo; "
+        "recover RUN_DIR: summary and reports from the records.partial.jsonl a killed run left."
     )
+    recover_dir: Path | None = Field(None, description="The run folder of `perf recover`.")
     url: str = Field(
         "http://127.0.0.1:8000", description="Server base URL: http://host:port, optionally ending in /v1."
     )
