@@ -19,6 +19,7 @@ import pytest
 from lmmbench.cli.main import main
 from lmmbench.config.perf_testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
+from lmmbench.loadgen.journal import read_journal
 from lmmbench.testing.fixtures import running_testserver
 
 CLI = [sys.executable, "-m", "lmmbench.cli.main"]
@@ -77,8 +78,7 @@ def test_perf_sigterm_flushes_and_leaves_no_load_worker(url: str, tmp_path: Path
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     run = tmp_path / "perf" / "t"
     try:
-        _wait_for(lambda: (run / "records.partial.jsonl").exists(), 60, "the first finished requests")
-        time.sleep(1.0)
+        _wait_for(lambda: len(read_journal(run / "records.partial.jsonl")) >= 5, 60, "finished requests")
         family = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
@@ -91,6 +91,8 @@ def test_perf_sigterm_flushes_and_leaves_no_load_worker(url: str, tmp_path: Path
     assert info["status"] == "interrupted"
     records = (run / "records.jsonl").read_text().splitlines()
     assert info["requests_measured"] == len(records) > 0
+    html = (run / "report.html").read_text()
+    assert "interrupted" in html and f"{len(records)} requests measured" in html
     time.sleep(1.0)
     assert not [p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 

@@ -219,6 +219,10 @@ class HtmlReport:
         env = run.get("environment", {})
         meta = (f"model <b>{_e(model)}</b> &middot; {_e(run.get('config', {}).get('url', ''))} &middot; "
                 f"{len(summary)} point(s) &middot; {_e(env.get('time_utc', ''))}")  # fmt: skip
+        status = run.get("status")
+        if status in ("interrupted", "failed", "recovered"):  # the run did not end normally: say so
+            meta += (f" &middot; <span class='warn'>{_e(status)}</span>, "
+                     f"{format_value(run.get('requests_measured'))} requests measured")
         sections = []
         search = report.get("search")
         if isinstance(search, dict):
