@@ -83,9 +83,24 @@ CASES: list[tuple[str, list[str], str]] = [
      "no-such-model-xyz"),
     ("eval-resume-nothing", ["eval", "--mode", "eval", "--resume", "latest", "--tasks", "sample_mc",
                              "--out-dir", "{out}"], "no earlier run"),
+    # corrupt results files under --resume (the folder is prepared by SETUP below)
+    ("eval-resume-predictions-not-utf8", ["eval", "--mode", "eval", "--resume", "latest", "--tasks", "sample_mc",
+                                          "--out-dir", "{out}"], "not UTF-8"),
+    ("run-resume-results-not-utf8", ["run", "ttft-breakdown", "--model", "tiny-llm", "--resume", "--repeats", "1",
+                                     "--warmup", "0", "--no-progress", "--out-dir", "{out}"], "not UTF-8"),
+    ("run-folder-holds-a-run", ["run", "ttft-breakdown", "--model", "tiny-llm", "--out-dir", "{out}"],
+     "already holds a run"),
     # bad --limit
     ("limit-unknown-name", ["--limit", "bogus=3", "perf"], "--limit"),
 ]
+
+
+#: Files a case needs in its out-dir before it runs (relative path -> bytes).
+SETUP: dict[str, dict[str, bytes]] = {
+    "eval-resume-predictions-not-utf8": {"20260101_000000/predictions/sample_mc.jsonl": b'{"key": "caf\xe9"}\n'},
+    "run-resume-results-not-utf8": {"ttft-breakdown/ttft-breakdown_results.csv": b"sample_id,repeat\n\xff\xfe,0\n"},
+    "run-folder-holds-a-run": {"ttft-breakdown/ttft-breakdown_results.csv": b"sample_id,repeat,status\nx,0,ok\n"},
+}
 
 
 def _expand(argv: list[str], corpus: dict[str, Path], out: Path, url: str) -> list[str]:
@@ -116,6 +131,10 @@ def test_malformed_input_is_one_line_and_exit_2(
     for lim in ("SWEEP_POINTS", "PROMPT_CHARS"):  # --limit sets these for the process: undo after the case
         monkeypatch.delenv(f"LMMBENCH_LIMIT_{lim}", raising=False)
     out = tmp_path / "out"
+    for rel, content in SETUP.get(case, {}).items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(content)
+    out_before = _tree(out) if out.exists() else {}
     corpus_before = _tree(corpus["a_file"].parent)
     rc = main(_expand(argv, corpus, out, fuzz_url))
     err = capsys.readouterr().err
@@ -126,7 +145,9 @@ def test_malformed_input_is_one_line_and_exit_2(
     assert len(error_lines[0]) < 600, "one readable line, not a dump"
     assert not any(work.iterdir()), f"{case} wrote into the working directory: {list(work.iterdir())}"
     assert _tree(corpus["a_file"].parent) == corpus_before, f"{case} changed an input file"
-    if out.exists():  # a refused run leaves no folder that looks like a run
+    if out_before:  # what was there (measured) is untouched
+        assert {k: v for k, v in _tree(out).items() if k in out_before} == out_before
+    elif out.exists():  # a refused run leaves no folder that looks like a run
         assert not list(out.rglob("run.json")) and not list(out.rglob("*.jsonl")), list(out.rglob("*"))
 
 
@@ -169,3 +190,17 @@ def test_unexpected_exception_is_one_line_with_a_saved_traceback(
     saved = Path(err.strip().rsplit("traceback saved to ", 1)[1])
     assert saved.is_file() and "ZeroDivisionError: mocked bug" in saved.read_text()
     assert str(tmp_path / "home") in str(saved) and os.path.commonpath([saved, tmp_path]) == str(tmp_path)
+
+
+def test_a_failed_eval_leaves_nothing_resume_latest_would_pick(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refused endpoint fails before any run folder; --resume latest then finds nothing to resume."""
+    dead = f"http://127.0.0.1:{free_loopback_port()}"
+    out = tmp_path / "eval"
+    assert main(["eval", "--model", dead, "--tokenizer", "tiny-llm", "--tasks", "sample_mc", "--wait-for-server",
+                 "0.3", "--out-dir", str(out)]) == 2  # fmt: skip
+    assert "cannot reach" in capsys.readouterr().err
+    assert not [p for p in out.rglob("*") if p.is_file()]
+    assert main(["eval", "--mode", "eval", "--resume", "latest", "--tasks", "sample_mc", "--out-dir", str(out)]) == 2
+    assert "no earlier run" in capsys.readouterr().err
