@@ -16,6 +16,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,35 +231,7 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
     try:
         if base.action == "search":
             pf = pf if base.server_cmd is None else _wait_ready(base, None)
-            integer = base.search_mode == "concurrency"
-            probe_base = base
-            if base.num_requests is None and base.duration_s is None:
-                probe_base = base.model_copy(update={"duration_s": 10.0})
-
-            def probe(x: float) -> ProbeOutcome:
-                key = "rate" if not integer else "concurrency"
-                for attempt in (1, 2):  # a failure the client flagged as late is probed again once
-                    point = {key: int(x) if integer else x,
-                             "labels": {"search_probe": len(run.results), "attempt": attempt}}
-                    res = one(len(run.results), _point_config(probe_base, point), pf)
-                    if res.interrupted:
-                        raise KeyboardInterrupt
-                    passed = bool(res.summary["slo_attainment"] >= base.slo_attainment)
-                    if passed or not _client_late(res):  # a late pass is a pass: lateness only adds latency
-                        return passed
-                    if attempt == 1:
-                        print(f"[perf] search: {x:g} failed while the client was late; probing it again",
-                              file=sys.stderr)
-                return CLIENT_LIMITED
-
-            sr = search_max_load(probe, base.search_low, base.search_high, base.search_iterations, integer)
-            run.search = sr
-            unit = "req/s" if not integer else "concurrent clients"
-            out.extra["search"] = {"mode": base.search_mode, "slo": base.slo, "attainment": base.slo_attainment,
-                                   "best": sr.best, "lowest_failing": sr.lowest_failing, "gap": sr.gap,
-                                   "probes": sr.probes, "client_limited": sr.client_limited,
-                                   "limited_by": sr.verdict, "verdict": sr.describe(unit)}  # fmt: skip
-            print(f"[perf] search: {sr.describe(unit)}", file=sys.stderr)
+            run.search = _search(base, lambda i, pcfg: one(i, pcfg, pf), run, out)
         else:
             groups: dict[Any, list[tuple[int, PerfConfig]]] = {}
             for i, point in enumerate(points):
@@ -294,6 +267,39 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
     run.files += [run_dir / n for n in ("records.jsonl", "records.csv", "summary.csv", "report.json", "run.json")]
     print(f"[perf] results: {run_dir}", file=sys.stderr)
     return run
+
+
+def _search(base: PerfConfig, one: Callable[[int, PerfConfig], LoadResult], run: PerfRun,
+            out: _Outputs) -> SearchResult:  # fmt: skip
+    """``perf search``: bisect the load; a failure the client flagged as late is probed again once, and
+    twice late makes the probe client-limited (it says nothing about the server)."""
+    integer = base.search_mode == "concurrency"
+    probe_base = base
+    if base.num_requests is None and base.duration_s is None:
+        probe_base = base.model_copy(update={"duration_s": 10.0})
+
+    def probe(x: float) -> ProbeOutcome:
+        key = "rate" if not integer else "concurrency"
+        for attempt in (1, 2):
+            point = {key: int(x) if integer else x, "labels": {"search_probe": len(run.results), "attempt": attempt}}
+            res = one(len(run.results), _point_config(probe_base, point))
+            if res.interrupted:
+                raise KeyboardInterrupt
+            passed = bool(res.summary["slo_attainment"] >= base.slo_attainment)
+            if passed or not _client_late(res):  # a late pass is a pass: lateness only adds latency
+                return passed
+            if attempt == 1:
+                print(f"[perf] search: {x:g} failed while the client was late; probing it again", file=sys.stderr)
+        return CLIENT_LIMITED
+
+    sr = search_max_load(probe, base.search_low, base.search_high, base.search_iterations, integer)
+    unit = "req/s" if not integer else "concurrent clients"
+    out.extra["search"] = {"mode": base.search_mode, "slo": base.slo, "attainment": base.slo_attainment,
+                           "best": sr.best, "lowest_failing": sr.lowest_failing, "gap": sr.gap,
+                           "probes": sr.probes, "client_limited": sr.client_limited,
+                           "limited_by": sr.verdict, "verdict": sr.describe(unit)}  # fmt: skip
+    print(f"[perf] search: {sr.describe(unit)}", file=sys.stderr)
+    return sr
 
 
 def _remove_empty_run(run_dir: Path, fresh: bool) -> None:
