@@ -195,3 +195,44 @@ def test_a_crash_traceback_file_masks_the_api_key(tmp_path: Path, capsys: pytest
     saved = Path(capsys.readouterr().err.strip().rsplit("traceback saved to ", 1)[1])
     text = saved.read_text()
     assert "mocked bug" in text and secret not in text and "--api-key ***" in text
+
+
+@pytest.mark.timeout(180)
+def test_perf_resume_keeps_finished_points_and_measures_the_rest_once(url: str, tmp_path: Path) -> None:
+    """A sweep stopped (SIGINT) in its second point, then --resume: point 0 is kept as written, points 1
+    and 2 are measured once each; no request of the stopped point is mixed into the records."""
+    argv = [*CLI, "perf", "--url", url, "--concurrencies", "1,2,3", "--num-requests", "30", "--output-tokens", "40",
+            "--no-plots", "--no-progress", "--out-dir", str(tmp_path), "--run-name", "r"]
+    run = tmp_path / "perf" / "r"
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_for(lambda: (run / "summary.csv").exists() and any(
+            x.get("labels", {}).get("point") == 1 for x in read_journal(run / "records.partial.jsonl")),
+            90, "the second point")  # fmt: skip
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    with (run / "summary.csv").open() as fh:
+        first_rows = list(csv.DictReader(fh))
+    first_point0 = [r for r in first_rows if r["point"] == "0"]
+    assert len(first_point0) == 1
+    assert subprocess.run(argv, capture_output=True, timeout=60).returncode == 2, "refused without --resume"
+    resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=150)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    with (run / "summary.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["point"] for r in rows] == ["0", "1", "2"] and rows[0] == first_point0[0]
+    records = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
+    per_point = {p: [r for r in records if r["labels"]["point"] == p] for p in (0, 1, 2)}
+    assert all(len(v) == 30 for v in per_point.values()), {p: len(v) for p, v in per_point.items()}
+    assert all(len({r["request_id"] for r in v}) == 30 for v in per_point.values())
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "complete" and info["points_done"] == 3 and info["requests_measured"] == 90
+    with (run / "records.csv").open() as fh:
+        lines = fh.read().splitlines()
+    assert len(lines) == 91 and lines.count(lines[0]) == 1, "one header, every record once"
+    aside = (run / "records.interrupted-point1.jsonl").read_text().splitlines()
+    assert 0 < len(aside) < 30, "the stopped point's partial records are kept aside, not lost, not mixed"

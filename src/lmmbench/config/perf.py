@@ -83,6 +83,7 @@ class PerfConfig(BaseModel):
     out_dir: Path = Field(Path("lmmbench-results"), description="Results go to <out-dir>/perf/<run-name>/.")
     run_name: str | None = Field(None, description="Run folder name (default: a timestamp).")
     overwrite: bool = Field(False, description="Replace the run in <out-dir>/perf/<run-name>/ (default: refuse).")
+    resume: bool = Field(False, description="Continue the run in <out-dir>/perf/<run-name>/: finished points are kept.")
     wait_for_server: float = Field(
         10.0, ge=0, description="Wait up to this many seconds for a server that is still starting."
     )

@@ -32,7 +32,9 @@ from lmmbench.core.request_records import RequestRecord
 from lmmbench.loadgen.api import LATENESS_WARN_MS, LoadResult, Preflight, preflight, run_benchmark
 from lmmbench.loadgen.journal import JOURNAL_NAME
 from lmmbench.loadgen.search import CLIENT_LIMITED, ProbeOutcome, SearchResult, search_max_load
+from lmmbench.metrics.perf_metrics import summarize_records
 from lmmbench.reports.perf_report import RecordWriter, bytemlperf_entry, environment, summary_row, write_json
+from lmmbench.sessions.perf_resume import Previous, load_previous
 
 __all__ = ["PerfRun", "run_perf"]
 
@@ -78,6 +80,14 @@ def _labels(i: int, pcfg: PerfConfig) -> dict[str, Any]:
             "output_tokens": pcfg.output_tokens, **pcfg.labels}  # fmt: skip
 
 
+def _load(labels: dict[str, Any]) -> float:
+    return float(labels["rate"] if labels.get("rate") is not None else labels.get("concurrency") or 0)
+
+
+def _point_name(labels: dict[str, Any]) -> str:
+    return f"rate {labels['rate']:g}" if labels.get("rate") is not None else f"conc {labels.get('concurrency')}"
+
+
 class _Outputs:
     def __init__(self, run_dir: Path, base: PerfConfig) -> None:
         self.run_dir = run_dir
@@ -89,15 +99,21 @@ class _Outputs:
         self.extra: dict[str, Any] = {}
         self.model = base.model
 
+    def keep(self, prev: Previous, base: PerfConfig) -> None:
+        """Start from the points a resumed run already measured (rows and entries as written)."""
+        self.rows, self.perf, self.model = list(prev.rows), list(prev.perf), prev.model or self.model
+        for _point, records in sorted(prev.records.items()):
+            labels = records[0].labels if records else {}
+            summary = summarize_records(records, base.slo)
+            self.points.append((_point_name(labels), records, summary, _load(labels)))
+
     def add(self, labels: dict[str, Any], res: LoadResult) -> None:
         self.model = res.model
         self.writer.write(res.records, labels)
         (self.run_dir / JOURNAL_NAME).unlink(missing_ok=True)  # its requests are in records.jsonl now
         self.rows.append(summary_row(labels, res.summary))
         self.perf.append(bytemlperf_entry(labels, res.summary))
-        load = float(labels["rate"] if labels.get("rate") is not None else labels.get("concurrency") or 0)
-        name = f"rate {labels['rate']:g}" if labels.get("rate") is not None else f"conc {labels.get('concurrency')}"
-        self.points.append((name, res.records, res.summary, load))
+        self.points.append((_point_name(labels), res.records, res.summary, _load(labels)))
         self.flush()
 
     def flush(self) -> None:
@@ -176,6 +192,9 @@ def _claim_run_dir(cfg: PerfConfig) -> Path:
     """The run folder: a default name never collides; a named folder that holds a run is refused unless
     --overwrite (its files are then removed), so one run is never appended to another."""
     root = cfg.out_dir / "perf"
+    if cfg.resume and (cfg.run_name is None or cfg.action == "search"):
+        raise UserError("--resume continues a `perf` run by name: give its --run-name (perf search restarts; "
+                        "use --overwrite)")
     if cfg.run_name is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir, n = root / stamp, 1
@@ -185,6 +204,8 @@ def _claim_run_dir(cfg: PerfConfig) -> Path:
         return run_dir
     run_dir = root / cfg.run_name
     held = [f for f in _RUN_FILES if (run_dir / f).exists()]
+    if cfg.resume and (run_dir / "run.json").is_file():
+        return run_dir  # continued by run_perf: its finished points are kept
     if held and not cfg.overwrite:
         raise UserError(f"{run_dir} already holds a run ({held[0]}); pass --overwrite to replace it, "
                         f"another --run-name, or `lmmbench perf recover {run_dir}` if it crashed")
@@ -212,8 +233,11 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
         pf = preflight(base)  # fails clearly before any folder is made or load is sent
     fresh = not run_dir.exists()
     prepare_out_dir(run_dir, "--out-dir/perf/--run-name")
+    done = _previous_points(base, run_dir, points)
     _keep_crashed_journal(run_dir)
     out = _Outputs(run_dir, base)
+    if done is not None:
+        out.keep(done, base)
     run = PerfRun(run_dir)
     run_info = {"config": base.model_dump(mode="json"), "points": points, "environment": out.env,
                 "status": "running", "points_done": 0}
@@ -244,6 +268,8 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
                     pf = _wait_ready(base, proc)
                 try:
                     for i, pcfg in items:
+                        if done is not None and i in done.done:
+                            continue  # measured by the session this --resume continues
                         if one(i, pcfg, pf).interrupted:
                             raise KeyboardInterrupt
                 finally:
@@ -300,6 +326,16 @@ def _search(base: PerfConfig, one: Callable[[int, PerfConfig], LoadResult], run:
                            "limited_by": sr.verdict, "verdict": sr.describe(unit)}  # fmt: skip
     print(f"[perf] search: {sr.describe(unit)}", file=sys.stderr)
     return sr
+
+
+def _previous_points(base: PerfConfig, run_dir: Path, points: list[dict[str, Any]]) -> Previous | None:
+    """What the run being resumed already measured (None when this is not a resume)."""
+    if not (base.resume and (run_dir / "run.json").is_file()):
+        return None
+    prev = load_previous(run_dir, points)
+    print(f"[perf] resuming {run_dir}: {len(prev.done)} of {len(points)} point(s) already measured",
+          file=sys.stderr)  # fmt: skip
+    return prev
 
 
 def _remove_empty_run(run_dir: Path, fresh: bool) -> None:
