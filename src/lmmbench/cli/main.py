@@ -185,6 +185,8 @@ def _unexpected(exc: BaseException) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI behind the one error boundary (see the module docstring for the exit codes)."""
+    import lmmbench.config.input_files  # noqa: F401  (raises the csv module's field limit for every reader)
+
     app = build_app()
     old_term = None
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
