@@ -67,19 +67,27 @@ def _json_lines(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _set_aside(run_dir: Path, point: str) -> None:
-    """Move the records of the interrupted ``point`` out of records.jsonl / records.csv (kept, not lost)."""
+def _set_aside(run_dir: Path, done: set[int]) -> None:
+    """Move the records of points not finished (the interrupted one, or one a crash cut between its
+    records and its summary row) out of records.jsonl / records.csv, into
+    ``records.interrupted-point<N>.jsonl``: kept, not lost, never counted twice."""
     rows = _json_lines(run_dir / "records.jsonl")
-    aside = [r for r in rows if str((r.get("labels") or {}).get("point")) == point]
-    if aside:
-        kept = [r for r in rows if r not in aside]
-        (run_dir / f"records.interrupted-point{point}.jsonl").write_text(
-            "".join(json.dumps(r) + "\n" for r in aside), encoding="utf-8")
-        (run_dir / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    aside: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        point = (r.get("labels") or {}).get("point")
+        if point not in done:
+            aside.setdefault(str(point), []).append(r)
+    if not aside:
+        return
+    for point, lines in aside.items():
+        with (run_dir / f"records.interrupted-point{point}.jsonl").open("a", encoding="utf-8") as fh:
+            fh.write("".join(json.dumps(r) + "\n" for r in lines))
+    kept = [r for r in rows if (r.get("labels") or {}).get("point") in done]
+    (run_dir / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
     csv_path = run_dir / "records.csv"
     if csv_path.is_file():
         reader = csv.DictReader(io.StringIO(read_text(csv_path, "records.csv"), newline=""))
-        keep = [r for r in reader if r.get("label_point") != point]
+        keep = [r for r in reader if r.get("label_point", "").isdigit() and int(r["label_point"]) in done]
         with csv_path.open("w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=reader.fieldnames or [])
             writer.writeheader()
@@ -97,8 +105,9 @@ def load_previous(run_dir: Path, points: list[dict[str, Any]]) -> Previous:
         text = read_text(run_dir / "summary.csv", "summary.csv")
         prev.rows = [dict(r) for r in csv.DictReader(io.StringIO(text, newline=""))]
         if info.get("status") == "interrupted" and prev.rows:  # its last point stopped half-way: measure it again
-            _set_aside(run_dir, prev.rows.pop()["point"])
+            prev.rows.pop()
         prev.done = {int(r["point"]) for r in prev.rows if str(r.get("point", "")).isdigit()}
+    _set_aside(run_dir, prev.done)
     if (run_dir / "report.json").is_file():
         report = json.loads(read_text(run_dir / "report.json", "report.json"))
         prev.perf = [p for p in report.get("Performance", []) if (p.get("labels") or {}).get("point") in prev.done]
