@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,3 +32,62 @@ free_port = free_loopback_port
 def port() -> int:
     """A free loopback port chosen at run time."""
     return free_port()
+
+
+def _descendants() -> dict[int, str]:
+    """Live (non-zombie) descendant processes of this one: pid -> command line (psutil, else /proc)."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    out: dict[int, str] = {}
+    if psutil is not None:
+        for p in psutil.Process().children(recursive=True):
+            try:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out[p.pid] = " ".join(p.cmdline())[:200]
+            except psutil.Error:
+                continue
+        return out
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z":
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    todo = [os.getpid()]
+    while todo:
+        for kid in parents.get(todo.pop(), []):
+            todo.append(kid)
+            try:
+                out[kid] = (Path("/proc") / str(kid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+            except OSError:
+                out[kid] = "?"
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_processes() -> Iterator[None]:
+    """Fail any test that leaves a child process alive it started (after 3 s of grace); the leak is ended."""
+    import signal
+    import time
+
+    before = set(_descendants())
+    yield
+    deadline = time.monotonic() + 3.0
+    while True:
+        leaked = {pid: cmd for pid, cmd in _descendants().items()
+                  if pid not in before and "resource_tracker" not in cmd}  # fmt: skip
+        if not leaked or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    for pid in leaked:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    if leaked:
+        pytest.fail(f"the test left {len(leaked)} child process(es) alive: {leaked}")

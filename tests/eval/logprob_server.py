@@ -48,12 +48,16 @@ def _echo_logprobs(loaded: Any, ids: list[int]) -> dict[str, Any]:
     return {"tokens": [tok.decode([t]) for t in ids], "token_logprobs": token_logprobs, "top_logprobs": tops}
 
 
-def make_app(loaded: Any, name: str, logprobs_supported: bool = True, refuse_logprobs: bool = False) -> web.Application:
-    """The aiohttp application."""
+def make_app(loaded: Any, name: str, logprobs_supported: bool = True, refuse_logprobs: bool = False,
+             max_model_len: int | None = None) -> web.Application:  # fmt: skip
+    """The aiohttp application (``max_model_len``: reported in /v1/models, as vLLM does)."""
     tok = loaded.tokenizer
 
     async def models(_: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": name, "object": "model"}]})
+        entry: dict[str, Any] = {"id": name, "object": "model"}
+        if max_model_len is not None:
+            entry["max_model_len"] = max_model_len
+        return web.json_response({"object": "list", "data": [entry]})
 
     async def completions(request: web.Request) -> web.Response:
         body = await request.json()
@@ -89,11 +93,12 @@ def make_app(loaded: Any, name: str, logprobs_supported: bool = True, refuse_log
 
 @contextmanager
 def serve(
-    loaded: Any, port: int, name: str = "tiny-llm", logprobs_supported: bool = True, refuse_logprobs: bool = False
+    loaded: Any, port: int, name: str = "tiny-llm", logprobs_supported: bool = True, refuse_logprobs: bool = False,
+    max_model_len: int | None = None,
 ) -> Iterator[str]:
     """Run the server in a thread on 127.0.0.1:port; yields its base URL; shuts it down after."""
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(make_app(loaded, name, logprobs_supported, refuse_logprobs))
+    runner = web.AppRunner(make_app(loaded, name, logprobs_supported, refuse_logprobs, max_model_len))
     started = threading.Event()
 
     def run() -> None:

@@ -25,7 +25,8 @@ def test_endpoint_loglikelihoods_equal_in_process(tiny_llm: Any, port: int) -> N
     local = InProcessScorer(tiny_llm, batch_size=1).loglikelihood(REQS)
     with serve(tiny_llm, port) as url:
         remote = OpenAIScorer(url, "tiny-llm", tiny_llm.tokenizer, max_length=2048).loglikelihood(REQS)
-        rolling = OpenAIScorer(url, "tiny-llm", tiny_llm.tokenizer).loglikelihood_rolling(["one two three four"])
+        scorer = OpenAIScorer(url, "tiny-llm", tiny_llm.tokenizer, max_length=2048)
+        rolling = scorer.loglikelihood_rolling(["one two three four"])
     for (a, ga), (b, gb) in zip(local, remote, strict=True):
         assert abs(a - b) < 1e-4  # the server's forward covers one more token: fp noise only
         assert ga == gb
@@ -73,3 +74,19 @@ def test_eval_against_an_endpoint_matches_in_process(tiny_llm: Any, port: int, t
     a, b = local.results[0]["metrics"], remote.results[0]["metrics"]
     assert a["acc"]["value"] == b["acc"]["value"] and a["acc_norm"]["value"] == b["acc_norm"]["value"]
     assert remote.results[0]["model"].startswith("tiny-llm@http://127.0.0.1")
+
+
+def test_endpoint_context_length_comes_from_the_server_or_max_length(tiny_llm: Any, port: int,
+                                                                     tmp_path: Path) -> None:  # fmt: skip
+    """No silent 2048: max_model_len from /v1/models when the server says it, else --max-length is
+    required for rolling perplexity (and named in the error)."""
+    from lmmbench.evaluation.modes import make_backend
+
+    common = {"tasks": ["sample_ppl"], "tokenizer": "tiny-llm", "limit": 2, "out_dir": tmp_path}
+    with serve(tiny_llm, port) as url:
+        with pytest.raises(UserError, match="--max-length"):
+            run_eval(EvalConfig.model_validate({**common, "model": url}), False)
+        assert make_backend(EvalConfig.model_validate({**common, "model": url, "max_length": 48})).max_length == 48
+    with serve(tiny_llm, port, max_model_len=64) as url:
+        backend = make_backend(EvalConfig.model_validate({**common, "model": url}))
+        assert backend.max_length == 64

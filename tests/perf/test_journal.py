@@ -83,9 +83,10 @@ def test_finished_requests_are_on_disk_before_the_point_ends_and_survive_sigkill
         assert sent <= first_ev < last_ev <= end  # (the first event is the role chunk, sent at once)
         assert last_ev - sent >= (TTFT_MS + (OUT_TOKENS - 1) * ITL_MS) * 0.95e6
         assert float(str(x["e2e_ms"])) >= TTFT_MS + (OUT_TOKENS - 1) * ITL_MS * 0.95
-    if workers == 2:  # the same run folder again: the crashed journal is kept aside, not lost
+    if workers == 2:  # the same run folder again: refused, then with --overwrite the journal is kept aside
         crashed = (run / JOURNAL_NAME).read_text()
-        assert main(_perf_argv(slow_url, tmp_path, 50, 10)) == 0
+        assert main(_perf_argv(slow_url, tmp_path, 50, 10)) == 2
+        assert main([*_perf_argv(slow_url, tmp_path, 50, 10), "--overwrite"]) == 0
         kept = list(run.glob("records.partial.crashed-*.jsonl"))
         assert len(kept) == 1 and kept[0].read_text() == crashed and not (run / JOURNAL_NAME).exists()
 

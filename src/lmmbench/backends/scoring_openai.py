@@ -45,7 +45,7 @@ class OpenAIScorer:
         base_url: str,
         model: str,
         tokenizer: Any,
-        max_length: int = 2048,
+        max_length: int | None = None,
         concurrency: int = 8,
         timeout_s: float = 300.0,
         api_key: str | None = None,
@@ -134,7 +134,7 @@ class OpenAIScorer:
         )
 
     async def _score_tokens(self, session: Any, ctx: list[int], cont: list[int]) -> tuple[float, bool]:
-        toks = (ctx + cont)[-(self.max_length + 1) :]
+        toks = (ctx + cont)[-(self.max_length + 1) :] if self.max_length else ctx + cont
         ctxlen = len(toks) - len(cont)
         body = {"model": self.model, "prompt": toks, "max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": 1}
         try:
@@ -171,6 +171,11 @@ class OpenAIScorer:
 
     def loglikelihood_rolling(self, texts: Sequence[str], progress: Progress | None = None) -> list[Any]:
         """Sum of disjoint-window log-likelihoods per text."""
+        if self.max_length is None:
+            raise UserError(
+                f"{self.base_url}: rolling perplexity needs the context length and the server does not report "
+                f"max_model_len in /v1/models; pass --max-length N (the model's context length)"
+            )
         jobs = []
         owner = []
         for i, text in enumerate(texts):

@@ -26,11 +26,22 @@ def _note_aliases(flags: list[str]) -> None:
 def _run(cfg: PerfConfig) -> None:
     from lmmbench.sessions.perf_session import run_perf
 
+    if cfg.action == "recover":
+        from lmmbench.core.errors import UserError
+        from lmmbench.sessions.perf_recover import recover_perf
+
+        if cfg.recover_dir is None:
+            raise UserError("usage: lmmbench perf recover RUN_DIR (a folder under <out-dir>/perf/)")
+        for path in recover_perf(cfg.recover_dir):
+            typer.echo(f"wrote {path}")
+        return
     used = list(_vllm_flags_used) + sorted("--" + f.replace("_", "-") for f in cfg.model_fields_set & VLLM_ONLY_FIELDS)
     _vllm_flags_used.clear()
     if used:
         print(VLLM_NOTE.format(flags=", ".join(used)), file=sys.stderr)
     run = run_perf(cfg)
+    if run.interrupted:
+        raise KeyboardInterrupt  # exit 130 once every file is written
     sent, ok = run.request_counts()
     if ok == 0:
         typer.echo(f"error: no request succeeded ({sent} sent) -> {run.run_dir}", err=True)
@@ -46,9 +57,8 @@ def register(app: typer.Typer) -> None:
         "perf",
         PerfConfig,
         _run,
-        positional=("action",),
+        positional=("action", "recover_dir"),
         help="Load-test an OpenAI-compatible server: `perf` measures, `perf search` finds the highest "
-        "load meeting --slo. Results in <out-dir>/perf/<run-name>/. vLLM's `bench serve` flags are "
-        "accepted too (docs/perf.md).",
-        on_aliases=_note_aliases,
+        "load meeting --slo, `perf recover RUN_DIR` rebuilds the reports of a killed run. "
+        "Results in <out-dir>/perf/<run-name>/.",
     )

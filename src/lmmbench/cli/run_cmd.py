@@ -41,8 +41,9 @@ def _run(spec_name: str, options: Any) -> None:
 
 
 def _report(spec_dir: Path, name: str, stats: Any, analysis: dict[str, Any]) -> None:
-    typer.echo(f"{name}: {stats.ok} measured, {stats.degraded} degraded, {stats.failed} failed, "
-               f"{stats.skipped} already done -> {spec_dir}")
+    state = " (interrupted)" if getattr(stats, "interrupted", False) else ""
+    typer.echo(f"{name}{state}: {stats.ok} measured ({stats.measured_this_run} in this run, {stats.skipped} "
+               f"already done), {stats.degraded} degraded, {stats.failed} failed -> {spec_dir}")
     for hook, error in stats.dropped_hooks.items():
         typer.echo(f"  hook '{hook}' dropped: its stage is empty on every later row (degraded): {error}", err=True)
     if isinstance(analysis.get("finding"), str):  # a spec's one-line finding, in numbers

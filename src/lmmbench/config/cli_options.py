@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import typer
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from lmmbench.core.errors import UserError
@@ -133,12 +132,9 @@ def validation_message(exc: ValidationError, source: str = "options") -> str:
 
 def load_config_file(path: Path) -> dict[str, Any]:
     """Read a YAML or JSON mapping, with one clear error if it is missing or malformed."""
-    if not path.is_file():
-        raise UserError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML/JSON: {exc}") from None
+    from lmmbench.config.input_files import load_yaml, read_text
+
+    data = load_yaml(read_text(path, "config file"), path)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -170,6 +166,16 @@ def _alias_options(model: type[BaseModel], fields: dict[str, Any]) -> tuple[dict
             params.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=info,
                                             annotation=cli_tp | None))  # fmt: skip
     return aliases, params
+
+
+def _register_secrets(cfg: BaseModel) -> None:
+    """Values of secret fields (``api_key``, headers) are masked in every file and log line from now on."""
+    from lmmbench.core.secrets import SECRET_KEYS, register_secret
+
+    for key, value in cfg.model_dump().items():
+        if key.lower() in SECRET_KEYS:
+            for v in value.values() if isinstance(value, dict) else [value]:
+                register_secret(str(v) if v is not None else None)
 
 
 def command_from_model(
@@ -248,6 +254,7 @@ def command_from_model(
         if on_aliases is not None:
             on_aliases(used)
         cfg = parse_model(model, data, source=f"'{name}' options")
+        _register_secrets(cfg)
         return handler(cfg)
 
     _cmd.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from lmmbench.config.common import mlflow_field, wandb_field
+from lmmbench.config.limits import check_limit
 from lmmbench.config.perf_shapes import TelemetryOptions, WorkloadShapeOptions
 from lmmbench.config.perf_vllm import VllmBenchFlags
 
@@ -33,9 +35,11 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
         "SLOs and search": ("slo", "slo_attainment", "search_mode", "search_low", "search_high", "search_iterations"),
     }  # fmt: skip
 
-    action: Literal["run", "search"] = Field(
-        "run", description="run: measure the given load(s); search: find the highest load meeting --slo."
+    action: Literal["run", "search", "recover"] = Field(
+        "run", description="run: measure the given load(s); search: find the highest load meeting --slo; "
+        "recover RUN_DIR: summary and reports from the records.partial.jsonl a killed run left."
     )
+    recover_dir: Path | None = Field(None, description="The run folder of `perf recover`.")
     url: str = Field(
         "http://127.0.0.1:8000", description="Server base URL: http://host:port, optionally ending in /v1."
     )
@@ -91,6 +95,11 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
     )
     out_dir: Path = Field(Path("lmmbench-results"), description="Results go to <out-dir>/perf/<run-name>/.")
     run_name: str | None = Field(None, description="Run folder name (default: a timestamp).")
+    overwrite: bool = Field(False, description="Replace the run in <out-dir>/perf/<run-name>/ (default: refuse).")
+    resume: bool = Field(False, description="Continue the run in <out-dir>/perf/<run-name>/: finished points are kept.")
+    wait_for_server: float = Field(
+        10.0, ge=0, description="Wait up to this many seconds for a server that is still starting."
+    )
     keep_text: bool = Field(False, description="Keep generated text in the records.")
     plots: bool = Field(True, description="Write PNG plots (needs matplotlib).")
     progress: bool = Field(True, description="Live progress line on stderr.")
@@ -131,7 +140,23 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
             raise ValueError("search_low must be below search_high")
         if self.output_tokens == 0:
             self.output_tokens = None
+        if self.rate is not None and math.isinf(self.rate) and self.num_requests is None and self.duration_s:
+            raise ValueError("--rate inf sends every request at once: give --num-requests, not only --duration-s")
+        self._check_limits()
         return self
+
+    def _check_limits(self) -> None:
+        """Every count and size within ``lmmbench.config.limits`` (a typo fails here, not in the allocator)."""
+        for name, value, what in (
+            ("concurrency", max([self.concurrency or 0, *self.concurrencies]), "--concurrency"),
+            ("requests", (self.num_requests or 0) + self.warmup_requests, "--num-requests + --warmup-requests"),
+            ("input_tokens", self.input_tokens, "--input-tokens"),
+            ("output_tokens", self.output_tokens, "--output-tokens"),
+            ("sweep_points", max(len(self.rates), len(self.concurrencies)), "sweep length"),
+        ):
+            check_limit(name, value, what)
+        if self.search_mode == "concurrency" and self.action == "search":
+            check_limit("concurrency", self.search_high, "--search-high")
 
     def load_points(self) -> list[dict[str, Any]]:
         """The (rate or concurrency) points of a sweep given on the command line; [{}] for one point."""

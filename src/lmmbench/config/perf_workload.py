@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.config.cli_options import load_config_file
+from lmmbench.config.limits import check_limit
 from lmmbench.config.perf import PerfConfig
 from lmmbench.core.errors import UserError
 
@@ -50,6 +51,9 @@ def _from_bytemlperf(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], 
     if isinstance(min_new, int) and isinstance(max_new, int) and 0 < min_new < max_new:
         base["extra_body"] = {"min_tokens": min_new}
         base["ignore_eos"] = False
+    check_limit("sweep_points", len(tps) * len(batches) * len(inputs), f"{path}: tp_sizes x batch_sizes x input_tokens")
+    for key, values in (("batch_size", batches), ("input_tokens", inputs)):
+        check_limit(key, max(values), f"{path}: {key if key != 'batch_size' else 'batch_sizes'}")
     points = []
     for tp in tps:
         for bs in batches:
@@ -71,6 +75,7 @@ def load_workload(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         points = [{}]
     if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
         raise UserError(f"{path}: 'points' must be a list of mappings")
+    check_limit("sweep_points", len(points), f"{path}: points")
     fields = set(PerfConfig.model_fields)
     for where, mapping in [("top level", data)] + [(f"points[{i}]", p) for i, p in enumerate(points)]:
         unknown = set(mapping) - fields

@@ -146,7 +146,10 @@ def write_run_log(run_dir: Path, run_log: RunLog, *, index: bool = True) -> Path
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RUN_LOG_NAME
-    data = _finite(run_log.model_dump(mode="json", exclude_none=False))
+    from lmmbench.core.secrets import redact_config
+
+    data = redact_config(_finite(run_log.model_dump(mode="json", exclude_none=False)))  # no --api-key in files
+    run_log = RunLog.model_validate(data)  # the store and the sinks get the redacted log too
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     tmp.replace(path)

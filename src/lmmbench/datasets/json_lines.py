@@ -22,9 +22,13 @@ def parse_json_lines(text: str, source: Path | str) -> list[tuple[int, Any]]:
             rows.append((lineno, json.loads(line)))
         except json.JSONDecodeError as exc:
             raise UserError(f"{source}:{lineno}: not valid JSON ({exc.msg}); one JSON value per line") from None
+        except RecursionError:
+            raise UserError(f"{source}:{lineno}: JSON nested too deeply") from None
     return rows
 
 
 def read_json_lines(path: Path) -> list[tuple[int, Any]]:
     """``parse_json_lines`` of the file at ``path`` (UTF-8)."""
-    return parse_json_lines(path.read_text(encoding="utf-8"), path)
+    from lmmbench.config.input_files import read_text
+
+    return parse_json_lines(read_text(path, "JSON Lines file"), path)

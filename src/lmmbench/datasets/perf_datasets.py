@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import json
 import math
 import mimetypes
 import random
@@ -191,12 +190,11 @@ def token_pool(tok: Any | None) -> list[int]:
 
 
 def _read_json_rows(path: Path) -> list[tuple[int, Any]]:
-    text = path.read_text(encoding="utf-8")
+    from lmmbench.config.input_files import load_json, read_text
+
+    text = read_text(path, "dataset file")
     if text.lstrip().startswith("["):
-        try:
-            return list(enumerate(json.loads(text), start=1))
-        except ValueError as exc:
-            raise UserError(f"{path}: not valid JSON: {exc}") from None
+        return list(enumerate(load_json(text, path), start=1))
     return parse_json_lines(text, path)
 
 

@@ -62,6 +62,8 @@ def decode_audio(data: str, fmt: str, sampling_rate: int) -> Any:
         samples, rate = sf.read(io.BytesIO(raw), dtype="float32", always_2d=True)
     except Exception as exc:
         raise InputError(f"input_audio: cannot decode {fmt or 'audio'} ({type(exc).__name__})") from None
+    if len(samples) == 0:
+        raise InputError("input_audio: the audio has no samples")
     mono = samples.mean(axis=1)
     if rate != sampling_rate and len(mono) > 1:
         n_out = max(1, round(len(mono) * sampling_rate / rate))

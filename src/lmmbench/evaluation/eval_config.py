@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmmbench.config.common import (
     Dtype,
@@ -16,6 +16,7 @@ from lmmbench.config.common import (
     threads_field,
     wandb_field,
 )
+from lmmbench.config.limits import check_limit
 
 __all__ = ["EvalConfig"]
 
@@ -46,7 +47,11 @@ class EvalConfig(BaseModel):
     group_by: list[str] = Field(default_factory=list, description="extra metadata columns to aggregate by")
     served_model: str | None = Field(None, description="model name on the endpoint (default: first of /v1/models)")
     tokenizer: str | None = Field(None, description="local tokenizer (model name or dir) for an endpoint")
-    max_length: int | None = Field(None, ge=8, description="context length (default: from the model config)")
+    max_length: int | None = Field(
+        None, ge=8, description="context length (default: the model config's; for an endpoint, max_model_len "
+        "from its /v1/models; required for rolling perplexity against an endpoint that does not report it)"
+    )
+    wait_for_server: float = Field(10.0, ge=0, description="seconds to wait for an endpoint that is still starting")
     concurrency: int = Field(8, ge=1, description="parallel requests to an endpoint")
     allow_random_weights: bool = Field(
         False, description="run a shape-only model (random weights: its scores mean nothing) instead of refusing"
@@ -54,3 +59,10 @@ class EvalConfig(BaseModel):
     threads: int | None = threads_field()
     mlflow: str | None = mlflow_field()
     wandb: str | None = wandb_field()
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> EvalConfig:
+        check_limit("batch_size", self.batch_size, "--batch-size")
+        check_limit("concurrency", self.concurrency, "--concurrency")
+        check_limit("input_tokens", self.max_length, "--max-length")
+        return self

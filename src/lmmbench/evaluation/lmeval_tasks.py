@@ -80,19 +80,16 @@ def _function_tag(loader: yaml.SafeLoader, node: yaml.Node) -> FunctionRef:
 
 
 LmEvalLoader.add_constructor("!function", _function_tag)
+LMEVAL_YAML_TAGS = {"!function": _function_tag}
 
 
 def read_lmeval_yaml(path: Path) -> dict[str, Any]:
     """A YAML mapping (``!function`` tags read as ``FunctionRef``); syntax errors name the line."""
     if not path.is_file():
         raise UserError(f"{path}: task file not found")
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=LmEvalLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"{where}: not valid YAML ({problem}); fix the syntax") from None
+    from lmmbench.config.input_files import load_yaml, read_text
+
+    data = load_yaml(read_text(path, "task file"), path, tags=LMEVAL_YAML_TAGS)  # bounded, tags read not run
     if not isinstance(data, dict):
         raise UserError(f"{path}: a task file must be a mapping")
     return data

@@ -22,6 +22,7 @@ from lmmbench.core.environment import capture_environment
 from lmmbench.core.errors import UserError
 from lmmbench.core.run_log import Outcome, RunLog, load_run_log, measurement_from, new_run_id, write_run_log
 from lmmbench.core.run_summaries import eval_headline
+from lmmbench.core.secrets import RedactingFilter
 from lmmbench.evaluation.aggregate import write_summary
 from lmmbench.evaluation.eval_config import EvalConfig
 from lmmbench.evaluation.evaluate import TaskResult, evaluate_task
@@ -58,18 +59,17 @@ class EvalRun(BaseModel):
         return total > 0 and failed >= total
 
 
-def _served_model(url: str) -> str:
-    import urllib.request
+def _endpoint_identity(cfg: EvalConfig) -> tuple[str, int | None]:
+    """(served model, context length) of the endpoint, once it answers; the length is --max-length, else
+    the server's ``max_model_len``, else None (rolling perplexity then asks for --max-length)."""
+    from lmmbench.backends.readiness import wait_for_server
 
-    base = url.rstrip("/")
-    if not base.endswith("/v1"):
-        base += "/v1"
-    try:
-        with urllib.request.urlopen(f"{base}/models", timeout=10) as resp:
-            data = json.loads(resp.read())
-        return str(data["data"][0]["id"])
-    except Exception as exc:
-        raise UserError(f"{base}/models: cannot list the served models ({exc}); pass --served-model") from None
+    assert cfg.model is not None
+    info = wait_for_server(cfg.model, cfg.served_model, cfg.wait_for_server)
+    served = cfg.served_model or (info.models[0] if info.models else None)
+    if served is None:
+        raise UserError(f"{info.url}: cannot list the served models ({info.warning}); pass --served-model")
+    return served, cfg.max_length or info.max_model_len.get(served)
 
 
 def make_backend(cfg: EvalConfig) -> ScoringBackend:
@@ -85,14 +85,9 @@ def make_backend(cfg: EvalConfig) -> ScoringBackend:
 
         from lmmbench.models import resolve_model
 
+        served, max_length = _endpoint_identity(cfg)
         tok = AutoTokenizer.from_pretrained(str(resolve_model(cfg.tokenizer).path))
-        return OpenAIScorer(
-            cfg.model,
-            cfg.served_model or _served_model(cfg.model),
-            tok,
-            max_length=cfg.max_length or 2048,
-            concurrency=cfg.concurrency,
-        )
+        return OpenAIScorer(cfg.model, served, tok, max_length=max_length, concurrency=cfg.concurrency)
     from lmmbench.backends.scoring import InProcessScorer
     from lmmbench.models import load_model
     from lmmbench.models.shapes import refuse_random_weights
@@ -127,14 +122,21 @@ def _run_dir(cfg: EvalConfig) -> Path:
             run = cfg.out_dir / f"{stamp}_{n}"
         return run
     if cfg.resume == "latest":
-        runs = sorted(p for p in cfg.out_dir.glob("*") if (p / "predictions").is_dir())
+        runs = sorted(p for p in cfg.out_dir.glob("*") if _has_predictions(p))
         if not runs:
-            raise UserError(f"{cfg.out_dir}: no earlier run to resume; run without --resume first")
+            raise UserError(f"{cfg.out_dir}: no earlier run with predictions to resume; run without --resume first")
         return runs[-1]
     run = cfg.out_dir / cfg.resume
     if not run.is_dir():
         raise UserError(f"{run}: no such run folder to resume")
     return run
+
+
+def _has_predictions(run: Path) -> bool:
+    """A run folder worth resuming: at least one non-empty predictions file (a run that failed before
+    predicting anything is never picked by ``--resume latest``)."""
+    pred = run / "predictions"
+    return pred.is_dir() and any(p.stat().st_size > 0 for p in pred.glob("*.jsonl"))
 
 
 def _tasks(cfg: EvalConfig) -> tuple[list[TaskConfig], list[LmEvalGroup]]:
@@ -156,15 +158,22 @@ def _tasks(cfg: EvalConfig) -> tuple[list[TaskConfig], list[LmEvalGroup]]:
 
 def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
     """Run ``cfg.mode`` on every task; returns the run folder and what was done."""
+    from lmmbench.config.input_files import prepare_out_dir
+
     tasks, groups = _tasks(cfg)
     run_dir = _run_dir(cfg)
+    prepare_out_dir(cfg.out_dir)
+    backend = make_backend(cfg) if cfg.mode in ("all", "infer") else None  # a wrong model fails before the run folder
     for sub in ("logs", "predictions", "results", "summary"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(run_dir / "logs" / f"{cfg.mode}.log", encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log_names = dict.fromkeys((f"{cfg.mode}.log", "all.log"))  # mode all: one file
+    handlers = [logging.FileHandler(run_dir / "logs" / name, encoding="utf-8") for name in log_names]
     root = logging.getLogger("lmmbench")
-    root.addHandler(handler)  # warnings of the run go to its log file too
-    runlog.addHandler(handler)
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(RedactingFilter())
+        root.addHandler(handler)  # warnings of the run go to its log files too
+        runlog.addHandler(handler)
     try:
         env = capture_environment()
         (run_dir / "logs" / f"config_{cfg.mode}.json").write_text(
@@ -173,8 +182,7 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
         )
         run = EvalRun(run_dir=run_dir)
         run_log = _start_run_log(cfg, run_dir, env)
-        if cfg.mode in ("all", "infer"):
-            backend = make_backend(cfg)
+        if backend is not None:
             for task in tasks:
                 stats = _infer_one(task, backend, run_dir, show_progress)
                 runlog.info("infer %s: %s", task.task, stats)
@@ -189,10 +197,14 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
             run.results = [r.to_json() for r in results]
         _finish_run_log(run_log, run, run_dir)
         return run
+    except BaseException as exc:
+        runlog.error("run failed: %s: %s", type(exc).__name__, exc)  # the fatal error, in logs/all.log too
+        raise
     finally:
-        root.removeHandler(handler)
-        runlog.removeHandler(handler)
-        handler.close()
+        for handler in handlers:
+            root.removeHandler(handler)
+            runlog.removeHandler(handler)
+            handler.close()
 
 
 def _start_run_log(cfg: EvalConfig, run_dir: Path, env: dict[str, Any]) -> RunLog:

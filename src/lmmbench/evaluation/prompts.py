@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from lmmbench.config.limits import check_limit, limit_value
 from lmmbench.core.errors import UserError
 from lmmbench.evaluation.task_config import TaskConfig
 
@@ -64,16 +65,50 @@ def chat_messages(sample: RenderedSample, system: str | None, multiturn: bool) -
     return messages
 
 
+def _bounded_environment() -> Any:
+    """A sandboxed Jinja environment whose ``*`` and ``**`` cannot build a string or number past the
+    ``prompt_chars`` bound (``'x' * 10**9`` fails at once instead of allocating a gigabyte)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class BoundedEnvironment(ImmutableSandboxedEnvironment):  # type: ignore[misc]
+        intercepted_binops = frozenset(["*", "**"])
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            bound = limit_value("prompt_chars")
+            if operator == "*" and isinstance(right, int) and hasattr(left, "__len__"):
+                check_limit("prompt_chars", len(left) * right, "a template repeats a string or list to length")
+            if operator == "*" and isinstance(left, int) and hasattr(right, "__len__"):
+                check_limit("prompt_chars", len(right) * left, "a template repeats a string or list to length")
+            big_power = isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0
+            if operator == "**" and big_power and right * abs(left).bit_length() > bound:
+                raise UserError(f"a template computes {left} ** {right}: too large a number")
+            return super().call_binop(context, operator, left, right)
+
+    return BoundedEnvironment
+
+
+def _render_bounded(tpl: Any, doc: dict[str, Any]) -> str:
+    """Render ``tpl`` piece by piece, stopping once the text passes the ``prompt_chars`` bound."""
+    bound = limit_value("prompt_chars")
+    parts: list[str] = []
+    size = 0
+    for piece in tpl.generate(**doc):
+        size += len(piece)
+        if size > bound:
+            check_limit("prompt_chars", size, "a template renders a prompt of length")
+        parts.append(piece)
+    return "".join(parts)
+
+
 class PromptRenderer:
     """Renders the prompts of one task over its samples."""
 
     def __init__(self, task: TaskConfig, columns: set[str]) -> None:
         from jinja2 import StrictUndefined
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         self.task = task
         self.columns = columns
-        self.env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)
+        self.env = _bounded_environment()(undefined=StrictUndefined, keep_trailing_newline=True)
         self.env.filters["regex_replace"] = _regex_replace
         self._compiled: dict[str, Any] = {}
 
@@ -85,12 +120,17 @@ class PromptRenderer:
             if tpl is None:
                 tpl = self.env.from_string(template)
                 self._compiled[template] = tpl
-            return str(tpl.render(**doc))
-        except TemplateError as exc:
+            return _render_bounded(tpl, doc)
+        except (TemplateError, UserError) as exc:
             line = getattr(exc, "lineno", None)
             where = f" (template line {line})" if line else ""
             raise UserError(
                 f"{self.task.source_file}: field '{field}'{where}, sample {doc_id}: template error: {exc}"
+            ) from None
+        except (ArithmeticError, TypeError, ValueError, LookupError, AttributeError, RecursionError) as exc:
+            raise UserError(
+                f"{self.task.source_file}: field '{field}', sample {doc_id}: the template failed while rendering "
+                f"({type(exc).__name__}: {exc}); fix the template"
             ) from None
 
     def text(self, doc: dict[str, Any], doc_id: int) -> str:

@@ -152,18 +152,46 @@ def read_predictions(path: Path) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     if not path.is_file():
         return out
-    with path.open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                log.warning("%s:%d: not valid JSON, ignored (a run killed mid-write?)", path, i)
-                continue
-            if isinstance(row, dict) and "key" in row:
-                out[str(row["key"])] = row
+    from lmmbench.config.input_files import read_text
+
+    for i, line in enumerate(read_text(path, "predictions file").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            log.warning("%s:%d: not valid JSON, ignored (a run killed mid-write?)", path, i)
+            continue
+        if isinstance(row, dict) and "key" in row:
+            out[str(row["key"])] = row
     return out
+
+
+def repair_predictions(path: Path) -> int:
+    """Drop the lines a killed run left half-written (not JSON), once, before a resumed run appends.
+
+    Returns how many lines were removed; the file is rewritten atomically.
+    """
+    if not path.is_file():
+        return 0
+    from lmmbench.config.input_files import read_text
+
+    kept, dropped = [], 0
+    for line in read_text(path, "predictions file").splitlines():
+        if not line.strip():
+            continue
+        try:
+            json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            dropped += 1
+            continue
+        kept.append(line)
+    if dropped:
+        tmp = path.with_suffix(".repair.tmp")
+        tmp.write_text("".join(f"{k}\n" for k in kept), encoding="utf-8")
+        tmp.replace(path)
+        log.warning("%s: removed %d half-written line(s) left by an interrupted run", path, dropped)
+    return dropped
 
 
 def _run_chunk(backend: ScoringBackend, jobs: Sequence[SampleJob]) -> list[dict[str, Any] | BaseException]:
@@ -193,12 +221,6 @@ def _run_chunk(backend: ScoringBackend, jobs: Sequence[SampleJob]) -> list[dict[
     return out
 
 
-def _ends_with_newline(path: Path) -> bool:
-    with path.open("rb") as fh:
-        fh.seek(-1, 2)
-        return fh.read(1) == b"\n"
-
-
 def run_infer(
     task: TaskConfig,
     backend: ScoringBackend,
@@ -212,6 +234,7 @@ def run_infer(
     jobs = build_jobs(task, backend.model_id, backend.chat_prompt)
     if on_total is not None:
         on_total(len(jobs))
+    repair_predictions(pred_path)
     existing = read_predictions(pred_path)
     pending = [j for j in jobs if j.key not in existing or existing[j.key].get("error")]
     skipped = len(jobs) - len(pending)
@@ -220,8 +243,6 @@ def run_infer(
     pred_path.parent.mkdir(parents=True, exist_ok=True)
     done = errors = 0
     with pred_path.open("a", encoding="utf-8") as fh:
-        if pred_path.stat().st_size and not _ends_with_newline(pred_path):
-            fh.write("\n")  # a run killed mid-line: start on a fresh line
         for start in range(0, len(pending), chunk_size):
             chunk = pending[start : start + chunk_size]
             c0 = time.perf_counter_ns()

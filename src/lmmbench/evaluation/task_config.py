@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lmmbench.core.errors import UserError
@@ -164,18 +163,11 @@ def _yaml_line(path: Path, text: str, loc: tuple[Any, ...]) -> str:
 
 def load_task_file(path: Path) -> TaskConfig:
     """Read and validate a task YAML; every problem is one error naming the file and line or field."""
-    if not path.is_file():
-        raise UserError(f"{path}: task file not found")
-    text = path.read_text(encoding="utf-8")
-    try:
-        from lmmbench.evaluation.lmeval_tasks import LmEvalLoader
+    from lmmbench.config.input_files import load_yaml, read_text
+    from lmmbench.evaluation.lmeval_tasks import LMEVAL_YAML_TAGS
 
-        data = yaml.load(text, Loader=LmEvalLoader)  # a SafeLoader that also reads lm-eval's `!function` tags
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"{where}: not valid YAML ({problem}); fix the syntax") from None
+    text = read_text(path, "task file")
+    data = load_yaml(text, path, tags=LMEVAL_YAML_TAGS)  # lm-eval's `!function` tags are read, never run
     if not isinstance(data, dict):
         raise UserError(f"{path}: a task file must be a mapping with 'task', 'kind' and 'data'")
     from lmmbench.evaluation import lmeval_tasks

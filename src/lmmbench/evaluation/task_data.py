@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +30,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_json(path: Path) -> list[dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    from lmmbench.config.input_files import load_json, read_text
+
+    data = load_json(read_text(path, "JSON data file"), path)
     if isinstance(data, dict):
         for key in ("data", "samples", "rows"):
             if isinstance(data.get(key), list):
@@ -46,8 +44,15 @@ def _read_json(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_csv(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8", newline="") as fh:
-        return [dict(r) for r in csv.DictReader(fh)]
+    import io
+
+    from lmmbench.config.input_files import read_text
+
+    text = read_text(path, "CSV data file")
+    try:
+        return [dict(r) for r in csv.DictReader(io.StringIO(text, newline=""))]
+    except csv.Error as exc:
+        raise UserError(f"{path}: not valid CSV ({exc})") from None
 
 
 def _plain(value: Any) -> Any:

@@ -22,6 +22,7 @@ from typing import Any
 from lmmbench.config.perf import PerfConfig
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest, RequestRecord
+from lmmbench.core.signals import record_stop_signal
 from lmmbench.loadgen.arrivals import arrival_offsets_ns
 from lmmbench.loadgen.driver import WorkerPlan, WorkerResult, run_worker
 from lmmbench.loadgen.protocol import make_client
@@ -167,7 +168,8 @@ def _plans(cfg: PerfConfig, requests: list[PerfRequest], pf: Preflight, workers:
                                      seed=cfg.seed, burstiness=cfg.burstiness)  # fmt: skip
         for w in range(workers):
             cap = _split(cfg.concurrency, workers, w) if cfg.concurrency else None
-            pre = math.ceil(cfg.rate / workers * est_latency_s) + 4
+            share = len(offsets) // workers + 1
+            pre = share if math.isinf(cfg.rate) else min(share, math.ceil(cfg.rate / workers * est_latency_s) + 4)
             plans.append(WorkerPlan(worker=w, schedule=[(i, off) for i, off in enumerate(offsets) if i % workers == w],
                                     concurrency=cap, preopen=min(pre, cap or pre, 4096), **common))  # fmt: skip
     else:
@@ -275,6 +277,14 @@ def _run_multi(plans: list[WorkerPlan], cfg: PerfConfig, total: int | None) -> l
         pipes.append(parent)
         procs.append(p)
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # workers stop themselves on Ctrl-C
+
+    def forward_sigterm(signum: int, _frame: Any) -> None:  # workers stop and hand back what they measured
+        record_stop_signal(signum)
+        for p in procs:
+            if p.pid is not None and p.is_alive():
+                os.kill(p.pid, signal.SIGTERM)
+
+    old_term = signal.signal(signal.SIGTERM, forward_sigterm)
     results: list[WorkerResult] = []
     try:
         for conn in pipes:
@@ -299,6 +309,7 @@ def _run_multi(plans: list[WorkerPlan], cfg: PerfConfig, total: int | None) -> l
                 show(*(sum(c[j::4]) for j in range(4)))
     finally:
         signal.signal(signal.SIGINT, old)
+        signal.signal(signal.SIGTERM, old_term)
         for p in procs:
             p.join(5)
             if p.is_alive() and p.pid is not None:

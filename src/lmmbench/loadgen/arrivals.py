@@ -8,6 +8,7 @@ just placed, its time) to the next arrival time in seconds.
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Protocol
 
@@ -61,6 +62,10 @@ def arrival_offsets_ns(
         raise ValueError("rate must be positive")
     if count is None and duration_s is None:
         raise ValueError("give count or duration_s")
+    if math.isinf(rate):  # --rate inf: every request at t0 (bounded by the concurrency cap, if any)
+        if count is None:
+            raise ValueError("an infinite rate needs a request count")
+        return [0] * count
     if kind not in ARRIVALS:
         raise ValueError(f"unknown arrival process '{kind}'; known: {', '.join(ARRIVALS.names())}")
     process = ARRIVALS.get(kind)

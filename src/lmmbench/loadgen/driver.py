@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmmbench.core.request_records import PerfRequest, RequestRecord
+from lmmbench.core.signals import record_stop_signal
 from lmmbench.loadgen.journal import Journal
 from lmmbench.loadgen.precise_timer import PreciseTimers
 from lmmbench.loadgen.protocol import StreamClient, make_client
@@ -321,14 +322,18 @@ async def run_worker_async(
     loop = asyncio.get_running_loop()
     interrupted = False
 
-    def on_sigint() -> None:
+    def on_stop_signal(signum: int) -> None:
         nonlocal interrupted
         interrupted = True
+        record_stop_signal(signum)
         print("\nstopping: no new requests; waiting briefly for those in flight", file=sys.stderr)
         driver.stop()
 
-    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    stop_signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.getsignal(s) for s in stop_signals}
+    for s in stop_signals:  # SIGTERM too: raised inside a transport callback it would be taken for a disconnect
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(s, on_stop_signal, s)
     ticker = loop.create_task(_ticker(driver, 0.25))
     journal_task = loop.create_task(journal.run(plan.journal_period_s)) if journal is not None else None
     try:
@@ -363,8 +368,11 @@ async def run_worker_async(
                 await journal_task
         if journal is not None:
             journal.close()
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.remove_signal_handler(signal.SIGINT)
+        for s in stop_signals:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(s)
+                if previous[s] is not None:
+                    signal.signal(s, previous[s])  # the CLI's own handlers, as they were
         await client.close()
     tok = None
     if plan.tokenizer:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -28,21 +29,54 @@ JOURNAL_NAME = "records.partial.jsonl"
 _SLICE_NS = 200_000  # formatting time between two yields to the event loop
 
 
+_TEXT_EVENT = re.compile(rb'"(?:content|text|reasoning_content|reasoning)"\s*:\s*"(?!")')
+
+
+def _first_token_ns(rec: RequestRecord) -> int:
+    """Instant of the first SSE event carrying generated text (a regex on the raw bytes, no JSON)."""
+    for t, data in zip(rec.event_times_ns, rec.event_data, strict=False):
+        if _TEXT_EVENT.search(data):
+            return t
+    return 0
+
+
+def _token_counts(rec: RequestRecord) -> tuple[int | None, int | None, str]:
+    """(prompt_tokens, output_tokens, source) from the last event with usage (one JSON parse), else the
+    count of text-carrying events ("chunks": tokens per chunk unknown, as the full record would say)."""
+    for data in reversed(rec.event_data[-3:]):
+        if b'"usage"' in data:
+            try:
+                usage = json.loads(data).get("usage") or {}
+            except (ValueError, AttributeError):
+                break
+            out, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+            if isinstance(out, int):
+                return (prompt if isinstance(prompt, int) else None), out, "usage"
+            break
+    return None, sum(1 for d in rec.event_data if _TEXT_EVENT.search(d)), "chunks"
+
+
 def journal_line(rec: RequestRecord, labels_json: str) -> str:
     """One JSON line with the raw instants of a finished request (ns, ``perf_counter_ns``).
 
     ``first_event_ns`` / ``last_event_ns`` are the first and last SSE events (the first is often a
-    role-only chunk, not the first token); TTFT and token counts need the parse of the full record.
+    role-only chunk); ``first_token_ns`` is the first event with generated text and
+    ``prompt_tokens`` / ``output_tokens`` come from the server's usage (``token_source``), so
+    ``lmmbench perf recover`` can compute TTFT, TPOT and throughput from the journal alone.
     """
     base = rec.scheduled_ns
     ev = rec.event_times_ns
     kind = json.dumps(rec.error_kind) if rec.error_kind else '""'
+    prompt, out, source = _token_counts(rec)
     return (
         f'{{"request_id":{rec.request_id},"worker":{rec.worker},"warmup":{"true" if rec.warmup else "false"},'
         f'"status":{rec.status},"error_kind":{kind},"scheduled_ns":{base},"slot_ns":{rec.slot_ns},'
         f'"sent_ns":{rec.sent_ns},"first_byte_ns":{rec.first_byte_ns},"end_ns":{rec.end_ns},'
         f'"e2e_ms":{(rec.end_ns - base) / 1e6 if rec.end_ns and base else "null"},'
         f'"events":{len(ev)},"first_event_ns":{ev[0] if ev else 0},"last_event_ns":{ev[-1] if ev else 0},'
+        f'"first_token_ns":{_first_token_ns(rec)},"prompt_tokens":{"null" if prompt is None else prompt},'
+        f'"output_tokens":{"null" if out is None else out},"token_source":"{source}",'
+        f'"input_tokens":{"null" if rec.input_tokens is None else rec.input_tokens},'
         f'"labels":{labels_json},"partial":true}}\n'
     )
 

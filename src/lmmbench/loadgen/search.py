@@ -1,11 +1,21 @@
-"""Find the highest load (rate or concurrency) that meets the SLOs, by bisection."""
+"""Find the highest load (rate or concurrency) that meets the SLOs, by bisection.
+
+A probe answers pass / fail, or ``CLIENT_LIMITED``: it failed while the client itself could not keep
+the schedule (its lateness was flagged, twice), so the failure says nothing about the server (a late
+pass is still a pass: lateness only adds to the latencies charged to the server). Such a probe counts as
+a failure for the bisection and the verdict says "client-limited" when it bounds the answer.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["SearchResult", "search_max_load"]
+__all__ = ["CLIENT_LIMITED", "ProbeOutcome", "SearchResult", "search_max_load"]
+
+#: What a probe returns when the client, not the server, was the limit at that load.
+CLIENT_LIMITED = "client-limited"
+ProbeOutcome = bool | str
 
 
 @dataclass
@@ -15,6 +25,17 @@ class SearchResult:
     best: float | None
     lowest_failing: float | None
     probes: list[tuple[float, bool]] = field(default_factory=list)
+    client_limited: list[float] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        """``client-limited`` when the lowest failing load is one the client could not generate, else
+        ``server-limited`` (a real failure bounds the answer), ``no-failure`` or ``no-pass``."""
+        if self.best is None:
+            return CLIENT_LIMITED if self.lowest_failing in self.client_limited else "no-pass"
+        if self.lowest_failing is None:
+            return "no-failure"
+        return CLIENT_LIMITED if self.lowest_failing in self.client_limited else "server-limited"
 
     @property
     def gap(self) -> float | None:
@@ -25,6 +46,11 @@ class SearchResult:
 
     def describe(self, unit: str) -> str:
         """One line for the user."""
+        if self.verdict == CLIENT_LIMITED:
+            best = "none" if self.best is None else f"{self.best:g} {unit}"
+            return (f"client-limited: this client could not keep the schedule at {self.lowest_failing:g} {unit} "
+                    f"(checked twice), so the server's limit is not separated from the client's; highest load "
+                    f"measured meeting the SLOs: {best} (try --workers N or a faster client machine)")
         if self.best is None:
             return f"no load met the SLOs (lowest tried: {self.probes[0][0]:g} {unit})"
         if self.lowest_failing is None:
@@ -34,13 +60,16 @@ class SearchResult:
 
 
 def search_max_load(
-    probe: Callable[[float], bool], low: float, high: float, iterations: int, integer: bool = False
+    probe: Callable[[float], ProbeOutcome], low: float, high: float, iterations: int, integer: bool = False
 ) -> SearchResult:
     """Probe ``low`` and ``high``, then bisect ``iterations`` times between the last pass and failure."""
     res = SearchResult(None, None)
 
     def run(x: float) -> bool:
-        ok = probe(x)
+        outcome = probe(x)
+        if outcome == CLIENT_LIMITED:
+            res.client_limited.append(x)
+        ok = outcome is True
         res.probes.append((x, ok))
         if ok and (res.best is None or x > res.best):
             res.best = x

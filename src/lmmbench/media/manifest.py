@@ -59,12 +59,14 @@ def load_manifest(path: str | Path) -> list[ManifestRow]:
     csv_path = Path(path)
     if not csv_path.is_file():
         raise UserError(f"manifest not found: {csv_path}; pass --manifest PATH or omit it for the synthetic set")
-    try:
-        text = csv_path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{csv_path}: cannot read the manifest ({exc}); save it as UTF-8 CSV") from None
+    from lmmbench.config.input_files import read_text
+
+    text = read_text(csv_path, "manifest")
     reader = csv.DictReader(text.splitlines())
-    header = [h.strip() for h in (reader.fieldnames or [])]
+    try:
+        header = [h.strip() for h in (reader.fieldnames or [])]
+    except csv.Error as exc:
+        raise UserError(f"{csv_path}: not valid CSV ({exc})") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise UserError(

@@ -260,6 +260,11 @@ class HtmlReport:
         env = run.get("environment", {})
         meta = (f"model <b>{_e(model)}</b> &middot; {_e(run.get('config', {}).get('url', ''))} &middot; "
                 f"{len(summary)} point(s) &middot; {_e(env.get('time_utc', ''))}")  # fmt: skip
+        facts = run.get("run") or {}
+        status = facts.get("status", run.get("status"))
+        if status in ("interrupted", "failed", "recovered"):  # the run did not end normally: say so
+            meta += (f" &middot; <span class='warn'>{_e(status)}</span>, "
+                     f"{format_value(facts.get('requests_measured', run.get('requests_measured')))} requests measured")
         headline = run.get("headline") or perf_headline(summary)
         sections = [sections_of.headline_section(headline, sections_of.perf_verdicts(run, report, summary)),
                     sections_of.perf_charts(run_dir, summary)]

@@ -27,7 +27,12 @@ def json_safe(obj: Any, float_digits: int | None = None) -> Any:
 
 
 def write_json(path: Path, obj: Any, *, float_digits: int | None = None) -> Path:
-    """Write ``obj`` as indented JSON through ``json_safe`` (creating the folder); returns ``path``."""
+    """Write ``obj`` as indented JSON through ``json_safe`` (creating the folder); returns ``path``.
+
+    Secrets (``api_key``, headers, any value registered with ``core.secrets``) are masked."""
+    from lmmbench.core.secrets import redact_config
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(json_safe(obj, float_digits), indent=2, default=str) + "\n", encoding="utf-8")
+    text = json.dumps(redact_config(json_safe(obj, float_digits)), indent=2, default=str)
+    path.write_text(text + "\n", encoding="utf-8")
     return path

@@ -24,6 +24,11 @@ class RecordWriter:
         self.csv_file: TextIO = (run_dir / "records.csv").open("a", encoding="utf-8", newline="")
         self.csv: csv.DictWriter[str] | None = None
         self.columns: list[str] = []
+        csv_path = run_dir / "records.csv"
+        if csv_path.stat().st_size:  # a resumed run: keep the file's header, never write a second one
+            with csv_path.open(newline="", encoding="utf-8") as fh:
+                self.columns = next(csv.reader(fh), [])
+            self.csv = csv.DictWriter(self.csv_file, fieldnames=self.columns, extrasaction="ignore")
 
     def write(self, records: list[RequestRecord], point_labels: dict[str, Any]) -> None:
         """Write one point's records."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import io
+import logging
 import math
 import os
 from pathlib import Path
@@ -11,6 +13,8 @@ from typing import Any
 from lmmbench.core.errors import UserError
 
 __all__ = ["ResultsCsv", "numeric", "read_rows"]
+
+log = logging.getLogger(__name__)
 
 
 def numeric(value: Any) -> float:
@@ -29,8 +33,20 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     """Every row of a results CSV (empty list when the file does not exist)."""
     if not path.is_file():
         return []
-    with path.open(newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    from lmmbench.config.input_files import read_text
+
+    return list(csv.DictReader(io.StringIO(read_text(path, "results file"), newline="")))
+
+
+def _drop_torn_last_line(path: Path, text: str) -> str:
+    """A row cut by a kill (no final newline) is removed from the file, once, before resuming."""
+    if not text or text.endswith("\n"):
+        return text
+    kept = text[: text.rfind("\n") + 1]
+    log.warning("%s: removed a half-written last row (a run killed mid-write)", path)
+    with path.open("r+", encoding="utf-8", newline="") as fh:
+        fh.truncate(len(kept.encode("utf-8")))
+    return kept
 
 
 def _cell(value: Any) -> Any:
@@ -47,10 +63,15 @@ class ResultsCsv:
         path.parent.mkdir(parents=True, exist_ok=True)
         existing: list[dict[str, str]] = []
         if resume and path.is_file():
-            with path.open(newline="", encoding="utf-8") as fh:
-                reader = csv.DictReader(fh)
+            from lmmbench.config.input_files import read_text
+
+            text = _drop_torn_last_line(path, read_text(path, "results file"))
+            reader = csv.DictReader(io.StringIO(text, newline=""))
+            try:
                 existing = list(reader)
-                header = list(reader.fieldnames or [])
+            except csv.Error as exc:
+                raise UserError(f"{path}: not a readable CSV ({exc}); use another --out-dir or --overwrite") from None
+            header = list(reader.fieldnames or [])
             missing = [c for c in columns if c not in header]
             if header and missing:
                 raise UserError(

@@ -66,6 +66,8 @@ async def _read_json(request: Any, limit: int) -> Any:
         return json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"malformed JSON body: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "malformed JSON body: nested too deeply") from None
 
 
 def create_app(engine: BatchEngine, settings: AppSettings, metrics: ServerMetrics | None = None) -> Any:

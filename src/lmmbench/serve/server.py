@@ -106,6 +106,9 @@ def serve(cfg: ServeConfig) -> None:
     """Run the server in the foreground until interrupted."""
     import uvicorn
 
+    from lmmbench.core.net import ensure_port_free
+
+    ensure_port_free(cfg.host, cfg.port)  # before the model is loaded: one line, exit 2
     if cfg.host not in LOOPBACK and cfg.api_key is None:
         log.warning("binding %s without --api-key: anyone who can reach this port can use the model", cfg.host)
     engine, app = build_server(cfg)

@@ -12,16 +12,21 @@ plots and report.html.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmmbench.backends.readiness import wait_for_server
 from lmmbench.config.cli_options import parse_model
+from lmmbench.config.input_files import prepare_out_dir
+from lmmbench.config.limits import check_limit
 from lmmbench.config.perf import PerfConfig
 from lmmbench.config.perf_workload import load_workload
 from lmmbench.core.clock import wall_label
@@ -30,10 +35,19 @@ from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.core.run_log import RunLog, measurement_from, new_run_id, write_run_log
 from lmmbench.core.run_summaries import perf_headline
-from lmmbench.loadgen.api import LoadResult, Preflight, measurement_facts, preflight, run_benchmark
+from lmmbench.loadgen.api import (
+    LATENESS_WARN_MS,
+    LoadResult,
+    Preflight,
+    measurement_facts,
+    preflight,
+    run_benchmark,
+)
 from lmmbench.loadgen.journal import JOURNAL_NAME
-from lmmbench.loadgen.search import SearchResult, search_max_load
+from lmmbench.loadgen.search import CLIENT_LIMITED, ProbeOutcome, SearchResult, search_max_load
+from lmmbench.metrics.perf_metrics import summarize_records
 from lmmbench.reports.perf_report import RecordWriter, bytemlperf_entry, summary_row, write_json
+from lmmbench.sessions.perf_resume import Previous, load_previous
 
 __all__ = ["PerfRun", "run_perf"]
 
@@ -52,6 +66,7 @@ class PerfRun:
         """(requests sent, requests that succeeded) over every load point."""
         return (sum(int(r.summary.get("requests", 0)) for r in self.results),
                 sum(int(r.summary.get("ok", 0)) for r in self.results))
+    interrupted: bool = False
 
 
 def _resolve(cfg: PerfConfig) -> tuple[PerfConfig, list[dict[str, Any]]]:
@@ -84,6 +99,14 @@ def _labels(i: int, pcfg: PerfConfig) -> dict[str, Any]:
             "output_tokens": pcfg.output_tokens, **pcfg.labels}  # fmt: skip
 
 
+def _load(labels: dict[str, Any]) -> float:
+    return float(labels["rate"] if labels.get("rate") is not None else labels.get("concurrency") or 0)
+
+
+def _point_name(labels: dict[str, Any]) -> str:
+    return f"rate {labels['rate']:g}" if labels.get("rate") is not None else f"conc {labels.get('concurrency')}"
+
+
 class _Outputs:
     def __init__(self, run_dir: Path, base: PerfConfig) -> None:
         self.run_dir = run_dir
@@ -95,15 +118,21 @@ class _Outputs:
         self.extra: dict[str, Any] = {}
         self.model = base.model
 
+    def keep(self, prev: Previous, base: PerfConfig) -> None:
+        """Start from the points a resumed run already measured (rows and entries as written)."""
+        self.rows, self.perf, self.model = list(prev.rows), list(prev.perf), prev.model or self.model
+        for _point, records in sorted(prev.records.items()):
+            labels = records[0].labels if records else {}
+            summary = summarize_records(records, base.slo)
+            self.points.append((_point_name(labels), records, summary, _load(labels)))
+
     def add(self, labels: dict[str, Any], res: LoadResult) -> None:
         self.model = res.model
         self.writer.write(res.records, labels)
         (self.run_dir / JOURNAL_NAME).unlink(missing_ok=True)  # its requests are in records.jsonl now
         self.rows.append(summary_row(labels, res.summary))
         self.perf.append(bytemlperf_entry(labels, res.summary))
-        load = float(labels["rate"] if labels.get("rate") is not None else labels.get("concurrency") or 0)
-        name = f"rate {labels['rate']:g}" if labels.get("rate") is not None else f"conc {labels.get('concurrency')}"
-        self.points.append((name, res.records, res.summary, load))
+        self.points.append((_point_name(labels), res.records, res.summary, _load(labels)))
         self.flush()
 
     def flush(self) -> None:
@@ -168,6 +197,12 @@ def _wait_ready(cfg: PerfConfig, proc: subprocess.Popen[bytes] | None, timeout_s
             time.sleep(0.25)
 
 
+def _client_late(res: LoadResult) -> bool:
+    """True when the client could not keep the schedule of this point (the lateness warning)."""
+    late = res.summary["metrics"]["lateness_ms"]["p99"]
+    return bool(late == late and late > LATENESS_WARN_MS)  # NaN (nothing sent): not late
+
+
 def _print_point(labels: dict[str, Any], res: LoadResult) -> None:
     s, m = res.summary, res.summary["metrics"]
     load = f"rate={labels['rate']:g}/s" if labels.get("rate") is not None else f"conc={labels.get('concurrency')}"
@@ -216,6 +251,37 @@ def _finish_telemetry(sampler: Any, cfg: PerfConfig, run_dir: Path, records: lis
     return files
 
 
+_RUN_FILES = ("run.json", "records.jsonl", "records.csv", "summary.csv", "report.json", JOURNAL_NAME)
+
+
+def _claim_run_dir(cfg: PerfConfig) -> Path:
+    """The run folder: a default name never collides; a named folder that holds a run is refused unless
+    --overwrite (its files are then removed), so one run is never appended to another."""
+    root = cfg.out_dir / "perf"
+    if cfg.resume and (cfg.run_name is None or cfg.action == "search"):
+        raise UserError("--resume continues a `perf` run by name: give its --run-name (perf search restarts; "
+                        "use --overwrite)")
+    if cfg.run_name is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir, n = root / stamp, 1
+        while run_dir.exists():
+            n += 1
+            run_dir = root / f"{stamp}_{n}"
+        return run_dir
+    run_dir = root / cfg.run_name
+    held = [f for f in _RUN_FILES if (run_dir / f).exists()]
+    if cfg.resume and (run_dir / "run.json").is_file():
+        return run_dir  # continued by run_perf: its finished points are kept
+    if held and not cfg.overwrite:
+        raise UserError(f"{run_dir} already holds a run ({held[0]}); pass --overwrite to replace it, "
+                        f"another --run-name, or `lmmbench perf recover {run_dir}` if it crashed")
+    replaced = [f for f in _RUN_FILES if f != JOURNAL_NAME]  # a crashed journal is kept aside, never deleted
+    for p in [*(run_dir / f for f in replaced), *run_dir.glob("*.png"), run_dir / "report.html"]:
+        if p.is_file():
+            p.unlink()
+    return run_dir
+
+
 def run_perf(cfg: PerfConfig) -> PerfRun:
     """Run every point of ``cfg`` (or the SLO search) and write the run folder."""
     base, points = _resolve(cfg)
@@ -226,23 +292,28 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
         from lmmbench.datasets.perf_datasets import load_tokenizer
 
         tok = load_tokenizer(base.tokenizer)
+    check_limit("sweep_points", len(points), "load points (workload points x sweep)")
+    run_dir = _claim_run_dir(base)
     if base.server_cmd is None:
+        wait_for_server(base.url, base.model, base.wait_for_server, api_key=base.api_key)
         pf = preflight(base)  # fails clearly before any folder is made or load is sent
-    run_name = base.run_name or time.strftime("%Y%m%d-%H%M%S")
-    run_dir = base.out_dir / "perf" / run_name
-    run_dir.mkdir(parents=True, exist_ok=True)
+    fresh = not run_dir.exists()
+    prepare_out_dir(run_dir, "--out-dir/perf/--run-name")
+    done = _previous_points(base, run_dir, points)
     _keep_crashed_journal(run_dir)
     out = _Outputs(run_dir, base)
+    if done is not None:
+        out.keep(done, base)
     run = PerfRun(run_dir)
     open_loop = base.rate is not None or bool(base.rates) or any(p.get("rate") is not None for p in points) or (
         base.action == "search" and base.search_mode == "rate")
-    run_log = RunLog(run_id=new_run_id("perf"), kind="perf", name=run_name, model=base.model,
+    run_log = RunLog(run_id=new_run_id("perf"), kind="perf", name=run_dir.name, model=base.model,
                      labels=dict(base.labels), started_at=wall_label(), config=base.model_dump(mode="json"),
                      environment=out.env, measurement=measurement_from(measurement_facts(base, open_loop)),
-                     run={"points": points})  # fmt: skip
+                     run={"points": points, "status": "running", "points_done": 0})  # fmt: skip
     out.run_log(run_log, finished=False, interrupted=False)
     run.run_id = run_log.run_id
-    interrupted = False
+    status = "complete"
 
     telemetry = _start_telemetry(base, run_dir)
 
@@ -265,24 +336,7 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
     try:
         if base.action == "search":
             pf = pf if base.server_cmd is None else _wait_ready(base, None)
-            integer = base.search_mode == "concurrency"
-            probe_base = base
-            if base.num_requests is None and base.duration_s is None:
-                probe_base = base.model_copy(update={"duration_s": 10.0})
-
-            def probe(x: float) -> bool:
-                key = "rate" if not integer else "concurrency"
-                point = {key: int(x) if integer else x, "labels": {"search_probe": len(run.results)}}
-                res = one(len(run.results), _point_config(probe_base, point), pf)
-                return bool(res.summary["slo_attainment"] >= base.slo_attainment and not res.interrupted)
-
-            sr = search_max_load(probe, base.search_low, base.search_high, base.search_iterations, integer)
-            run.search = sr
-            unit = "req/s" if not integer else "concurrent clients"
-            out.extra["search"] = {"mode": base.search_mode, "slo": base.slo, "attainment": base.slo_attainment,
-                                   "best": sr.best, "lowest_failing": sr.lowest_failing, "gap": sr.gap,
-                                   "probes": sr.probes, "verdict": sr.describe(unit)}  # fmt: skip
-            print(f"[perf] search: {sr.describe(unit)}", file=sys.stderr)
+            run.search = _search(base, lambda i, pcfg: one(i, pcfg, pf), run, out)
         else:
             groups: dict[Any, list[tuple[int, PerfConfig]]] = {}
             for i, point in enumerate(points):
@@ -295,6 +349,8 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
                     pf = _wait_ready(base, proc)
                 try:
                     for i, pcfg in items:
+                        if done is not None and i in done.done:
+                            continue  # measured by the session this --resume continues
                         if one(i, pcfg, pf).interrupted:
                             raise KeyboardInterrupt
                 finally:
@@ -302,25 +358,93 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
                         proc.terminate()
                         proc.wait(30)
     except KeyboardInterrupt:
-        interrupted = True
+        status = "interrupted"
+        run.interrupted = True
         print("[perf] interrupted: results so far are written", file=sys.stderr)
+    except BaseException:
+        status = "failed"
+        raise
     finally:
-        out.flush()
         out.close()
-        if telemetry is not None:
-            run.files += _finish_telemetry(telemetry, base, run_dir, [r for p in out.points for r in p[1]])
-        if base.plots and out.points:
-            from lmmbench.reports.perf_plots import PLOTS_NOTE, plot_run
-
-            files = plot_run(run_dir, out.points)
-            if not files:
-                print(f"[perf] {PLOTS_NOTE}", file=sys.stderr)
-            run.files += files
-        from lmmbench.reports.html_report import write_reports
-
-        out.run_log(run_log, finished=True, interrupted=interrupted or any(r.interrupted for r in run.results))
-        run.files += write_reports("perf", run_dir)  # a failure is a logged warning, never a lost run
-        out.run_log(run_log, finished=True, interrupted=run_log.outcome.interrupted, index=True)  # + report.html
+        telemetry_files = [] if telemetry is None else _finish_telemetry(
+            telemetry, base, run_dir, [r for p in out.points for r in p[1]])
+        if status == "failed" and not out.rows and not (run_dir / JOURNAL_NAME).exists():
+            for f in telemetry_files:
+                f.unlink(missing_ok=True)
+            _remove_empty_run(run_dir, fresh)  # failed before measuring: leave nothing that looks like a run
+        else:
+            run.files += telemetry_files
+            run_log.run.update(status=status, points_done=len(out.rows),
+                               requests_measured=sum(len(p[1]) for p in out.points))
+            _finish(run, run_dir, out, run_log, run.interrupted or any(r.interrupted for r in run.results))
     run.files += [run_dir / n for n in ("records.jsonl", "records.csv", "summary.csv", "report.json", "run.json")]
     print(f"[perf] results: {run_dir}", file=sys.stderr)
     return run
+
+
+def _search(base: PerfConfig, one: Callable[[int, PerfConfig], LoadResult], run: PerfRun,
+            out: _Outputs) -> SearchResult:  # fmt: skip
+    """``perf search``: bisect the load; a failure the client flagged as late is probed again once, and
+    twice late makes the probe client-limited (it says nothing about the server)."""
+    integer = base.search_mode == "concurrency"
+    probe_base = base
+    if base.num_requests is None and base.duration_s is None:
+        probe_base = base.model_copy(update={"duration_s": 10.0})
+
+    def probe(x: float) -> ProbeOutcome:
+        key = "rate" if not integer else "concurrency"
+        for attempt in (1, 2):
+            point = {key: int(x) if integer else x, "labels": {"search_probe": len(run.results), "attempt": attempt}}
+            res = one(len(run.results), _point_config(probe_base, point))
+            if res.interrupted:
+                raise KeyboardInterrupt
+            passed = bool(res.summary["slo_attainment"] >= base.slo_attainment)
+            if passed or not _client_late(res):  # a late pass is a pass: lateness only adds latency
+                return passed
+            if attempt == 1:
+                print(f"[perf] search: {x:g} failed while the client was late; probing it again", file=sys.stderr)
+        return CLIENT_LIMITED
+
+    sr = search_max_load(probe, base.search_low, base.search_high, base.search_iterations, integer)
+    unit = "req/s" if not integer else "concurrent clients"
+    out.extra["search"] = {"mode": base.search_mode, "slo": base.slo, "attainment": base.slo_attainment,
+                           "best": sr.best, "lowest_failing": sr.lowest_failing, "gap": sr.gap,
+                           "probes": sr.probes, "client_limited": sr.client_limited,
+                           "limited_by": sr.verdict, "verdict": sr.describe(unit)}  # fmt: skip
+    print(f"[perf] search: {sr.describe(unit)}", file=sys.stderr)
+    return sr
+
+
+def _previous_points(base: PerfConfig, run_dir: Path, points: list[dict[str, Any]]) -> Previous | None:
+    """What the run being resumed already measured (None when this is not a resume)."""
+    if not (base.resume and (run_dir / "run.json").is_file()):
+        return None
+    prev = load_previous(run_dir, points)
+    print(f"[perf] resuming {run_dir}: {len(prev.done)} of {len(points)} point(s) already measured",
+          file=sys.stderr)  # fmt: skip
+    return prev
+
+
+def _remove_empty_run(run_dir: Path, fresh: bool) -> None:
+    for name in (*_RUN_FILES, "report.html"):
+        (run_dir / name).unlink(missing_ok=True)
+    if fresh:
+        with contextlib.suppress(OSError):
+            run_dir.rmdir()
+
+
+def _finish(run: PerfRun, run_dir: Path, out: _Outputs, run_log: RunLog, interrupted: bool) -> None:
+    """The files written at the end of every run that measured something (complete or not)."""
+    out.flush()
+    if run_log.config.get("plots") and out.points:
+        from lmmbench.reports.perf_plots import PLOTS_NOTE, plot_run
+
+        files = plot_run(run_dir, out.points)
+        if not files:
+            print(f"[perf] {PLOTS_NOTE}", file=sys.stderr)
+        run.files += files
+    from lmmbench.reports.html_report import write_reports
+
+    out.run_log(run_log, finished=True, interrupted=interrupted)
+    run.files += write_reports("perf", run_dir)  # a failure is a logged warning, never a lost run
+    out.run_log(run_log, finished=True, interrupted=interrupted, index=True)  # with report.html, indexed

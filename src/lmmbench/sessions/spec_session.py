@@ -34,6 +34,7 @@ class SpecRun:
     degraded: int = 0
     dropped_hooks: dict[str, str] = field(default_factory=dict)
     run_id: str = ""
+    measured_this_run: int = 0
 
     def row_counts(self) -> dict[str, int]:
         """ok / degraded / failed rows in the results file (a resumed file's earlier rows included)."""
@@ -55,6 +56,7 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     A Ctrl-C during the measurements still writes every file from the rows measured so far; the
     returned ``SpecRun`` then has ``interrupted=True``.
     """
+    from lmmbench.config.input_files import prepare_out_dir
     from lmmbench.core.clock import wall_label
     from lmmbench.core.run_log import write_run_log
     from lmmbench.reports import ResultsCsv, build_analysis, read_rows, run_record, write_json, write_summary
@@ -64,7 +66,8 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
 
     spec = SPECS.get(spec_name)()
     spec_dir = Path(options.out_dir) / spec.name
-    spec_dir.mkdir(parents=True, exist_ok=True)
+    _claim_folder(spec_dir, spec.name, options)
+    prepare_out_dir(spec_dir)
     ctx = SpecContext(options=options, spec_dir=spec_dir)
     started = wall_label()
     results_path = spec_dir / f"{spec.name}_results.csv"
@@ -103,10 +106,12 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
         plot_breakdown(rows, spec.stage_fields, spec.fit_pairs, plot_path, title=f"{spec.name}: {options.model}",
                        fit_stat=spec.fit_stat, preprocess_fields=spec.preprocess_fields)
     config = {"spec": spec.name, **options.model_dump(mode="json")}
-    done = SpecRun(spec_dir, spec.name, stats.ok, stats.failed, stats.skipped, interrupted, rows, analysis,
-                   spec.total_field, spec.unattributed_field, stats.degraded,
-                   dict(ctx.environment.get("dropped_hooks") or {}))
-    run_stats = {"ok": stats.ok, "degraded": stats.degraded, "failed": stats.failed,
+    ok_total, degraded_total, failed_total = file_counts(rows)
+    done = SpecRun(spec_dir, spec.name, ok_total, failed_total, stats.skipped, interrupted, rows, analysis,
+                   spec.total_field, spec.unattributed_field, degraded=degraded_total,
+                   dropped_hooks=dict(ctx.environment.get("dropped_hooks") or {}), measured_this_run=stats.ok)
+    run_stats = {"ok": ok_total, "degraded": degraded_total, "failed": failed_total,
+                 "measured_this_run": stats.ok, "degraded_this_run": stats.degraded, "failed_this_run": stats.failed,
                  "skipped_already_done": stats.skipped, "interrupted": interrupted, "rows": done.row_counts(),
                  "extra_repeats_for_target_ci": stats.extra_repeats, "target_ci_not_reached": stats.ci_not_reached}
     ctx.environment["random_weights"] = weights is not None
@@ -121,3 +126,33 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     write_run_log(spec_dir, record)  # with report.html listed, and indexed in the run store
     done.run_id = record.run_id
     return done
+
+
+def file_counts(rows: list[dict[str, Any]]) -> tuple[int, int, int]:
+    """(ok, degraded, failed) (sample, repeat) pairs of a results file: a pair that failed and was measured
+    on a resume counts once, as its best outcome; a failed one counts once however often it failed."""
+    def pairs(keep: Any) -> set[tuple[Any, Any]]:
+        return {(r.get("sample_id"), r.get("repeat")) for r in rows if keep(r.get("status"))}
+
+    ok = pairs(lambda st: st == "ok")
+    degraded = pairs(lambda st: st == "degraded") - ok
+    failed = pairs(lambda st: st not in ("ok", "degraded")) - ok - degraded
+    return len(ok), len(degraded), len(failed)
+
+
+_RUN_FILES = ("run.json", "report.html")
+
+
+def _claim_folder(spec_dir: Path, name: str, options: Any) -> None:
+    """Refuse to write into a folder that holds a run, unless --resume (continue) or --overwrite (replace)."""
+    from lmmbench.core.errors import UserError
+
+    held = [p for p in (spec_dir / f"{name}_results.csv", *(spec_dir / f for f in _RUN_FILES)) if p.exists()]
+    if not held or options.resume:
+        return
+    if not getattr(options, "overwrite", False):
+        raise UserError(f"{spec_dir} already holds a run ({held[0].name}); pass --resume to continue it, "
+                        f"--overwrite to replace it, or another --out-dir")
+    for p in [*spec_dir.glob(f"{name}_*"), *(spec_dir / f for f in _RUN_FILES)]:
+        if p.is_file():
+            p.unlink()

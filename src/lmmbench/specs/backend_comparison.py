@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import subprocess
 import sys
 import time
@@ -34,6 +35,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from lmmbench.backends.readiness import wait_for_server
 from lmmbench.core.errors import UserError
 from lmmbench.specs.base import Case, RunOptions, SpecContext, register_spec
 from lmmbench.specs.experiment_support import ResearchSpec, group_median, new_figure, ok_rows, save_figure
@@ -56,6 +58,7 @@ class BackendComparisonOptions(RunOptions):
     endpoint_models: list[str] = Field([], description="Model id per endpoint (default: the first id of its "
                                        "/v1/models, else --model).")
     api_key: str | None = Field(None, description="Bearer key for the endpoints (else $OPENAI_API_KEY).")
+    wait_for_server: float = Field(10.0, ge=0, description="Seconds to wait for an endpoint that is still starting.")
     timeout_s: float = Field(120.0, gt=0, description="Per-request time-out.")
     server_threads: int | None = Field(None, ge=1, description="torch threads of the built-in server it starts.")
     max_tokens: int = Field(8, ge=1, description="max_tokens of the endpoint requests. More than 1: a server holds "
@@ -116,24 +119,6 @@ async def _send(url: str, model: str, payload: dict[str, Any], api_key: str | No
     if not rec.ok:
         raise RuntimeError(f"{url}: {rec.error_kind}: {rec.error_message}")
     return {"rec": rec, "metrics": metrics}
-
-
-async def _served_model(url: str, api_key: str | None) -> str | None:
-    from lmmbench.backends.openai_http import OpenAIHttpClient
-
-    client = OpenAIHttpClient(url, "", api_key=api_key)
-    try:
-        rec = await client.request_once(None, method="GET", timeout_s=10)
-    except (OSError, asyncio.TimeoutError) as exc:
-        raise UserError(f"--endpoints {url}: cannot reach it ({exc}); is the server running?") from None
-    finally:
-        await client.close()
-    body = rec.event_data[0] if rec.event_data else rec.error_body
-    try:
-        data = json.loads(body).get("data") or []
-        return str(data[0]["id"]) if data else None
-    except (ValueError, AttributeError, KeyError, IndexError, TypeError):
-        return None
 
 
 class _BuiltinServer:
@@ -229,7 +214,9 @@ class BackendComparisonSpec(ResearchSpec):
         targets: dict[str, dict[str, Any]] = {}
         for i, url in enumerate(urls):
             model = opts.endpoint_models[i] if opts.endpoint_models else None
-            model = model or asyncio.run(_served_model(url, opts.api_key)) or opts.model
+            info = wait_for_server(url, model, opts.wait_for_server, api_key=opts.api_key or os.environ.get(
+                "OPENAI_API_KEY"))  # a server still starting is waited for; a wrong model id is refused
+            model = model or (info.models[0] if info.models else None) or opts.model
             label = f"lmmbench-serve(built-in)@{url}" if server is not None else url
             if label in targets:  # the same URL twice (e.g. two model ids on one server)
                 label = f"{url}#{i + 1}"

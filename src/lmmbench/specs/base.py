@@ -49,6 +49,7 @@ class RunOptions(BaseModel):
     device: str = device_field()
     dtype: Dtype = dtype_field()
     resume: bool = Field(False, description="Keep the existing results file and skip rows already measured.")
+    overwrite: bool = Field(False, description="Replace the run already in <out-dir>/<spec>/ (default: refuse).")
     seed: int = Field(0, description="Seed of the synthetic set and of torch.")
     limit: int | None = Field(None, ge=1, description="Measure only the first N samples.")
     video_fps: float = Field(2.0, gt=0, description="Frames sampled per second of video.")

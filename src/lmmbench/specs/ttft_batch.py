@@ -19,8 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from lmmbench.config.limits import check_limit
 from lmmbench.core.clock import now_ns, ns_to_ms
 from lmmbench.specs.base import Case, RunOptions, SpecContext, register_spec
 from lmmbench.specs.experiment_support import (
@@ -43,6 +44,12 @@ class TTFTBatchOptions(RunOptions):
     num_inputs: list[int] = Field([4], description="Batch sizes N to compare (each: one batch vs N sequential).")
     modality: str = Field("video", description="Which manifest rows to use: video, image, audio, or any (rows "
                           "with media the model can take).")
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> TTFTBatchOptions:
+        check_limit("batch_size", max(self.num_inputs, default=0), "--num-inputs")
+        check_limit("sweep_points", len(self.num_inputs), "--num-inputs (how many)")
+        return self
 
 
 class BatchPacked:

@@ -16,10 +16,12 @@ import json
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
 from collections import deque
 from typing import Any
 
+from lmmbench.config.limits import limit_value
 from lmmbench.config.perf_testserver import FAULT_KINDS, TestServerConfig
 from lmmbench.loadgen.precise_timer import PreciseTimers
 from lmmbench.testing.server_model import PrefixCacheModel, render_metrics
@@ -105,6 +107,28 @@ def _json_response(code: int, obj: Any) -> bytes:
     )
 
 
+_MAX_HEAD_BYTES = 64 * 1024  # request line + headers
+
+
+def _request_problem(req: dict[str, Any], chat: bool) -> str | None:
+    """What is wrong with a completion request's fields (None when nothing): bad input is a 400."""
+    for key in ("max_tokens", "max_completion_tokens"):
+        v = req.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            return f"'{key}' must be a non-negative integer"
+        if isinstance(v, int) and v > limit_value("output_tokens"):
+            return f"'{key}' = {v} exceeds {limit_value('output_tokens')}"
+    if not isinstance(req.get("stream_options") or {}, dict):
+        return "'stream_options' must be an object"
+    if chat:
+        msgs = req.get("messages")
+        if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+            return "'messages' must be a non-empty list of message objects"
+    elif not isinstance(req.get("prompt", ""), (str, list)):
+        return "'prompt' must be a string or a list"
+    return None
+
+
 def _error(code: int, message: str) -> bytes:
     return _json_response(code, {"error": {"message": message, "type": "invalid_request_error", "code": code}})
 
@@ -166,11 +190,20 @@ class _ServerConn(asyncio.Protocol):
         if self.transport is not None:
             self.transport.write(data)
 
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` and close: the rest of the stream cannot be framed."""
+        self.write(_error(status, message))
+        self.buf.clear()
+        if self.transport is not None:
+            self.transport.close()
+
     def data_received(self, data: bytes) -> None:
         self.buf += data
         while True:
             i = self.buf.find(b"\r\n\r\n")
             if i < 0:
+                if len(self.buf) > _MAX_HEAD_BYTES:
+                    self._refuse(431, "request headers too large")
                 return
             head = bytes(self.buf[:i]).decode("latin-1")
             lines = head.split("\r\n")
@@ -178,7 +211,13 @@ class _ServerConn(asyncio.Protocol):
             for line in lines[1:]:
                 name, _, value = line.partition(":")
                 if name.strip().lower() == "content-length":
-                    length = int(value.strip() or 0)
+                    length = int(value.strip()) if value.strip().isdigit() else -1
+            if length < 0:
+                self._refuse(400, "bad Content-Length")
+                return
+            if length > limit_value("body_bytes"):
+                self._refuse(413, f"request body of {length} bytes exceeds the limit of {limit_value('body_bytes')}")
+                return
             if len(self.buf) < i + 4 + length:
                 return
             body = bytes(self.buf[i + 4 : i + 4 + length])
@@ -222,8 +261,12 @@ class _ServerConn(asyncio.Protocol):
         try:
             req = json.loads(body)
             assert isinstance(req, dict)
-        except (ValueError, AssertionError):
+        except (ValueError, AssertionError, RecursionError):
             self.write(_error(400, "body is not a JSON object"))
+            return
+        problem = _request_problem(req, chat)
+        if problem is not None:
+            self.write(_error(400, problem))
             return
         model = req.get("model")
         if not cfg.accept_any_model and model != cfg.model:
@@ -420,13 +463,30 @@ def _run_one(cfg: TestServerConfig, ready: Any = None) -> None:
         asyncio.run(serve(cfg, ready))
 
 
+def _worker_main(cfg: TestServerConfig) -> None:
+    """A worker process: it dies with its parent (Linux PR_SET_PDEATHSIG), so no worker outlives it."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            return
+    _run_one(cfg)
+
+
 def run_testserver(cfg: TestServerConfig) -> None:
-    """Run the server in the foreground (``workers`` processes when more than one)."""
+    """Run the server in the foreground (``workers`` processes when more than one).
+
+    A taken port is a ``UserError``; workers end with the parent (SIGINT, SIGTERM or a kill)."""
+    from lmmbench.core.net import ensure_port_free
+
+    ensure_port_free(cfg.host, cfg.port)
     if cfg.workers == 1:
         _run_one(cfg)
         return
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_run_one, args=(cfg,), daemon=True) for _ in range(cfg.workers)]
+    procs = [ctx.Process(target=_worker_main, args=(cfg,), daemon=True) for _ in range(cfg.workers)]
     for p in procs:
         p.start()
     try:
