@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "lmmbench.cli.testserver_cmd",
     "lmmbench.cli.serve_cmd",
     "lmmbench.cli.eval_cmd",
+    "lmmbench.cli.batch_cmd",
 ]
 
 

@@ -1,0 +1,130 @@
+"""``serve`` rows: a server (``lmmbench serve`` or ``lmmbench testserver``) started in the background
+for the perf / eval rows that name it, ready before they start, stopped after they finish.
+
+Options of a serve row are the server's own options (``command=testserver`` picks the test server,
+default ``serve``); the port is chosen at run time on 127.0.0.1. ``wait_until_ready`` is a small
+stand-in for the project's readiness check: it polls ``<url>/models`` until a model is listed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import BaseModel
+
+from lmmbench.config.cli_options import parse_model
+from lmmbench.core.errors import UserError
+from lmmbench.executors.plan import PlanRow
+
+__all__ = ["RunningServer", "server_config", "start_server", "wait_until_ready"]
+
+SERVER_COMMANDS = ("serve", "testserver")
+
+
+def _config_model(command: str) -> type[BaseModel]:
+    if command == "testserver":
+        from lmmbench.config.perf_testserver import TestServerConfig
+
+        return TestServerConfig
+    from lmmbench.serve.server import ServeConfig
+
+    return ServeConfig
+
+
+def server_config(row: PlanRow) -> tuple[str, BaseModel]:
+    """The server command of a serve row and its validated options (port 0 until it starts)."""
+    opts = dict(row.options)
+    command = str(opts.pop("command", "serve"))
+    if command not in SERVER_COMMANDS:
+        raise UserError(f"options.command: '{command}' is not one of {', '.join(SERVER_COMMANDS)}")
+    if row.model is not None:
+        opts["model"] = row.model
+    return command, parse_model(_config_model(command), {**opts, "port": 0}, source="options")
+
+
+def _cli_args(cfg: BaseModel) -> list[str]:
+    args: list[str] = []
+    for key, value in cfg.model_dump(mode="json", exclude_unset=True).items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(flag if value else f"--no-{key.replace('_', '-')}")
+        elif isinstance(value, dict):
+            args += [flag, ",".join(f"{k}={v}" for k, v in value.items())]
+        elif isinstance(value, list):
+            args += [flag, ",".join(str(v) for v in value)]
+        elif value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def wait_until_ready(url: str, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> None:
+    """Poll ``<url>/models`` until it lists a model; ``UserError`` after ``timeout_s`` or if ``alive()`` fails."""
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if not alive():
+            raise UserError(f"the server for {url} exited before it was ready")
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=2) as resp:
+                if json.loads(resp.read()).get("data"):
+                    return
+                last = "no model listed"
+        except (OSError, ValueError) as exc:
+            last = str(exc)
+        time.sleep(0.1)
+    raise UserError(f"{url}: not ready after {timeout_s:g} s ({last})")
+
+
+@dataclass
+class RunningServer:
+    """A started serve row: its process, URL and log file."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+    _log: IO[bytes]
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 10 s; closes the log."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()
+
+
+def start_server(row: PlanRow, row_dir: Path, timeout_s: float = 300.0) -> RunningServer:
+    """Start ``row``'s server on a free loopback port, wait until it is ready, return it."""
+    from lmmbench.core.net import free_loopback_port
+
+    command, cfg = server_config(row)
+    port = free_loopback_port()
+    update: dict[str, Any] = {"port": port, "host": "127.0.0.1"}
+    cfg = cfg.model_copy(update=update)
+    cfg.model_fields_set.update(update)  # so the CLI flags carry them
+    row_dir.mkdir(parents=True, exist_ok=True)
+    log_path = row_dir / "server.log"
+    log = log_path.open("wb")
+    argv = [sys.executable, "-m", "lmmbench.cli.main", command, *_cli_args(cfg)]
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    server = RunningServer(row.name, proc, f"http://127.0.0.1:{port}/v1", log_path, log)
+    try:
+        wait_until_ready(server.url, timeout_s, alive=lambda: proc.poll() is None)
+    except BaseException:
+        server.stop()
+        raise
+    return server
