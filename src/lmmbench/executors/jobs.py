@@ -14,12 +14,14 @@ import traceback
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from lmmbench.config.cli_options import parse_model
+from lmmbench.core.errors import UserError
 from lmmbench.executors.plan import PlanRow
 
-__all__ = ["SERVER_URL_PLACEHOLDER", "Job", "RowResult", "config_model", "execute_job", "resolve_job", "write_result"]
+__all__ = ["SERVER_URL_PLACEHOLDER", "Job", "RowResult", "config_model", "execute_job", "resolve_job",
+           "validate_options", "write_result"]
 
 SERVER_URL_PLACEHOLDER = "http://127.0.0.1:1/v1"  # stands in for a serve row's URL until it runs
 
@@ -71,6 +73,16 @@ def config_model(kind: str, spec: str | None) -> type[BaseModel]:
     return PerfConfig
 
 
+def validate_options(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
+    """``data`` validated into ``model``; the first error becomes ``options.<field>: <message>``."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise UserError(f"options.{loc}: {err['msg']}" if loc else f"options: {err['msg']}") from None
+
+
 def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | None) -> Job:
     """Validate ``row``'s options into its run's config; ``server_url`` is its serve row's URL."""
     if row.kind == "serve":
@@ -93,7 +105,7 @@ def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | No
             data["model"] = row.model
         if server_url is not None:
             data["url"] = server_url
-    cfg = parse_model(config_model(row.kind, row.spec), {**data, "out_dir": str(row_dir)}, source="options")
+    cfg = validate_options(config_model(row.kind, row.spec), {**data, "out_dir": str(row_dir)})
     config = cfg.model_dump(mode="json", exclude_unset=True)
     config.pop("out_dir", None)
     return Job(name=row.name, kind=row.kind, spec=row.spec, model=row.model, config=config, row_dir=str(row_dir),

@@ -68,6 +68,7 @@ class Plan(BaseModel):
     workers: int = Field(1, ge=1, description="Local pool size (CPU slots; one per GPU when GPUs exist).")
     max_retries: int = Field(2, ge=0, description="Re-runs of a row whose worker crashed or was killed.")
     rows: list[PlanRow]
+    source: str | None = Field(None, exclude=True, description="The file the plan was read from (for errors).")
 
 
 def _scalar(text: str) -> Any:
@@ -158,7 +159,7 @@ def load_plan(path: Path, overrides: dict[str, Any] | None = None) -> Plan:
         raise UserError(f"{path}: row names must be unique; repeated: {', '.join(dup)}")
     head.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
-        plan = Plan.model_validate({**head, "rows": rows})
+        plan = Plan.model_validate({**head, "rows": rows, "source": str(path)})
     except ValidationError as exc:
         err = exc.errors()[0]
         raise UserError(f"{path}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None

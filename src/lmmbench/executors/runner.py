@@ -40,7 +40,7 @@ class PlanRun:
 def _executor_of(plan: Plan, row: PlanRow, override: str | None) -> str:
     name = override or row.executor or plan.executor
     if name not in EXECUTORS:
-        raise UserError(f"row '{row.name}': executor: unknown '{name}'; known: {', '.join(EXECUTORS.names())}")
+        raise UserError(f"executor: unknown '{name}'; known: {', '.join(EXECUTORS.names())}")
     return name
 
 
@@ -53,13 +53,13 @@ def resolve_plan(plan: Plan, executor: str | None = None, urls: dict[str, str] |
             try:
                 server_config(row)
             except UserError as exc:
-                raise UserError(f"plan '{plan.name}': row {n} '{row.name}': {exc}") from None
+                raise UserError(f"{plan.source or plan.name}: row {n} '{row.name}': {exc}") from None
             continue
         url = (urls or {}).get(row.server or "", SERVER_URL_PLACEHOLDER) if row.server else None
         try:
             jobs.append(resolve_job(row, plan_dir / row.name, _executor_of(plan, row, executor), url))
         except UserError as exc:
-            raise UserError(f"plan '{plan.name}': row {n} '{row.name}': {exc}") from None
+            raise UserError(f"{plan.source or plan.name}: row {n} '{row.name}': {exc}") from None
     return jobs
 
 

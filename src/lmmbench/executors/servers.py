@@ -22,8 +22,8 @@ from typing import IO, Any
 
 from pydantic import BaseModel
 
-from lmmbench.config.cli_options import parse_model
 from lmmbench.core.errors import UserError
+from lmmbench.executors.jobs import validate_options
 from lmmbench.executors.plan import PlanRow
 
 __all__ = ["RunningServer", "server_config", "start_server", "wait_until_ready"]
@@ -49,7 +49,7 @@ def server_config(row: PlanRow) -> tuple[str, BaseModel]:
         raise UserError(f"options.command: '{command}' is not one of {', '.join(SERVER_COMMANDS)}")
     if row.model is not None:
         opts["model"] = row.model
-    return command, parse_model(_config_model(command), {**opts, "port": 0}, source="options")
+    return command, validate_options(_config_model(command), {**opts, "port": 0})
 
 
 def _cli_args(cfg: BaseModel) -> list[str]:
