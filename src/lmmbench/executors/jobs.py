@@ -147,6 +147,7 @@ def _perf_metrics(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         out.update({f"{prefix}requests": s.get("requests"), f"{prefix}ok": s.get("ok"),
                     f"{prefix}errors": s.get("errors"), f"{prefix}qps": s.get("qps"),
                     f"{prefix}ttft_ms_mean": m.get("ttft_ms", {}).get("mean"),
+                    f"{prefix}ttft_ms_p50": m.get("ttft_ms", {}).get("p50"),
                     f"{prefix}ttft_ms_p99": m.get("ttft_ms", {}).get("p99"),
                     f"{prefix}tpot_ms_mean": m.get("tpot_ms", {}).get("mean")})  # fmt: skip
     return out

@@ -9,6 +9,7 @@ file a run index reads) and ``plan_summary.csv`` / ``plan_summary.html`` join th
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -99,7 +100,8 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, ra
         if prev is not None:
             done[job.name] = prev
             run.skipped.append(job.name)
-        else:
+        else:  # unfinished or --rerun: start from an empty folder, never append to an old run's files
+            shutil.rmtree(job.row_dir, ignore_errors=True)
             pending.append(job)
     rows = {r.name: r for r in plan.rows}
     needed = {s for j in pending if (s := rows[j.name].server)}
