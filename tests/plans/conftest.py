@@ -8,8 +8,6 @@ from typing import Any
 import pytest
 import yaml
 
-SAMPLE_PLUGIN = Path(__file__).parent / "sample_plugin"
-
 
 @pytest.fixture
 def write_plan(tmp_path: Path) -> Any:

@@ -59,7 +59,7 @@ def test_container_installs_requirements_with_constraints_fake_engine(write_plan
     from lmmbench.executors.gpus import GpuInfo
 
     argv, _ = ex._launch(job, tmp_path / "j" / "job.json", Slot(0, GpuInfo(3, "g", None, "nvml")))
-    assert ["--gpus", "device=3"] == argv[argv.index("--gpus"):argv.index("--gpus") + 2]
+    assert argv[argv.index("--gpus"):argv.index("--gpus") + 2] == ["--gpus", "device=3"]
     assert f"{constraints}:/lmmbench/constraints.txt:ro" in argv
     assert argv[-1].startswith("python -m pip install -q -c /lmmbench/constraints.txt 'pkg-a>=1' && python -m")
 

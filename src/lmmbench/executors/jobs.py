@@ -73,6 +73,12 @@ def config_model(kind: str, spec: str | None) -> type[BaseModel]:
     return PerfConfig
 
 
+def _spec_known(spec: str | None) -> bool:
+    from lmmbench.specs import SPECS
+
+    return spec in SPECS
+
+
 def validate_options(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
     """``data`` validated into ``model``; the first error becomes ``options.<field>: <message>``."""
     try:
@@ -105,9 +111,12 @@ def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | No
             data["model"] = row.model
         if server_url is not None:
             data["url"] = server_url
-    cfg = validate_options(config_model(row.kind, row.spec), {**data, "out_dir": str(row_dir)})
-    config = cfg.model_dump(mode="json", exclude_unset=True)
-    config.pop("out_dir", None)
+    if row.kind == "run" and row.requirements and not _spec_known(row.spec):
+        config = data  # a plugin spec installed by the row's own requirements: validated where it runs
+    else:
+        cfg = validate_options(config_model(row.kind, row.spec), {**data, "out_dir": str(row_dir)})
+        config = cfg.model_dump(mode="json", exclude_unset=True)
+        config.pop("out_dir", None)
     return Job(name=row.name, kind=row.kind, spec=row.spec, model=row.model, config=config, row_dir=str(row_dir),
                executor=executor, requirements=row.requirements, image=row.image, python=row.python,
                num_cpus=row.num_cpus, num_gpus=row.num_gpus)  # fmt: skip

@@ -2,11 +2,13 @@
 just in time and cached by a hash of (requirements, Python version, constraints).
 
 Environments live in ``$LMMBENCH_HOME/venvs/<hash>/``. They are created with ``uv`` when it is on
-PATH, else ``python -m venv`` + pip, always with ``--system-site-packages`` and always installing with
+PATH, else ``python -m venv --without-pip`` and the driver's pip (``pip --python <venv>``; a venv's own
+pip costs seconds to install), always with ``--system-site-packages`` and always installing with
 the project's constraints file (``-c constraints.txt``: otherwise a requirement that pulls torch gets
 a multi-GB CUDA build). lmmbench itself is put into the venv as a ``.pth`` file naming the source the
-driver runs (a no-deps editable install: the worker runs exactly the driver's lmmbench, and its
-dependencies come from the base interpreter through the system site-packages). So a venv costs
+driver runs (a no-deps editable install: the worker runs exactly the driver's lmmbench), and a
+second ``.pth`` adds the driver's site-packages after the venv's own, so lmmbench's dependencies
+(torch included) come from the driver's environment and the venv's requirements win over them. So a venv costs
 only its own requirements. The second row (or plan) with the same requirements reuses it.
 """
 
@@ -18,6 +20,7 @@ import json
 import shutil
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from dataclasses import dataclass
@@ -91,23 +94,37 @@ def _run(argv: list[str], log: Path) -> None:
 
 
 def _create(target: Path, requirements: list[str], python: str | None, constraints: Path, log: Path) -> None:
+    import importlib.util
+
     uv = shutil.which("uv")
+    driver_pip = importlib.util.find_spec("pip") is not None  # then the venv needs no pip of its own
     if uv:
         _run([uv, "venv", "--python", _python_version(python), "--system-site-packages", str(target)], log)
     else:
-        _run([_base_python(python), "-m", "venv", "--system-site-packages", str(target)], log)
+        _run([_base_python(python), "-m", "venv", "--system-site-packages", *(["--without-pip"] * driver_pip),
+              str(target)], log)  # fmt: skip
     py = target / "bin" / "python"
-    if requirements:
-        if uv:
-            _run([uv, "pip", "install", "--python", str(py), "-c", str(constraints), *requirements], log)
-        else:
-            _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", str(constraints),
-                  *requirements], log)  # fmt: skip
     site = subprocess.check_output([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                    text=True).strip()  # fmt: skip
+    _link_driver(Path(site))
+    if not requirements:
+        return
+    if uv:
+        _run([uv, "pip", "install", "--python", str(py), "-c", str(constraints), *requirements], log)
+    else:
+        pip = [sys.executable, "-m", "pip", "--python", str(py)] if driver_pip else [str(py), "-m", "pip"]
+        _run([*pip, "install", "-q", "--disable-pip-version-check", "-c", str(constraints), *requirements], log)
+
+
+def _link_driver(site: Path) -> None:
+    """lmmbench and the driver's site-packages into the venv, after its own packages."""
     import lmmbench
 
-    Path(site, "lmmbench-source.pth").write_text(str(Path(lmmbench.__file__).resolve().parents[1]) + "\n")
+    (site / "lmmbench-source.pth").write_text(str(Path(lmmbench.__file__).resolve().parents[1]) + "\n")
+    # when the driver runs in a venv itself, --system-site-packages only reaches the interpreter
+    # below it, not the driver's packages
+    driver_sites = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    (site / "lmmbench-driver-site.pth").write_text("".join(f"{p}\n" for p in driver_sites))
 
 
 def ensure_venv(requirements: list[str], python: str | None, constraints: Path, home: Path) -> PreparedVenv:
