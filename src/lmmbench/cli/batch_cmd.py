@@ -34,6 +34,7 @@ class BatchConfig(BaseModel):
 def _batch(cfg: BatchConfig) -> None:
     import json
 
+    from lmmbench.executors.jobs import SERVER_URL_PLACEHOLDER
     from lmmbench.executors.plan import load_plan
     from lmmbench.executors.runner import resolve_plan, run_plan
 
@@ -47,7 +48,8 @@ def _batch(cfg: BatchConfig) -> None:
             what = f"run {job.spec}" if job.kind == "run" else job.kind
             env = f" requirements={job.requirements}" if job.requirements else ""
             env += f" image={job.image}" if job.image else ""
-            typer.echo(f"{job.name}: {what} on {job.executor}{env} -> {job.row_dir}\n  {json.dumps(job.config)}")
+            config = json.dumps(job.config).replace(SERVER_URL_PLACEHOLDER, "<url of the serve row>")
+            typer.echo(f"{job.name}: {what} on {job.executor}{env} -> {job.row_dir}\n  {config}")
         return
 
     def echo(r: object) -> None:
