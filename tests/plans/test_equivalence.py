@@ -66,6 +66,10 @@ def test_three_row_plan_same_results_inprocess_subprocess_ray(write_plan: Any, t
         assert {by_name[n].executor for n in ("breakdown", "mc", "load")} == {executor}
         _check_plan_files(run.plan_dir)
         results[executor] = {n: r.metrics for n, r in by_name.items()}
+        if executor == "ray":
+            import ray
+
+            assert not ray.is_initialized()  # the executor shut down the local cluster it started
     print(f"three-row plan wall time (s): {json.dumps({k: round(v, 1) for k, v in seconds.items()})}; "
           f"perf mean TTFT (ms): {json.dumps({k: round(r['load']['ttft_ms_mean'], 2) for k, r in results.items()})}")
     ref = results["inprocess"]
