@@ -4,6 +4,7 @@ constraints file), a plan row runs the plugin's spec in it, and a second run reu
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ def test_venv_installs_sample_plugin_runs_its_spec_and_is_reused(write_plan: Any
     from lmmbench.specs import SPECS
 
     assert "plugin-sum" not in SPECS  # not installed in the driver: only the venv has it
-    rows = [{"name": "plug", "kind": "run", "spec": "plugin-sum", "requirements": [str(SAMPLE_PLUGIN)],
+    plugin = tmp_path / "sample_plugin"  # a copy: pip's build writes build/ and *.egg-info into the source
+    shutil.copytree(SAMPLE_PLUGIN, plugin)
+    rows = [{"name": "plug", "kind": "run", "spec": "plugin-sum", "requirements": [str(plugin)],
              "options": {"sizes": [1000, 20000], "repeats": 2, "warmup": 0}}]
     path = write_plan(rows, executor="venv")
     # the driver validates a row's options with the spec's model, so a plugin spec the driver does not
@@ -35,7 +38,7 @@ def test_venv_installs_sample_plugin_runs_its_spec_and_is_reused(write_plan: Any
     print(f"venv: first run {row.metrics['venv_setup_s']:.1f} s to create + install, "
           f"second {again.metrics['venv_setup_s']:.3f} s to reuse")
     constraints = Path(__file__).resolve().parents[2] / "constraints.txt"
-    venv = lmmbench_home() / "venvs" / venv_key([str(SAMPLE_PLUGIN)], None, constraints)
+    venv = lmmbench_home() / "venvs" / venv_key([str(plugin)], None, constraints)
     marker = json.loads((venv / "lmmbench-venv.json").read_text())
     assert marker["constraints"] == str(constraints)
     results = tmp_path / "b" / "p" / "plug" / "plugin-sum" / "plugin-sum_results.csv"
