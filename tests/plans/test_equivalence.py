@@ -17,7 +17,7 @@ from lmmbench.executors import load_plan
 from lmmbench.executors.runner import run_plan
 
 INJECTED_TTFT_MS = 20.0
-N_REQUESTS = 20
+N_REQUESTS = 40
 # Each row asks for every CPU, so Ray runs the rows one at a time as the local executors do and
 # the perf row's timing is not disturbed by a model running beside it. The perf row comes first, so
 # in-process it runs before the other rows have loaded a model into the same process.
@@ -29,7 +29,7 @@ def _rows() -> list[dict[str, Any]]:
         {"name": "ts", "kind": "serve", "options": {"command": "testserver", "ttft_ms": INJECTED_TTFT_MS,
                                                     "itl_ms": 5}},
         {"name": "load", "kind": "perf", "server": "ts", "num_cpus": ALL_CPUS,
-         "options": {"num_requests": N_REQUESTS, "rate": 25, "arrival": "constant", "warmup_requests": 5,
+         "options": {"num_requests": N_REQUESTS, "rate": 25, "arrival": "constant", "warmup_requests": 10,
                      "input_tokens": 16, "output_tokens": 8}},
         {"name": "breakdown", "kind": "run", "spec": "ttft-breakdown", "model": "tiny-llm", "num_cpus": ALL_CPUS,
          "options": {"limit": 1, "repeats": 1, "warmup": 0}},
