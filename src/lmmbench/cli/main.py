@@ -36,6 +36,7 @@ COMMAND_MODULES = [
     "lmmbench.cli.serve_cmd",
     "lmmbench.cli.eval_cmd",
     "lmmbench.cli.runs_cmd",
+    "lmmbench.cli.batch_cmd",
 ]
 
 

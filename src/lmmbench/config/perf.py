@@ -74,6 +74,9 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
     concurrencies: list[int] = Field(default_factory=list, description="Sweep of concurrencies.")
     warmup_requests: int = Field(0, ge=0, description="Requests sent before measuring, kept out of metrics.")
     workers: int = Field(1, ge=1, le=64, description="Client processes; each owns a slice of one schedule.")
+    executor: Literal["local", "ray"] = Field(
+        "local", description="Where the --workers run: local processes, or Ray actors (docs/plans.md).")
+    ray_address: str | None = Field(None, description="Ray cluster for --executor ray (default: a local one).")
     timeout_s: float = Field(600.0, gt=0, description="Per-request time-out.")
     seed: int = Field(0, description="Seed of prompts, lengths and arrivals.")
     spin_us: float = Field(

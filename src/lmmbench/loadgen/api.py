@@ -57,6 +57,7 @@ class LoadResult:
     model: str = ""
     warnings: list[str] = field(default_factory=list)
     client_cpu_s: float = 0.0  # CPU time of the client process(es) during the load
+    worker_clocks: list[Any] = field(default_factory=list)  # Ray actors' clock offsets (ray_fanout.ActorClock)
 
 
 def _client_kwargs(cfg: PerfConfig, model: str, continuous: bool) -> dict[str, Any]:
@@ -346,7 +347,8 @@ def run_benchmark(
         for p in plans:
             p.journal_path, p.journal_labels = journal
     total = _request_count(cfg)
-    if workers == 1:
+    clocks: list[Any] = []
+    if workers == 1 and cfg.executor == "local":
         show = _progress_printer(total) if cfg.progress else None
 
         def progress(d: Any) -> None:
@@ -354,6 +356,10 @@ def run_benchmark(
                 show(d.issued, d.completed, d.errors, d.in_flight)
 
         results = [run_worker(plans[0], cfg.loop, None, progress)]
+    elif cfg.executor == "ray":
+        from lmmbench.loadgen.ray_fanout import run_on_ray
+
+        results, clocks = run_on_ray(plans, cfg.loop, cfg.ray_address)
     else:
         results = _run_multi(plans, cfg, total)
     if cfg.progress and sys.stderr.isatty():
@@ -364,6 +370,11 @@ def run_benchmark(
     result = LoadResult(cfg, records, summary, not_sent, any(r.interrupted for r in results),
                         sum(r.connections_opened for r in results), workers, pf.model)  # fmt: skip
     result.client_cpu_s = sum(r.cpu_s for r in results)
+    result.worker_clocks = clocks
+    if clocks:
+        result.warnings.append("note: Ray actors' clock offsets from this process (ms, +- half the best ping): "
+                               + ", ".join(f"{c.node} {c.offset_ns / 1e6:+.3f} +- {c.rtt_ns / 2e6:.3f}"
+                                           for c in clocks))  # fmt: skip
     late = summary["metrics"]["lateness_ms"]["p99"]
     if late > LATENESS_WARN_MS:
         result.warnings.append(

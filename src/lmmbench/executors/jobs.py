@@ -1,0 +1,185 @@
+"""A resolved row (``Job``) and how one runs in the current process (``execute_job``).
+
+Every executor ends in ``execute_job``: in the driver (inprocess), in a fresh interpreter
+(subprocess, venv, container: ``python -m lmmbench.executors.worker job.json``) or in a Ray task.
+It calls the library sessions (``run_spec``, ``run_perf``, ``run_eval``), never the CLI, and
+returns a JSON-able ``RowResult`` whose ``metrics`` are flat numbers for the plan's joined table.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from lmmbench.config.cli_options import parse_model
+from lmmbench.core.errors import UserError
+from lmmbench.executors.plan import PlanRow
+
+__all__ = ["SERVER_URL_PLACEHOLDER", "Job", "RowResult", "config_model", "execute_job", "resolve_job",
+           "validate_options", "write_result"]
+
+SERVER_URL_PLACEHOLDER = "http://127.0.0.1:1/v1"  # stands in for a serve row's URL until it runs
+
+
+class Job(BaseModel):
+    """One row, resolved: the validated options of its run (``out_dir`` is set where it runs)."""
+
+    name: str
+    kind: Literal["run", "perf", "eval"]
+    spec: str | None = None
+    model: str | None = None
+    config: dict[str, Any]
+    row_dir: str
+    executor: str
+    requirements: list[str] = Field(default_factory=list)
+    image: str | None = None
+    python: str | None = None
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+
+class RowResult(BaseModel):
+    """What a row produced: ``ok`` or ``failed``, the run's folder, flat metrics, an error line."""
+
+    name: str
+    kind: str
+    status: Literal["ok", "failed", "skipped"]
+    executor: str = ""
+    model: str | None = None
+    folder: str | None = None
+    wall_s: float | None = None
+    attempts: int = 1
+    error: str | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+def config_model(kind: str, spec: str | None) -> type[BaseModel]:
+    """The pydantic options model of a row kind (a spec's own for ``run``)."""
+    if kind == "run":
+        from lmmbench.specs import SPECS
+
+        return SPECS.get(spec or "").options_model
+    if kind == "eval":
+        from lmmbench.evaluation.eval_config import EvalConfig
+
+        return EvalConfig
+    from lmmbench.config.perf import PerfConfig
+
+    return PerfConfig
+
+
+def _spec_known(spec: str | None) -> bool:
+    from lmmbench.specs import SPECS
+
+    return spec in SPECS
+
+
+def validate_options(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
+    """``data`` validated into ``model``; the first error becomes ``options.<field>: <message>``."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise UserError(f"options.{loc}: {err['msg']}" if loc else f"options: {err['msg']}") from None
+
+
+def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | None) -> Job:
+    """Validate ``row``'s options into its run's config; ``server_url`` is its serve row's URL."""
+    if row.kind == "serve":
+        raise ValueError("serve rows are started by the plan, not run as jobs")
+    data: dict[str, Any] = dict(row.options)
+    if row.kind == "run":
+        data.setdefault("progress", False)
+        if row.model is not None:
+            data["model"] = row.model
+    elif row.kind == "eval":
+        if server_url is not None:
+            data["model"] = server_url
+            if row.model is not None:
+                data.setdefault("tokenizer", row.model)
+        elif row.model is not None:
+            data["model"] = row.model
+    else:
+        data.update(progress=False, run_name=data.get("run_name", "run"))
+        if row.model is not None:
+            data["model"] = row.model
+        if server_url is not None:
+            data["url"] = server_url
+    if row.kind == "run" and row.requirements and not _spec_known(row.spec):
+        config = data  # a plugin spec installed by the row's own requirements: validated where it runs
+    else:
+        cfg = validate_options(config_model(row.kind, row.spec), {**data, "out_dir": str(row_dir)})
+        config = cfg.model_dump(mode="json", exclude_unset=True)
+        config.pop("out_dir", None)
+    return Job(name=row.name, kind=row.kind, spec=row.spec, model=row.model, config=config, row_dir=str(row_dir),
+               executor=executor, requirements=row.requirements, image=row.image, python=row.python,
+               num_cpus=row.num_cpus, num_gpus=row.num_gpus)  # fmt: skip
+
+
+def _run_metrics(job: Job, cfg: Any) -> tuple[str, dict[str, Any]]:
+    if job.kind == "run":
+        from lmmbench.sessions.spec_session import run_spec
+
+        srun = run_spec(job.spec or "", cfg)
+        statuses: dict[str, int] = {}
+        for r in srun.rows:
+            key = f"rows_{r.get('status') or 'unknown'}"
+            statuses[key] = statuses.get(key, 0) + 1
+        return str(srun.spec_dir), {"rows": len(srun.rows), **statuses, "failed": srun.failed}
+    if job.kind == "eval":
+        from lmmbench.evaluation.modes import run_eval
+
+        erun = run_eval(cfg, show_progress=False)
+        out: dict[str, Any] = {}
+        for r in erun.results:
+            out[f"{r['task']}.n_samples"] = r["n_samples"]
+            for metric, mv in r["metrics"].items():
+                out[f"{r['task']}.{metric}"] = mv["value"]
+        return str(erun.run_dir), out
+    from lmmbench.sessions.perf_session import run_perf
+
+    prun = run_perf(cfg)
+    return str(prun.run_dir), _perf_metrics([r.summary for r in prun.results])
+
+
+def _perf_metrics(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for i, s in enumerate(summaries):
+        prefix = "" if len(summaries) == 1 else f"p{i}."
+        m = s.get("metrics", {})
+        out.update({f"{prefix}requests": s.get("requests"), f"{prefix}ok": s.get("ok"),
+                    f"{prefix}errors": s.get("errors"), f"{prefix}qps": s.get("qps"),
+                    f"{prefix}ttft_ms_mean": m.get("ttft_ms", {}).get("mean"),
+                    f"{prefix}ttft_ms_p50": m.get("ttft_ms", {}).get("p50"),
+                    f"{prefix}ttft_ms_p99": m.get("ttft_ms", {}).get("p99"),
+                    f"{prefix}tpot_ms_mean": m.get("tpot_ms", {}).get("mean")})  # fmt: skip
+    return out
+
+
+def execute_job(job: Job) -> RowResult:
+    """Run ``job`` in this process; an exception becomes a failed ``RowResult`` (never raised)."""
+    t0 = time.perf_counter_ns()
+    row_dir = Path(job.row_dir)
+    row_dir.mkdir(parents=True, exist_ok=True)
+    base = RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model)
+    try:
+        cfg = parse_model(config_model(job.kind, job.spec), {**job.config, "out_dir": str(row_dir)}, source="options")
+        folder, metrics = _run_metrics(job, cfg)
+        base = base.model_copy(update={"status": "ok", "folder": folder, "metrics": metrics})
+    except Exception as exc:  # a row that fails is a result, not a crash of the plan
+        (row_dir / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
+        base = base.model_copy(update={"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]})
+    return base.model_copy(update={"wall_s": (time.perf_counter_ns() - t0) / 1e9})
+
+
+def write_result(result: RowResult, path: Path) -> None:
+    """Write ``result`` as JSON (atomically: a reader never sees half a file)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,123 @@
+"""The local worker pool: one process per run, one GPU per worker (or CPU slots), crash retries.
+
+A slot is a GPU (``CUDA_VISIBLE_DEVICES`` set to it) or, on a machine without GPUs, one of
+``workers`` CPU slots. Each job gets a fresh process started by a *launcher* (a plain interpreter,
+a venv's interpreter, a container engine); the job is written to ``<row>/job.json`` and the worker
+writes ``<row>/result.json``. A worker that exits without a result (crashed, killed, OOM) is
+started again, up to ``max_retries`` times, then the row fails with the tail of its log. While a
+worker runs on a GPU, the GPU is sampled through NVML when NVML is there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmmbench.executors.base import DoneCallback, ExecutorSettings
+from lmmbench.executors.gpus import GpuInfo, GpuSampler, discover_gpus, load_nvml
+from lmmbench.executors.jobs import Job, RowResult
+
+__all__ = ["Launcher", "Slot", "WorkerPool", "make_slots"]
+
+JOB_NAME = "job.json"
+RESULT_NAME = "result.json"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a worker runs: a GPU, or a CPU slot (``gpu`` is None)."""
+
+    index: int
+    gpu: GpuInfo | None = None
+
+    def env(self) -> dict[str, str]:
+        """Environment a worker on this slot gets."""
+        return {"CUDA_VISIBLE_DEVICES": str(self.gpu.index)} if self.gpu is not None else {}
+
+
+# (job, its job file, the slot) -> (argv, extra environment)
+Launcher = Callable[[Job, Path, Slot], tuple[list[str], dict[str, str]]]
+
+
+def make_slots(workers: int, gpus: list[GpuInfo]) -> list[Slot]:
+    """One slot per GPU when there are GPUs, else ``workers`` CPU slots."""
+    if gpus:
+        return [Slot(i, g) for i, g in enumerate(gpus)]
+    return [Slot(i) for i in range(max(1, workers))]
+
+
+def _log_tail(path: Path, n: int = 5) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])
+
+
+class WorkerPool:
+    """Runs jobs on a pool of slots, one process per job, with crash retries."""
+
+    def __init__(self, settings: ExecutorSettings, launcher: Launcher, slots: list[Slot] | None = None,
+                 nvml: Any | None = None) -> None:  # fmt: skip
+        self.settings = settings
+        self.launcher = launcher
+        self.nvml = nvml if nvml is not None else load_nvml()
+        self.slots = slots if slots is not None else make_slots(settings.workers, discover_gpus(self.nvml))
+
+    def run(self, jobs: list[Job], done: DoneCallback) -> None:
+        """Run every job on the first free slot; ``done`` is called from the pool's threads."""
+        free: queue.Queue[Slot] = queue.Queue()
+        for s in self.slots:
+            free.put(s)
+
+        def one(job: Job) -> None:
+            slot = free.get()
+            try:
+                done(self._run_with_retries(job, slot))
+            finally:
+                free.put(slot)
+
+        with ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="plan-worker") as ex:
+            for fut in [ex.submit(one, j) for j in jobs]:
+                fut.result()
+
+    def _run_with_retries(self, job: Job, slot: Slot) -> RowResult:
+        row_dir = Path(job.row_dir)
+        row_dir.mkdir(parents=True, exist_ok=True)
+        job_path = row_dir / JOB_NAME
+        job_path.write_text(json.dumps(job.model_copy(update={"row_dir": "."}).model_dump(mode="json"), indent=2),
+                            encoding="utf-8")  # relative: the worker resolves it against the job file's folder
+        crashes: list[str] = []
+        for attempt in range(1, self.settings.max_retries + 2):
+            result, crash = self._attempt(job, job_path, slot, attempt)
+            if result is not None:
+                return result.model_copy(update={"attempts": attempt})
+            crashes.append(crash)
+        log = row_dir / f"worker-attempt{len(crashes)}.log"
+        return RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model,
+                         attempts=len(crashes),
+                         error=f"worker crashed {len(crashes)} times ({'; '.join(crashes)}); log {log}: "
+                               f"{_log_tail(log)}")  # fmt: skip
+
+    def _attempt(self, job: Job, job_path: Path, slot: Slot, attempt: int) -> tuple[RowResult | None, str]:
+        result_path = job_path.parent / RESULT_NAME
+        result_path.unlink(missing_ok=True)
+        argv, env = self.launcher(job, job_path, slot)
+        log_path = job_path.parent / f"worker-attempt{attempt}.log"
+        sampler = GpuSampler(self.nvml, slot.gpu.index).start() if self.nvml and slot.gpu else None
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **slot.env(), **env})
+            (job_path.parent / f"attempt{attempt}.pid").write_text(str(proc.pid), encoding="utf-8")
+            code = proc.wait()
+        gpu = sampler.stop() if sampler else {}
+        if result_path.is_file():
+            result = RowResult.model_validate_json(result_path.read_text(encoding="utf-8"))
+            return result.model_copy(update={"metrics": {**result.metrics, **gpu}}), ""
+        return None, f"attempt {attempt}: exit code {code}"

@@ -1,0 +1,88 @@
+"""The ``ray`` executor: each row is one Ray task, scheduled by Ray on its own resources.
+
+``num_cpus`` / ``num_gpus`` of a row are the task's resource request; a worker that dies (killed,
+OOM, node lost) is retried by Ray itself (``max_retries``), not by lmmbench. ``--ray-address``
+joins an existing cluster (``ray://host:10001`` or ``auto``); without it a local cluster starts and
+is shut down at the end. Remote machines and pods (Kubernetes through KubeRay, cloud VMs through
+``ray up``) are a Ray cluster target: start the cluster there with lmmbench installed on every node
+and the plan's ``out_dir`` on a shared filesystem, then pass its address. Each task writes its row
+folder where it runs and returns its result, which the driver writes into the row folder.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
+from lmmbench.executors.jobs import Job, RowResult, execute_job
+
+__all__ = ["RayExecutor", "ray_execute"]
+
+
+def ray_execute(job_data: dict[str, Any]) -> dict[str, Any]:
+    """The body of a row's Ray task: run the job here; a pid file per attempt counts Ray's retries."""
+    job = Job.model_validate(job_data)
+    row_dir = Path(job.row_dir)
+    row_dir.mkdir(parents=True, exist_ok=True)
+    (row_dir / f"ray-attempt-{os.getpid()}.pid").write_text(str(os.getpid()), encoding="utf-8")
+    return execute_job(job).model_dump(mode="json")
+
+
+def _init_ray(address: str | None) -> bool:
+    """Connect to ``address`` or start a local cluster; True when this call started it."""
+    from lmmbench.core.errors import require
+
+    require("ray", "ray")
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        env = {k: v for k, v in os.environ.items() if k in ("LMMBENCH_HOME", "PYTHONPATH")}
+        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": env} if env else None)  # fmt: skip
+    return True
+
+
+class RayExecutor:
+    """Submits every row as a Ray task and reports results as they finish."""
+
+    def __init__(self, settings: ExecutorSettings) -> None:
+        self.settings = settings
+
+    def run(self, jobs: list[Job], done: DoneCallback) -> None:
+        """Run ``jobs`` as Ray tasks (resources and retries from the plan)."""
+        started = _init_ray(self.settings.ray_address)
+        import ray
+
+        try:
+            remote = ray.remote(ray_execute)
+            pending = {remote.options(num_cpus=j.num_cpus, num_gpus=j.num_gpus, max_retries=self.settings.max_retries,
+                                      retry_exceptions=False).remote(j.model_dump(mode="json")): j
+                       for j in jobs}  # fmt: skip
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                job = pending.pop(ready[0])
+                done(self._result(job, ready[0]))
+        finally:
+            if started:
+                ray.shutdown()
+
+    def _result(self, job: Job, ref: Any) -> RowResult:
+        import ray
+
+        attempts = max(1, len(list(Path(job.row_dir).glob("ray-attempt-*.pid"))))
+        try:
+            result = RowResult.model_validate(ray.get(ref))
+        except Exception as exc:  # the task's worker died more often than max_retries allows
+            line = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+            return RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model,
+                             attempts=attempts, error=f"ray task failed after {attempts} attempt(s): {line}")
+        return result.model_copy(update={"attempts": attempts})
+
+
+EXECUTORS.add("ray", RayExecutor)

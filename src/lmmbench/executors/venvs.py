@@ -1,0 +1,181 @@
+"""The ``venv`` executor: each row runs in a virtual environment with its requirements, installed
+just in time and cached by a hash of (requirements, Python version, constraints).
+
+Environments live in ``$LMMBENCH_HOME/venvs/<hash>/``. They are created with ``uv`` when it is on
+PATH, else ``python -m venv --without-pip`` and the driver's pip (``pip --python <venv>``; a venv's own
+pip costs seconds to install), always with ``--system-site-packages`` and always installing with
+the project's constraints file (``-c constraints.txt``: otherwise a requirement that pulls torch gets
+a multi-GB CUDA build). lmmbench itself is put into the venv as a ``.pth`` file naming the source the
+driver runs (a no-deps editable install: the worker runs exactly the driver's lmmbench), and a
+second ``.pth`` adds the driver's site-packages after the venv's own, so lmmbench's dependencies
+(torch included) come from the driver's environment and the venv's requirements win over them. So a venv costs
+only its own requirements. The second row (or plan) with the same requirements reuses it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmmbench.core.errors import UserError
+from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
+from lmmbench.executors.jobs import Job, RowResult
+from lmmbench.executors.local import worker_argv
+from lmmbench.executors.pool import Slot, WorkerPool
+
+__all__ = ["PreparedVenv", "VenvExecutor", "default_constraints", "ensure_venv", "venv_key"]
+
+MARKER = "lmmbench-venv.json"
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class PreparedVenv:
+    """A ready venv: its interpreter, whether this call created it, and how long that took."""
+
+    python: Path
+    created: bool
+    setup_s: float
+
+
+def default_constraints() -> Path:
+    """The project's constraints file: ``$LMMBENCH_CONSTRAINTS``, else constraints.txt of the source tree."""
+    import os
+
+    env = os.environ.get("LMMBENCH_CONSTRAINTS")
+    if env:
+        return Path(env)
+    import lmmbench
+
+    path = Path(lmmbench.__file__).resolve().parents[2] / "constraints.txt"
+    if not path.is_file():
+        raise UserError("the venv executor installs with a constraints file: set LMMBENCH_CONSTRAINTS=<path to "
+                        "lmmbench's constraints.txt>")
+    return path
+
+
+def _python_version(python: str | None) -> str:
+    return python or f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def venv_key(requirements: list[str], python: str | None, constraints: Path) -> str:
+    """The cache key of an environment: a hash of its requirements, Python version and constraints."""
+    payload = json.dumps({"requirements": sorted(requirements), "python": _python_version(python),
+                          "constraints": constraints.read_text(encoding="utf-8")}, sort_keys=True)  # fmt: skip
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _base_python(python: str | None) -> str:
+    if python is None or python == _python_version(None):
+        return sys.executable
+    found = shutil.which(f"python{python}")
+    if found is None:
+        raise UserError(f"python: no interpreter python{python} on PATH for the venv (install it, or use uv)")
+    return found
+
+
+def _run(argv: list[str], log: Path) -> None:
+    with log.open("ab") as fh:
+        fh.write(("$ " + " ".join(argv) + "\n").encode())
+        fh.flush()
+        code = subprocess.call(argv, stdout=fh, stderr=subprocess.STDOUT)
+    if code != 0:
+        tail = " | ".join(log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:])
+        raise UserError(f"venv setup failed ({argv[0]} exit {code}); log {log}: {tail}")
+
+
+def _create(target: Path, requirements: list[str], python: str | None, constraints: Path, log: Path) -> None:
+    import importlib.util
+
+    uv = shutil.which("uv")
+    driver_pip = importlib.util.find_spec("pip") is not None  # then the venv needs no pip of its own
+    if uv:
+        _run([uv, "venv", "--python", _python_version(python), "--system-site-packages", str(target)], log)
+    else:
+        _run([_base_python(python), "-m", "venv", "--system-site-packages", *(["--without-pip"] * driver_pip),
+              str(target)], log)  # fmt: skip
+    py = target / "bin" / "python"
+    site = subprocess.check_output([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   text=True).strip()  # fmt: skip
+    _link_driver(Path(site))
+    if not requirements:
+        return
+    if uv:
+        _run([uv, "pip", "install", "--python", str(py), "-c", str(constraints), *requirements], log)
+    else:
+        pip = [sys.executable, "-m", "pip", "--python", str(py)] if driver_pip else [str(py), "-m", "pip"]
+        _run([*pip, "install", "-q", "--disable-pip-version-check", "-c", str(constraints), *requirements], log)
+
+
+def _link_driver(site: Path) -> None:
+    """lmmbench and the driver's site-packages into the venv, after its own packages."""
+    import lmmbench
+
+    (site / "lmmbench-source.pth").write_text(str(Path(lmmbench.__file__).resolve().parents[1]) + "\n")
+    # when the driver runs in a venv itself, --system-site-packages only reaches the interpreter
+    # below it, not the driver's packages
+    driver_sites = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    (site / "lmmbench-driver-site.pth").write_text("".join(f"{p}\n" for p in driver_sites))
+
+
+def ensure_venv(requirements: list[str], python: str | None, constraints: Path, home: Path) -> PreparedVenv:
+    """The venv for ``requirements`` under ``home/venvs``: reused when built before, else built now."""
+    t0 = time.perf_counter_ns()
+    root = home / "venvs" / venv_key(requirements, python, constraints)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with _LOCK, (root.parent / f"{root.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two plans building one venv: the second waits, then reuses
+        if (root / MARKER).is_file():
+            return PreparedVenv(root / "bin" / "python", False, (time.perf_counter_ns() - t0) / 1e9)
+        shutil.rmtree(root, ignore_errors=True)  # a half-built one from a crash
+        log = root.parent / f"{root.name}.log"
+        log.unlink(missing_ok=True)
+        _create(root, requirements, python, constraints, log)
+        setup_s = (time.perf_counter_ns() - t0) / 1e9
+        (root / MARKER).write_text(json.dumps({"requirements": requirements, "python": _python_version(python),
+                                               "constraints": str(constraints), "setup_s": setup_s}, indent=2))
+        return PreparedVenv(root / "bin" / "python", True, setup_s)
+
+
+class VenvExecutor:
+    """Prepares each distinct environment once, then runs rows in them through the worker pool."""
+
+    def __init__(self, settings: ExecutorSettings) -> None:
+        self.settings = settings
+        self.venvs: dict[str, PreparedVenv] = {}
+
+    def _launch(self, job: Job, job_path: Path, slot: Slot) -> tuple[list[str], dict[str, str]]:
+        return worker_argv(str(self.venvs[job.name].python), job_path), {}
+
+    def run(self, jobs: list[Job], done: DoneCallback) -> None:
+        """Build or reuse each row's venv (recorded in its metrics), then run the rows in the pool."""
+        from lmmbench.models.tiny import lmmbench_home
+
+        constraints = self.settings.constraints or default_constraints()
+        ready: list[Job] = []
+        for job in jobs:
+            try:
+                self.venvs[job.name] = ensure_venv(job.requirements, job.python, constraints, lmmbench_home())
+                ready.append(job)
+            except UserError as exc:
+                done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
+                               model=job.model, error=str(exc)))  # fmt: skip
+
+        def with_venv(result: RowResult) -> None:
+            v = self.venvs[result.name]
+            done(result.model_copy(update={"metrics": {**result.metrics, "venv_created": v.created,
+                                                       "venv_setup_s": v.setup_s}}))  # fmt: skip
+
+        WorkerPool(self.settings, self._launch).run(ready, with_venv)
+
+
+EXECUTORS.add("venv", VenvExecutor)

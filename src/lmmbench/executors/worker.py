@@ -1,0 +1,37 @@
+"""The worker entry point of isolated executors: ``python -m lmmbench.executors.worker JOB.json``.
+
+It reads the resolved job (written by the driver, as AISBench's runner writes each task's config),
+runs it with ``execute_job`` and writes ``result.json`` next to the job file. A row that fails
+still writes its result (status ``failed``) and exits 0; a worker that dies writes nothing, which
+the pool reads as a crash and retries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from lmmbench.executors.jobs import Job, execute_job, write_result
+
+RESULT_NAME = "result.json"
+
+
+def main(argv: list[str]) -> int:
+    """Run the job file ``argv[0]``; relative row folders are taken from the job file's folder."""
+    if len(argv) != 1:
+        print("usage: python -m lmmbench.executors.worker JOB.json", file=sys.stderr)
+        return 2
+    job_path = Path(argv[0]).resolve()
+    job = Job.model_validate(json.loads(job_path.read_text(encoding="utf-8")))
+    if not Path(job.row_dir).is_absolute():
+        job = job.model_copy(update={"row_dir": str((job_path.parent / job.row_dir).resolve())})
+    (job_path.parent / f"worker-{os.getpid()}.pid").write_text(str(os.getpid()), encoding="utf-8")
+    result = execute_job(job)
+    write_result(result, job_path.parent / RESULT_NAME)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

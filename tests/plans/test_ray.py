@@ -1,0 +1,102 @@
+"""Ray: a killed Ray worker's row is retried by Ray itself (max_retries) and the plan finishes;
+`perf --executor ray --workers 2` slices one global schedule over two Ray actors, merges the records
+and estimates each actor's clock offset near zero (one machine). One real local Ray cluster serves
+the module (the executors join a running cluster and leave it running)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmmbench.config.perf import PerfConfig
+from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.core.net import free_loopback_port
+from lmmbench.core.request_records import RequestRecord
+from lmmbench.executors import load_plan
+from lmmbench.executors.runner import run_plan
+from lmmbench.loadgen.ray_fanout import estimate_offset, shift_record
+from lmmbench.sessions.perf_session import run_perf
+from lmmbench.testing import running_testserver
+
+RATE = 40.0
+N = 40
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    """A local Ray cluster for the module's tests, shut down after them."""
+    ray = pytest.importorskip("ray", reason="the ray extra is part of lmmbench[all], which CI installs")
+    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _kill_first_ray_worker(row_dir: Path, killed: list[str]) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pids = list(row_dir.glob("ray-attempt-*.pid"))
+        if pids and (row_dir / "perf").is_dir():  # the task is inside run_perf
+            time.sleep(0.3)
+            os.kill(int(pids[0].read_text()), signal.SIGKILL)
+            killed.append(pids[0].name)
+            return
+        time.sleep(0.05)
+
+
+def test_killed_ray_worker_is_retried_by_ray_and_the_plan_finishes(ray_cluster: None, write_plan: Any,
+                                                                   tmp_path: Path) -> None:
+    path = write_plan([
+        {"name": "ts", "kind": "serve", "options": {"command": "testserver", "ttft_ms": 5, "itl_ms": 1}},
+        {"name": "load", "kind": "perf", "server": "ts",
+         "options": {"num_requests": 40, "rate": 20, "arrival": "constant", "output_tokens": 2}},
+    ], max_retries=2)  # fmt: skip
+    killed: list[str] = []
+    killer = threading.Thread(target=_kill_first_ray_worker, args=(tmp_path / "out" / "p" / "load", killed))
+    killer.start()
+    run = run_plan(load_plan(path), "ray")
+    killer.join()
+    assert len(killed) == 1
+    load = next(r for r in run.results if r.name == "load")
+    assert load.status == "ok" and load.attempts == 2, load.error
+    assert load.metrics["ok"] == load.metrics["requests"] == 40
+
+
+def test_offset_estimate_and_record_shift_against_a_known_skew() -> None:
+    import time
+
+    skew = 7_000_000_000  # a remote clock 7 s ahead of ours
+    off, rtt = estimate_offset(lambda: time.perf_counter_ns() + skew, pings=5)
+    assert abs(off - skew) <= rtt // 2 + 1
+    rec = RequestRecord(request_id=1, scheduled_ns=skew + 10, sent_ns=skew + 20, end_ns=0,
+                        chunk_times_ns=[skew + 30, 0])
+    shift_record(rec, skew)
+    assert (rec.scheduled_ns, rec.sent_ns, rec.end_ns, rec.chunk_times_ns) == (10, 20, 0, [30, 0])
+
+
+def test_perf_executor_ray_slices_one_schedule_over_actors(ray_cluster: None, tmp_path: Path) -> None:
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=20, itl_ms=5)) as url:
+        cfg = PerfConfig.model_validate({"url": url, "executor": "ray", "workers": 2, "rate": RATE,
+                                         "arrival": "constant", "num_requests": N, "output_tokens": 4,
+                                         "out_dir": str(tmp_path), "run_name": "ray", "progress": False,
+                                         "plots": False})  # fmt: skip
+        run = run_perf(cfg)
+    res = run.results[0]
+    assert res.summary["ok"] == N and res.workers == 2
+    assert sorted({r.worker for r in res.records}) == [0, 1]
+    assert len(res.worker_clocks) == 2
+    for clock in res.worker_clocks:  # one machine: one monotonic clock, so the offset is within the ping
+        assert abs(clock.offset_ns) <= clock.rtt_ns // 2 + 1, clock
+    # one global schedule: the merged scheduled instants are 1/RATE apart whichever actor sent them
+    sched = sorted(r.scheduled_ns for r in res.records if not r.warmup)
+    gaps_ms = [(b - a) / 1e6 for a, b in itertools.pairwise(sched)]
+    assert all(abs(g - 1000 / RATE) < 1.0 for g in gaps_ms), gaps_ms
+    assert abs(res.summary["metrics"]["ttft_send_ms"]["mean"] - 20.0) <= 2.0
+    assert (tmp_path / "perf" / "ray" / "records.jsonl").is_file()
