@@ -30,24 +30,6 @@ def ray_execute(job_data: dict[str, Any]) -> dict[str, Any]:
     return execute_job(job).model_dump(mode="json")
 
 
-def _init_ray(address: str | None) -> bool:
-    """Connect to ``address`` or start a local cluster; True when this call started it."""
-    from lmmbench.core.errors import require
-
-    require("ray", "ray")
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if address:
-        ray.init(address=address, log_to_driver=False)
-    else:
-        env = {k: v for k, v in os.environ.items() if k in ("LMMBENCH_HOME", "PYTHONPATH")}
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": env} if env else None)  # fmt: skip
-    return True
-
-
 class RayExecutor:
     """Submits every row as a Ray task and reports results as they finish."""
 
@@ -56,7 +38,9 @@ class RayExecutor:
 
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
         """Run ``jobs`` as Ray tasks (resources and retries from the plan)."""
-        started = _init_ray(self.settings.ray_address)
+        from lmmbench.loadgen.ray_fanout import init_ray
+
+        started = init_ray(self.settings.ray_address)
         import ray
 
         try:

@@ -24,7 +24,7 @@ from lmmbench.core.errors import UserError, require
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.loadgen.driver import WorkerPlan, WorkerResult, run_worker
 
-__all__ = ["ActorClock", "LoadActor", "estimate_offset", "run_on_ray", "shift_record"]
+__all__ = ["ActorClock", "LoadActor", "estimate_offset", "init_ray", "run_on_ray", "shift_record"]
 
 PINGS = 15
 START_MARGIN_NS = 200_000_000  # t0 this far after the last actor reported ready
@@ -102,7 +102,9 @@ def shift_record(rec: RequestRecord, delta_ns: int) -> None:
             setattr(rec, f.name, [v - delta_ns if v else v for v in value])
 
 
-def _init(address: str | None) -> bool:
+def init_ray(address: str | None) -> bool:
+    """Connect to the cluster at ``address`` or start a local one (its workers get this process's
+    ``LMMBENCH_HOME`` and ``PYTHONPATH``); True when this call started or joined it."""
     require("ray", "ray")
     import ray
 
@@ -111,14 +113,16 @@ def _init(address: str | None) -> bool:
     if address:
         ray.init(address=address, log_to_driver=False)
     else:
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+        env = {k: v for k, v in os.environ.items() if k in ("LMMBENCH_HOME", "PYTHONPATH")}
+        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": env} if env else None)  # fmt: skip
     return True
 
 
 def run_on_ray(plans: list[WorkerPlan], loop_kind: str, address: str | None = None,
                ready_timeout_s: float = 300.0) -> tuple[list[WorkerResult], list[ActorClock]]:  # fmt: skip
     """Run ``plans`` in one Ray actor each, started at one instant; records come back in our clock."""
-    started = _init(address)
+    started = init_ray(address)
     import ray
 
     actor_cls = ray.remote(num_cpus=0, max_concurrency=4)(LoadActor)
