@@ -87,7 +87,7 @@ def test_perf_sigterm_flushes_and_leaves_no_load_worker(url: str, tmp_path: Path
             proc.kill()
             proc.wait(5)
     assert proc.returncode == 143, err.decode()[-2000:]
-    info = json.loads((run / "run.json").read_text())
+    info = json.loads((run / "run.json").read_text())["run"]  # the run log's perf facts
     assert info["status"] == "interrupted"
     records = (run / "records.jsonl").read_text().splitlines()
     assert info["requests_measured"] == len(records) > 0
@@ -145,7 +145,7 @@ def test_counts_are_exact_after_an_interruption_and_resume(tmp_path: Path, sig: 
     with results.open() as fh:
         first = [r for r in csv.DictReader(fh) if r["status"] == "ok"]
     info = json.loads((spec / "run.json").read_text())
-    assert info["stats"]["ok"] == len(first) and info["stats"]["interrupted"] is True
+    assert info["outcome"]["ok"] == len(first) and info["outcome"]["interrupted"] is True
     assert f"{len(first)} measured" in out.decode() and "(interrupted)" in out.decode()
     assert "interrupted" in (spec / "report.html").read_text()
     assert subprocess.run(argv, capture_output=True, timeout=60).returncode == 2, "refused without --resume"
@@ -155,9 +155,9 @@ def test_counts_are_exact_after_an_interruption_and_resume(tmp_path: Path, sig: 
         rows = [r for r in csv.DictReader(fh) if r["status"] == "ok"]
     assert len(rows) == 20 and len({(r["sample_id"], r["repeat"]) for r in rows}) == 20
     info = json.loads((spec / "run.json").read_text())
-    stats = info["stats"]
+    stats = info["outcome"]
     assert stats["ok"] == 20 and stats["interrupted"] is False
-    assert stats["measured_this_run"] == 20 - len(first) and stats["skipped_already_done"] == len(first)
+    assert stats["measured_this_run"] == 20 - len(first) and stats["skipped"] == len(first)
     assert "20 measured" in resumed.stdout and "interrupted" not in (spec / "report.html").read_text()
 
 
@@ -229,7 +229,7 @@ def test_perf_resume_keeps_finished_points_and_measures_the_rest_once(url: str, 
     per_point = {p: [r for r in records if r["labels"]["point"] == p] for p in (0, 1, 2)}
     assert all(len(v) == 30 for v in per_point.values()), {p: len(v) for p, v in per_point.items()}
     assert all(len({r["request_id"] for r in v}) == 30 for v in per_point.values())
-    info = json.loads((run / "run.json").read_text())
+    info = json.loads((run / "run.json").read_text())["run"]  # the run log's perf facts
     assert info["status"] == "complete" and info["points_done"] == 3 and info["requests_measured"] == 90
     with (run / "records.csv").open() as fh:
         lines = fh.read().splitlines()

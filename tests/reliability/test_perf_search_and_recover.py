@@ -94,4 +94,4 @@ def test_recover_turns_the_journal_of_a_killed_run_into_metrics(tmp_path: Path) 
     report = json.loads((run / "report.json").read_text())
     assert report["recovered"] is True and report["recovered_requests"] == len(lines)
     assert (run / "report.html").is_file()
-    assert json.loads((run / "run.json").read_text())["status"] == "recovered"
+    assert json.loads((run / "run.json").read_text())["run"]["status"] == "recovered"

@@ -155,7 +155,7 @@ def test_a_hook_that_raises_leaves_its_stage_empty_and_rows_degraded(
     assert set(analysis["unattributed"]["per_sample_pct"]) == {rows[0]["sample_id"]}
     captured = capsys.readouterr()
     assert "hook 'visual' dropped" in captured.err
-    assert "1 measured, 3 degraded, 0 failed" in captured.out
+    assert "1 measured (1 in this run, 0 already done), 3 degraded, 0 failed" in captured.out
     assert "from 1 ok row(s)" in captured.out
 
 

@@ -199,6 +199,8 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
         return run
     except BaseException as exc:
         runlog.error("run failed: %s: %s", type(exc).__name__, exc)  # the fatal error, in logs/all.log too
+        if not _has_predictions(run_dir):  # nothing measured: no run log that looks like a run
+            (run_dir / "run.json").unlink(missing_ok=True)
         raise
     finally:
         for handler in handlers:

@@ -94,6 +94,8 @@ def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | No
     if row.kind == "serve":
         raise ValueError("serve rows are started by the plan, not run as jobs")
     data: dict[str, Any] = dict(row.options)
+    if row.kind in ("run", "perf"):  # a row's folder is the plan's: a retried attempt replaces the killed one's
+        data.setdefault("overwrite", True)
     if row.kind == "run":
         data.setdefault("progress", False)
         if row.model is not None:
