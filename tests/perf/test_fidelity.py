@@ -47,14 +47,26 @@ def _quiet_run(cfg: PerfConfig, attempts: int = 3) -> LoadResult:
     return res
 
 
+def _round_trip_floor_ms() -> float:
+    """Median TTFT of the same client against a test server that injects no delay: this machine's
+    loopback + HTTP + SSE round trip (about 0.5-1 ms on the shared CI VMs), measured, not assumed."""
+    with running_testserver(TestServerConfig(port=free_port(), ttft_ms=0, itl_ms=5)) as url:
+        res = run_benchmark(_cfg(url, rate=25, arrival="constant", num_requests=40, output_tokens=8))
+    assert res.summary["ok"] == 40
+    return float(res.summary["metrics"]["ttft_send_ms"]["p50"])
+
+
 def test_mean_ttft_and_itl_within_1ms_of_injected_at_low_load(server: str) -> None:
+    floor = _round_trip_floor_ms()
+    assert floor <= 2.0, f"the zero-delay round trip alone takes {floor:.3f} ms"  # the client adds little itself
     res = _quiet_run(_cfg(server, rate=25, arrival="constant", num_requests=40, output_tokens=8))
     m = res.summary["metrics"]
     assert res.summary["ok"] == 40
     # from the send time: the client's own lateness (charged to the server in ttft_ms) is not part
-    # of the injected value; the median from the scheduled time must agree too
-    assert abs(m["ttft_send_ms"]["mean"] - 20.0) <= 1.0, m["ttft_send_ms"]
-    assert abs(m["ttft_ms"]["p50"] - 20.0) <= 1.0, m["ttft_ms"]
+    # of the injected value; the median from the scheduled time must agree too. Both are compared
+    # with the injected delay on top of the machine's measured zero-delay round trip.
+    assert abs(m["ttft_send_ms"]["mean"] - 20.0 - floor) <= 1.0, (floor, m["ttft_send_ms"])
+    assert abs(m["ttft_ms"]["p50"] - 20.0 - floor) <= 1.0, (floor, m["ttft_ms"])
     assert abs(m["itl_ms"]["mean"] - 5.0) <= 1.0, m["itl_ms"]
     assert abs(m["tpot_ms"]["mean"] - 5.0) <= 1.0
     assert m["ttft_ms"]["min"] >= 19.9  # never below the injected value (the server's timerfd is exact)
