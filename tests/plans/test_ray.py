@@ -98,5 +98,9 @@ def test_perf_executor_ray_slices_one_schedule_over_actors(ray_cluster: None, tm
     sched = sorted(r.scheduled_ns for r in res.records if not r.warmup)
     gaps_ms = [(b - a) / 1e6 for a, b in itertools.pairwise(sched)]
     assert all(abs(g - 1000 / RATE) < 1.0 for g in gaps_ms), gaps_ms
-    assert abs(res.summary["metrics"]["ttft_send_ms"]["mean"] - 20.0) <= 2.0
+    ttft = res.summary["metrics"]["ttft_send_ms"]
+    # merged instants are consistent: no request is faster than the injected delay (a wrong clock
+    # shift would show here); two Ray actors, a raylet and the server share 2 CPUs, so the median
+    # gets a loose bound (one CI run saw a 25 ms mean with a 30 ms p99 lateness under that load)
+    assert ttft["min"] >= 19.9 and ttft["p50"] - 20.0 <= 5.0, ttft
     assert (tmp_path / "perf" / "ray" / "records.jsonl").is_file()
