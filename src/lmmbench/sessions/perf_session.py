@@ -282,6 +282,45 @@ def _claim_run_dir(cfg: PerfConfig) -> Path:
     return run_dir
 
 
+def _start_run_log(base: PerfConfig, points: list[dict[str, Any]], run_dir: Path, out: _Outputs) -> RunLog:
+    """run.json at the start of a perf run (status "running"; finished and indexed by ``_finish``)."""
+    open_loop = base.rate is not None or bool(base.rates) or any(p.get("rate") is not None for p in points) or (
+        base.action == "search" and base.search_mode == "rate")
+    run_log = RunLog(run_id=new_run_id("perf"), kind="perf", name=run_dir.name, model=base.model,
+                     labels=dict(base.labels), started_at=wall_label(), config=base.model_dump(mode="json"),
+                     environment=out.env, measurement=measurement_from(measurement_facts(base, open_loop)),
+                     run={"points": points, "status": "running", "points_done": 0})  # fmt: skip
+    out.run_log(run_log, finished=False, interrupted=False)
+    return run_log
+
+
+def _sweep(base: PerfConfig, points: list[dict[str, Any]], done: Previous | None,
+           one: Callable[[int, PerfConfig, Preflight], LoadResult], pf: Preflight | None) -> None:  # fmt: skip
+    """Every load point in order, grouped by ``tp`` when ``--server-cmd`` starts a server per group;
+    points a resumed run already measured are skipped. An interrupted point raises KeyboardInterrupt."""
+    groups: dict[Any, list[tuple[int, PerfConfig]]] = {}
+    for i, point in enumerate(points):
+        pcfg = _point_config(base, point)
+        groups.setdefault(pcfg.labels.get("tp") if base.server_cmd else None, []).append((i, pcfg))
+    for tp, items in groups.items():
+        proc = None
+        if base.server_cmd:
+            proc = _start_server(base.server_cmd, tp, items[0][1].labels.get("batch"), base.url)
+            pf = _wait_ready(base, proc)
+        if pf is None:
+            raise UserError("perf: no server to send to (give --url, or --server-cmd to start one)")
+        try:
+            for i, pcfg in items:
+                if done is not None and i in done.done:
+                    continue  # measured by the session this --resume continues
+                if one(i, pcfg, pf).interrupted:
+                    raise KeyboardInterrupt
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
+
+
 def run_perf(cfg: PerfConfig) -> PerfRun:
     """Run every point of ``cfg`` (or the SLO search) and write the run folder."""
     base, points = _resolve(cfg)
@@ -294,6 +333,7 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
         tok = load_tokenizer(base.tokenizer)
     check_limit("sweep_points", len(points), "load points (workload points x sweep)")
     run_dir = _claim_run_dir(base)
+    pf: Preflight | None = None
     if base.server_cmd is None:
         wait_for_server(base.url, base.model, base.wait_for_server, api_key=base.api_key)
         pf = preflight(base)  # fails clearly before any folder is made or load is sent
@@ -305,13 +345,7 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
     if done is not None:
         out.keep(done, base)
     run = PerfRun(run_dir)
-    open_loop = base.rate is not None or bool(base.rates) or any(p.get("rate") is not None for p in points) or (
-        base.action == "search" and base.search_mode == "rate")
-    run_log = RunLog(run_id=new_run_id("perf"), kind="perf", name=run_dir.name, model=base.model,
-                     labels=dict(base.labels), started_at=wall_label(), config=base.model_dump(mode="json"),
-                     environment=out.env, measurement=measurement_from(measurement_facts(base, open_loop)),
-                     run={"points": points, "status": "running", "points_done": 0})  # fmt: skip
-    out.run_log(run_log, finished=False, interrupted=False)
+    run_log = _start_run_log(base, points, run_dir, out)
     run.run_id = run_log.run_id
     status = "complete"
 
@@ -335,28 +369,10 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
 
     try:
         if base.action == "search":
-            pf = pf if base.server_cmd is None else _wait_ready(base, None)
-            run.search = _search(base, lambda i, pcfg: one(i, pcfg, pf), run, out)
+            ready = pf if pf is not None else _wait_ready(base, None)
+            run.search = _search(base, lambda i, pcfg: one(i, pcfg, ready), run, out)
         else:
-            groups: dict[Any, list[tuple[int, PerfConfig]]] = {}
-            for i, point in enumerate(points):
-                pcfg = _point_config(base, point)
-                groups.setdefault(pcfg.labels.get("tp") if base.server_cmd else None, []).append((i, pcfg))
-            for tp, items in groups.items():
-                proc = None
-                if base.server_cmd:
-                    proc = _start_server(base.server_cmd, tp, items[0][1].labels.get("batch"), base.url)
-                    pf = _wait_ready(base, proc)
-                try:
-                    for i, pcfg in items:
-                        if done is not None and i in done.done:
-                            continue  # measured by the session this --resume continues
-                        if one(i, pcfg, pf).interrupted:
-                            raise KeyboardInterrupt
-                finally:
-                    if proc is not None:
-                        proc.terminate()
-                        proc.wait(30)
+            _sweep(base, points, done, one, pf)
     except KeyboardInterrupt:
         status = "interrupted"
         run.interrupted = True
