@@ -15,6 +15,7 @@ import pytest
 from lmmbench.cli.main import main
 from lmmbench.config.perf_testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
+from lmmbench.loadgen.server_metrics import SERVER_METRICS, CounterRatio
 from lmmbench.loadgen.telemetry import TelemetrySampler, map_server_metrics, parse_prometheus, read_telemetry
 from lmmbench.profiling.nvml_sampler import NvmlSampler
 from lmmbench.testing import running_testserver
@@ -36,27 +37,102 @@ def _page(names: str, running: int = 3, waiting: int = 2) -> str:
     ("tgi", {"server": "tgi", "running": 3, "waiting": 2}),
 ])  # fmt: skip
 def test_each_servers_metric_names_map_to_the_same_quantities(names: str, expected: dict[str, Any]) -> None:
-    assert map_server_metrics(parse_prometheus(_page(names))) == expected
+    row, deprecated = map_server_metrics(parse_prometheus(_page(names)))
+    assert {k: row[k] for k in expected} == expected and deprecated == []
+
+
+def _scrape(lines: list[str]) -> dict[str, dict[str, float]]:
+    return parse_prometheus("\n".join(lines) + "\n")
 
 
 def test_vllm_prefix_hit_rate_is_the_rate_between_scrapes() -> None:
-    before = {"vllm:num_requests_running": 1.0, "vllm:prefix_cache_queries_total": 100.0,
-              "vllm:prefix_cache_hits_total": 10.0}  # fmt: skip
-    now = {**before, "vllm:prefix_cache_queries_total": 300.0, "vllm:prefix_cache_hits_total": 160.0}
-    assert map_server_metrics(now, before)["prefix_cache_hit_rate"] == pytest.approx(0.75)
-    assert "prefix_cache_hit_rate" not in map_server_metrics(now)  # no previous scrape: absent, not 0
+    before = _scrape(["vllm:num_requests_running 1", "vllm:prefix_cache_queries_total 100",
+                      "vllm:prefix_cache_hits_total 10"])  # fmt: skip
+    now = _scrape(["vllm:num_requests_running 1", "vllm:prefix_cache_queries_total 300",
+                   "vllm:prefix_cache_hits_total 160"])  # fmt: skip
+    assert map_server_metrics(now, before, 1.0)[0]["prefix_cache_hit_rate"] == pytest.approx(0.75)
+    assert "prefix_cache_hit_rate" not in map_server_metrics(now)[0]  # no previous scrape: absent, not 0
 
 
-def test_prometheus_labels_are_summed_and_comments_skipped() -> None:
+def test_prometheus_label_sets_are_kept_apart_and_comments_skipped() -> None:
     text = ('# HELP x\nvllm:num_requests_running{model_name="a",engine="0"} 2\n'
             'vllm:num_requests_running{model_name="b"} 3.0 1700000000\nbad line\n')  # fmt: skip
-    assert parse_prometheus(text) == {"vllm:num_requests_running": 5.0}
+    assert parse_prometheus(text) == {
+        "vllm:num_requests_running": {'engine="0",model_name="a"': 2.0, 'model_name="b"': 3.0}
+    }
+
+
+def test_fractions_of_two_engines_are_averaged_never_summed() -> None:
+    """Two vLLM engines at 60 % KV use read as 60 % (was 120 %), SGLang with data parallel 2 at a 40 % hit
+    rate reads as 40 % (was 80 %); unequal engines are kept per engine beside the mean."""
+    vllm = _scrape(['vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.6',
+                    'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.6',
+                    'vllm:num_requests_running{engine="0",model_name="m"} 3',
+                    'vllm:num_requests_running{engine="1",model_name="m"} 4'])  # fmt: skip
+    row, _ = map_server_metrics(vllm)
+    assert row["kv_cache_usage"] == pytest.approx(0.6) and row["running"] == 7  # counts do add up
+    assert row["per_engine"]["kv_cache_usage"] == {"engine=0": 0.6, "engine=1": 0.6}
+    sgl = _scrape(['sglang:cache_hit_rate{dp_rank="0"} 0.4', 'sglang:cache_hit_rate{dp_rank="1"} 0.4',
+                   'sglang:token_usage{dp_rank="0"} 0.2', 'sglang:token_usage{dp_rank="1"} 0.8'])  # fmt: skip
+    row, _ = map_server_metrics(sgl)
+    assert row["server"] == "sglang" and row["prefix_cache_hit_rate"] == pytest.approx(0.4)
+    assert row["kv_cache_usage"] == pytest.approx(0.5)
+    assert row["per_engine"]["kv_cache_usage"] == {"dp_rank=0": 0.2, "dp_rank=1": 0.8}
+
+
+def test_counters_become_rates_and_spec_decode_acceptance() -> None:
+    """Counters of two engines: per-second rates of their summed increments; speculative decoding's
+    acceptance rate = accepted / draft tokens and length = 1 + accepted / drafts over the interval, as
+    vLLM's own bench computes them from the same counters."""
+    def page(drafts: int, draft_toks: int, accepted: int, preempt: int, cached: int) -> dict[str, dict[str, float]]:
+        return _scrape([f'vllm:spec_decode_num_drafts_total{{engine="{e}"}} {drafts}' for e in "01"]
+                       + [f'vllm:spec_decode_num_draft_tokens_total{{engine="{e}"}} {draft_toks}' for e in "01"]
+                       + [f'vllm:spec_decode_num_accepted_tokens_total{{engine="{e}"}} {accepted}' for e in "01"]
+                       + [f'vllm:num_preemptions_total{{engine="{e}"}} {preempt}' for e in "01"]
+                       + [f'vllm:prompt_tokens_cached_total{{engine="{e}"}} {cached}' for e in "01"])  # fmt: skip
+    before, now = page(10, 40, 20, 1, 100), page(30, 120, 60, 4, 600)
+    row, _ = map_server_metrics(now, before, 2.0)
+    assert row["spec_decode_acceptance_rate"] == pytest.approx(80 / 160)
+    assert row["spec_decode_acceptance_length"] == pytest.approx(1 + 80 / 40)
+    assert row["preemptions_per_s"] == pytest.approx(6 / 2.0)
+    assert row["prompt_tokens_cached_per_s"] == pytest.approx(1000 / 2.0)
+    assert "preemptions_per_s" not in map_server_metrics(now)[0]  # a rate needs two scrapes: absent, not 0
+
+
+def test_deprecated_names_only_as_named_fallbacks() -> None:
+    old = _scrape(["vllm:num_requests_running 1", "vllm:gpu_cache_usage_perc 0.3"])
+    row, deprecated = map_server_metrics(old)
+    assert row["kv_cache_usage"] == pytest.approx(0.3)
+    assert deprecated == ["vllm:gpu_cache_usage_perc (for kv_cache_usage)"]
+    both = _scrape(["vllm:kv_cache_usage_perc 0.5", "vllm:gpu_cache_usage_perc 0.3",
+                    "vllm:prefix_cache_queries_total 10", "vllm:prefix_cache_hits_total 5",
+                    "vllm:gpu_prefix_cache_hit_rate 0.9"])  # fmt: skip
+    row, deprecated = map_server_metrics(both)
+    assert row["kv_cache_usage"] == pytest.approx(0.5) and deprecated == []
+    assert "prefix_cache_hit_rate" not in row  # the current counters need a second scrape; the old gauge is not read
+
+
+def test_current_metric_names_are_the_pinned_engines_own() -> None:
+    """Every current name telemetry reads is exported by vLLM 0.33.0 or SGLang 0.5.23 (names read from their
+    sources into engine_metric_names.json), and so is every vLLM / SGLang name the test server serves."""
+    known = json.loads((Path(__file__).parent / "engine_metric_names.json").read_text())
+    exported = {**known["vllm==0.33.0"], **known["sglang==0.5.23"]}
+    for family in ("vllm", "sglang"):
+        for q in SERVER_METRICS[family]:
+            names = (*q.numerator, *q.denominator) if isinstance(q, CounterRatio) else q.names
+            assert all(n in exported for n in names), (family, q)
+            assert isinstance(q, CounterRatio) or all(n not in exported for n in q.deprecated), q
+    served = parse_prometheus(_page("all"))
+    assert {n for n in served if not n.startswith("tgi")} <= set(exported)
+    kinds = {n: exported[n] for n in served if n in exported}
+    assert all(kind == "counter" for n, kind in kinds.items() if n.endswith("_total"))
 
 
 @pytest.fixture
 def url() -> Iterator[str]:
     cfg = TestServerConfig(port=free_loopback_port(), ttft_ms=20, itl_ms=2, prefix_cache=True,
-                           prefill_ms_per_token=0.05, metrics_names="sglang", kv_capacity_tokens=4000)  # fmt: skip
+                           prefill_ms_per_token=0.05, metrics_names="sglang", kv_capacity_tokens=4000,
+                           metrics_engines=2)  # fmt: skip
     with running_testserver(cfg) as u:
         yield u
 
@@ -77,6 +153,12 @@ def test_perf_scrapes_server_metrics_into_telemetry_and_plots_them(url: str, tmp
     # probes' few uncached words count too, hence the 1 % tolerance)
     assert rows[-1]["prefix_cache_hit_rate"] == pytest.approx(38 * 64 / (40 * 72), rel=0.01)
     assert rows[-1]["prefix_cache_hit_rate"] <= 38 * 64 / (40 * 72)
+    # two data-parallel engines: counts add up, fractions are their mean (never above 1), kept per engine
+    assert all(set(r["per_engine"]["kv_cache_usage"]) == {"dp_rank=0", "dp_rank=1"} for r in rows)
+    assert all(r["kv_cache_usage"] == pytest.approx(sum(r["per_engine"]["kv_cache_usage"].values()) / 2) for r in rows)
+    assert all(r["kv_capacity_tokens"] == 4000 for r in rows)
+    assert max(r.get("prompt_tokens_per_s", 0.0) for r in rows) > 0  # a counter read as a rate
+    assert json.loads((run / "run.json").read_text())["measurement"].get("telemetry_deprecated_metrics") is None
     assert (run / "telemetry.png").stat().st_size > 1000
     assert "telemetry.png" in (run / "report.html").read_text()
 

@@ -62,6 +62,10 @@ class TestServerConfig(BaseModel):
     metrics_names: Literal["none", "vllm", "sglang", "tgi", "all"] = Field(
         "none", description="Serve GET /metrics (running/waiting, KV usage, prefix hits) under these names."
     )
+    metrics_engines: int = Field(
+        1, ge=1, le=64, description="Label /metrics as this many engines (data parallel): the load, the KV cache "
+        "and the counters are split between them, one label set each.",
+    )
 
     @field_validator("faults")
     @classmethod

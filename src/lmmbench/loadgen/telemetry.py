@@ -1,10 +1,10 @@
 """Telemetry during a load test: the server's Prometheus ``/metrics`` and the local GPUs (NVML), sampled
 at an interval on a background thread and appended to ``telemetry.jsonl`` in the run folder.
 
-The names of vLLM, SGLang and TGI are mapped onto four quantities: requests running and waiting,
-KV-cache usage (fraction 0..1) and prefix-cache hit rate (fraction of prompt tokens found cached;
-from vLLM's hit/query counters it is the rate over the last interval). A quantity the server does
-not export is absent from the row (TGI exports no KV usage or prefix hits). A server that answers
+The names of vLLM, SGLang and TGI are mapped onto common quantities (``loadgen.server_metrics``): requests
+running and waiting, KV-cache usage (fraction 0..1, averaged over engines and kept per engine), prefix-cache
+hit rate, preemptions / retractions, prompt, cached and generated tokens per second, speculative-decoding
+acceptance. A quantity the server does not export is absent from the row. A server that answers
 ``/metrics`` with an error is not asked again; one that does not answer (not up yet, ``--server-cmd``)
 is asked at every interval. The GPU part needs pynvml and a driver.
 """
@@ -19,69 +19,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any, TextIO
 
+from lmmbench.loadgen.server_metrics import SERVER_METRICS, Scrape, map_server_metrics, parse_prometheus
 from lmmbench.profiling.nvml_sampler import NvmlSampler
 
 __all__ = ["SERVER_METRICS", "TELEMETRY_NAME", "TelemetrySampler", "map_server_metrics", "parse_prometheus"]
 
 TELEMETRY_NAME = "telemetry.jsonl"
-
-#: Per server family: our quantity -> the gauge it exports (first found wins).
-SERVER_METRICS: dict[str, dict[str, tuple[str, ...]]] = {
-    "vllm": {
-        "running": ("vllm:num_requests_running",),
-        "waiting": ("vllm:num_requests_waiting",),
-        "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-        "prefix_cache_hit_rate": ("vllm:gpu_prefix_cache_hit_rate",),
-    },
-    "sglang": {
-        "running": ("sglang:num_running_reqs",),
-        "waiting": ("sglang:num_queue_reqs",),
-        "kv_cache_usage": ("sglang:token_usage",),
-        "prefix_cache_hit_rate": ("sglang:cache_hit_rate",),
-    },
-    "tgi": {"running": ("tgi_batch_current_size",), "waiting": ("tgi_queue_size",)},
-}
-_VLLM_HIT_COUNTERS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Metric name -> value of a Prometheus text page, summed over label sets (e.g. per model)."""
-    out: dict[str, float] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "{" in line:
-            name, rest = line.split("{", 1)
-            rest = rest.rsplit("}", 1)[-1]
-        else:
-            name, _, rest = line.partition(" ")
-        parts = rest.split()
-        if not parts:
-            continue
-        try:
-            value = float(parts[0])
-        except ValueError:
-            continue
-        out[name.strip()] = out.get(name.strip(), 0.0) + value
-    return out
-
-
-def map_server_metrics(values: dict[str, float], previous: dict[str, float] | None = None) -> dict[str, Any]:
-    """Our quantities from one scrape (``previous``: the last scrape, for vLLM's hit-rate counters)."""
-    for family, names in SERVER_METRICS.items():
-        found = {q: next((values[n] for n in cands if n in values), None) for q, cands in names.items()}
-        row: dict[str, Any] = {k: v for k, v in found.items() if v is not None}
-        if not row:
-            continue
-        row["server"] = family
-        hits, queries = _VLLM_HIT_COUNTERS
-        if family == "vllm" and hits in values and queries in values and previous is not None:
-            dq = values[queries] - previous.get(queries, 0.0)
-            if dq > 0:
-                row["prefix_cache_hit_rate"] = (values[hits] - previous.get(hits, 0.0)) / dq
-        return row
-    return {}
 
 
 def _metrics_url(base_url: str) -> str:
@@ -102,7 +45,9 @@ class TelemetrySampler:
         self.notes: list[str] = []
         self.rows = 0
         self.data_rows = 0  # rows with anything from the server or a GPU
-        self._previous: dict[str, float] | None = None
+        self._previous: Scrape | None = None
+        self._previous_ns = 0
+        self.deprecated_names: list[str] = []  # deprecated metric names read as fallbacks (the run log lists them)
         self._stop = threading.Event()
         self._file: TextIO = self.path.open("a", encoding="utf-8")
         self._thread = threading.Thread(target=self._loop, name="lmmbench-telemetry", daemon=True)
@@ -118,6 +63,7 @@ class TelemetrySampler:
         try:
             with urllib.request.urlopen(self.url, timeout=max(self.interval_s, 1.0)) as resp:
                 values = parse_prometheus(resp.read().decode("utf-8", "replace"))
+                now_ns = time.perf_counter_ns()
         except urllib.error.HTTPError as exc:  # the server answered: it has no /metrics
             if self.server_ok is None:
                 self.server_ok = False
@@ -127,8 +73,14 @@ class TelemetrySampler:
             if not self.notes:
                 self.notes.append(f"server telemetry: {self.url} did not answer ({exc})")
             return {}
-        row = map_server_metrics(values, self._previous)
-        self._previous = values
+        dt_s = (now_ns - self._previous_ns) / 1e9 if self._previous is not None else None
+        row, deprecated = map_server_metrics(values, self._previous, dt_s)
+        self._previous, self._previous_ns = values, now_ns
+        for name in deprecated:
+            if name not in self.deprecated_names:
+                self.deprecated_names.append(name)
+                self.notes.append(f"server telemetry: read the deprecated metric {name}; the server exports no "
+                                  "current name for it")
         if self.server_ok is None:
             self.server_ok = bool(row)
             if not row:

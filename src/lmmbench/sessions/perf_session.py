@@ -390,6 +390,8 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
             _remove_empty_run(run_dir, fresh)  # failed before measuring: leave nothing that looks like a run
         else:
             run.files += telemetry_files
+            if telemetry is not None and telemetry.deprecated_names:  # fallbacks the run log must name
+                run_log.measurement.telemetry_deprecated_metrics = telemetry.deprecated_names  # type: ignore[attr-defined]
             run_log.run.update(status=status, points_done=len(out.rows),
                                requests_measured=sum(len(p[1]) for p in out.points))
             _finish(run, run_dir, out, run_log, run.interrupted or any(r.interrupted for r in run.results))

@@ -50,29 +50,53 @@ class PrefixCacheModel:
         return hit
 
 
+def _split(total: float, parts: int, i: int, whole: bool = False) -> float:
+    """Engine ``i``'s share of ``total`` (whole numbers go to the first engines first)."""
+    if whole:
+        return float(int(total) // parts + (i < int(total) % parts))
+    return total / parts
+
+
 def render_metrics(cfg: TestServerConfig, cache: PrefixCacheModel, running: int, waiting: int) -> bytes:
-    """The Prometheus text page, with the metric names of ``cfg.metrics_names``."""
-    usage = min(cache.active_tokens / max(cfg.kv_capacity_tokens, 1), 1.0)
-    hit_rate = cache.hit_tokens / cache.query_tokens if cache.query_tokens else 0.0
-    label = f'{{model_name="{cfg.model}"}}'
-    lines: list[str] = []
-
-    def add(name: str, kind: str, value: float, labels: str = label) -> None:
-        lines.extend([f"# TYPE {name} {kind}", f"{name}{labels} {value}"])
-
+    """The Prometheus text page, with the metric names of ``cfg.metrics_names`` (vLLM 0.33 / SGLang 0.5.23 /
+    TGI), one label set per engine (``cfg.metrics_engines``), each engine holding its share of the load."""
+    n = cfg.metrics_engines
+    cap = max(cfg.kv_capacity_tokens, 1)
+    families: dict[str, tuple[str, list[str]]] = {}  # name -> (kind, sample lines): one TYPE line per name
     names = ("vllm", "sglang", "tgi") if cfg.metrics_names == "all" else (cfg.metrics_names,)
-    if "vllm" in names:
-        add("vllm:num_requests_running", "gauge", running)
-        add("vllm:num_requests_waiting", "gauge", waiting)
-        add("vllm:kv_cache_usage_perc", "gauge", usage)
-        add("vllm:prefix_cache_queries_total", "counter", cache.query_tokens)
-        add("vllm:prefix_cache_hits_total", "counter", cache.hit_tokens)
-    if "sglang" in names:
-        add("sglang:num_running_reqs", "gauge", running)
-        add("sglang:num_queue_reqs", "gauge", waiting)
-        add("sglang:token_usage", "gauge", usage)
-        add("sglang:cache_hit_rate", "gauge", hit_rate)
-    if "tgi" in names:
-        add("tgi_batch_current_size", "gauge", running, "")
-        add("tgi_queue_size", "gauge", waiting, "")
+    for i in range(n):
+        run_i, wait_i = _split(running, n, i, True), _split(waiting, n, i, True)
+        used_i = _split(cache.active_tokens, n, i)
+        q_i, h_i = _split(cache.query_tokens, n, i), _split(cache.hit_tokens, n, i)
+        usage = min(used_i / (cap / n), 1.0)
+        hit_rate = cache.hit_tokens / cache.query_tokens if cache.query_tokens else 0.0
+        label = f'{{model_name="{cfg.model}",engine="{i}"}}'
+
+        def add(name: str, kind: str, value: float, labels: str = label) -> None:
+            families.setdefault(name, (kind, []))[1].append(f"{name}{labels} {value}")
+
+        if "vllm" in names:
+            add("vllm:num_requests_running", "gauge", run_i)
+            add("vllm:num_requests_waiting", "gauge", wait_i)
+            add("vllm:kv_cache_usage_perc", "gauge", usage)
+            add("vllm:prefix_cache_queries_total", "counter", q_i)
+            add("vllm:prefix_cache_hits_total", "counter", h_i)
+            add("vllm:prompt_tokens_total", "counter", q_i)
+            add("vllm:prompt_tokens_cached_total", "counter", h_i)
+            add("vllm:num_preemptions_total", "counter", 0)
+        if "sglang" in names:
+            dp = f'{{model_name="{cfg.model}",dp_rank="{i}"}}'
+            add("sglang:num_running_reqs", "gauge", run_i, dp)
+            add("sglang:num_queue_reqs", "gauge", wait_i, dp)
+            add("sglang:token_usage", "gauge", usage, dp)
+            add("sglang:num_used_tokens", "gauge", used_i, dp)
+            add("sglang:max_total_num_tokens", "gauge", cap / n, dp)
+            add("sglang:cache_hit_rate", "gauge", hit_rate, dp)
+            add("sglang:prompt_tokens_total", "counter", q_i, dp)
+            add("sglang:cached_tokens_total", "counter", h_i, dp)
+            add("sglang:num_retracted_requests_total", "counter", 0, dp)
+        if "tgi" in names and i == 0:
+            add("tgi_batch_current_size", "gauge", running, "")
+            add("tgi_queue_size", "gauge", waiting, "")
+    lines = [line for name, (kind, samples) in families.items() for line in (f"# TYPE {name} {kind}", *samples)]
     return ("\n".join(lines) + "\n").encode()
