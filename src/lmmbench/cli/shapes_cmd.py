@@ -23,6 +23,14 @@ def print_shapes() -> None:
         params = f"{spec.published_params_b:g} B" if spec.published_params_b else ""
         typer.echo(f"{'shape:' + name:24s} {spec.family:22s} {params:>10s}  {built:5s}  {spec.description}")
         typer.echo(f"{'':24s} source: {spec.source}")
+    from lmmbench.models.vla import VLA_SHAPES, count_vla_parameters
+
+    for cfg in VLA_SHAPES.values():  # policies, not transformers models: built in memory by episodic-eval
+        params = f"{cfg.published_params_b:g} B" if cfg.published_params_b else ""
+        typer.echo(f"{'shape:' + cfg.name:24s} {'vla (policy)':22s} {params:>10s}  -      "
+                   f"{count_vla_parameters(cfg) / 1e9:.3g} B on the meta device; "
+                   f"run episodic-eval --env pusht --policy {cfg.name}")
+        typer.echo(f"{'':24s} source: {cfg.source}")
     typer.echo("Random weights: for latency and memory studies only. Quick CPU variant: "
                "lmmbench models build shape:NAME --num-layers 1")
 

@@ -1,7 +1,8 @@
 """The registries of environment suites and policies, and how ``--env`` / ``--policy`` resolve.
 
-Built in: the ``toy-waypoints`` suite (policies ``toy``, ``toy-prefix-cache``) and the ``chat``
-suite (policy ``chat``, tiny-llm through ``BatchEngine``); ``gym:<id>`` wraps any gymnasium
+Built in: the ``toy-waypoints`` suite (policies ``toy``, ``toy-prefix-cache``), the ``chat``
+suite (policy ``chat``, tiny-llm through ``BatchEngine``), the ``pusht`` physics suite (gym-pusht) and the
+VLA-shaped policies ``pi0`` / ``pi0-small`` / ``pi0-tiny`` (``models.vla``); ``gym:<id>`` wraps any gymnasium
 environment (policy ``random``). Third-party packages add suites and policies through the entry-point groups
 ``lmmbench.episode_suites`` and ``lmmbench.episode_policies``.
 """
@@ -40,6 +41,12 @@ def _toy_env(task: int) -> Env:
     return ToyWaypointsEnv(task)
 
 
+def _pusht_env(task: int) -> Env:
+    from lmmbench.episodes.pusht import PushTEnv
+
+    return PushTEnv(task)
+
+
 def _chat_env(task: int) -> Env:
     from lmmbench.episodes.chat import ScriptedUserEnv
 
@@ -49,6 +56,9 @@ def _chat_env(task: int) -> Env:
 SUITES.add("toy-waypoints", EnvSuite(
     "toy-waypoints", _toy_env, None, "toy", 24,
     "2-D point robot visiting 3 waypoints on a 16x16 grid; image-like observations"))
+SUITES.add("pusht", EnvSuite(
+    "pusht", lambda task: _pusht_env(task), None, "pi0-tiny", 60,
+    "gym-pusht's Push-T (pymunk physics, headless pygame rendering at 224 px); tasks differ by instruction"))
 SUITES.add("chat", EnvSuite(
     "chat", _chat_env, None, "chat", 8,
     "multi-turn conversations with a scripted user (2-4 turns; success: the reply says the keyword)"))
@@ -80,6 +90,21 @@ POLICIES.add("toy", lambda s: _toy(s, False))
 POLICIES.add("toy-prefix-cache", lambda s: _toy(s, True))
 POLICIES.add("chat", _chat)
 POLICIES.add("random", _random)
+
+
+def _vla(settings: PolicySettings, shape: str) -> Policy:
+    from lmmbench.episodes.vla_policy import VlaPolicy
+
+    return VlaPolicy(shape, device=settings.device, weight_seed=settings.weight_seed,
+                     execute_steps=settings.execute_steps)
+
+
+def _vla_factory(shape: str) -> Callable[[PolicySettings], Policy]:
+    return lambda settings: _vla(settings, shape)
+
+
+for _shape in ("pi0", "pi0-small", "pi0-tiny"):  # models.vla.VLA_SHAPES: pi0's widths, and CPU-sized cuts
+    POLICIES.add(_shape, _vla_factory(_shape))
 
 
 def resolve_suite(name: str) -> EnvSuite:

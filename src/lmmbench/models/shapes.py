@@ -93,6 +93,9 @@ def is_shape_name(model: str) -> bool:
 def load_shape_spec(name: str) -> ShapeSpec:
     """The shipped shape ``name`` (with or without the ``shape:`` prefix); UserError if unknown."""
     name = name.removeprefix(SHAPE_PREFIX)
+    if name in ("pi0", "pi0-small", "pi0-tiny"):  # models.vla.VLA_SHAPES (importing it would pull torch here)
+        raise UserError(f"shape:{name} is a vision-language-action policy, not a language model: use it with "
+                        f"lmmbench run episodic-eval --env pusht --policy {name}")
     if name not in shape_names():
         raise UserError(f"unknown shape '{name}'; shapes: {', '.join(shape_names())} (lmmbench models shapes)")
     data = json.loads(_data_dir().joinpath(f"{name}.json").read_text(encoding="utf-8"))
