@@ -1,7 +1,9 @@
 """Every kind of report page in a real headless Chromium: it renders (a screenshot that is not blank,
 with the charts' colours in it), the charts exist and have drawn (SVG paths with data), and the
-charts' script ran. Pages come from real runs: a spec run on tiny-llm, an eval run on tiny-llm, a
-two-point perf run and a comparison of two perf runs against `lmmbench testserver`."""
+charts' script ran, and each page answers its question first (its headline elements). Pages come from real
+runs: a TTFT breakdown on tiny-llm, an eval run on tiny-llm, an episodic run (toy-waypoints), a two-point
+perf run and a comparison of two perf runs against `lmmbench testserver`. With LMMBENCH_SCREENSHOT_DIR set,
+the screenshots are kept there (docs/images holds the ones the docs show)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,9 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
     ev = run_eval(EvalConfig.model_validate({"model": "tiny-llm", "tasks": ["sample_mc"], "limit": 12,
                                              "out_dir": root / "eval", "threads": 1}), show_progress=False)
     out["eval"] = ev.run_dir / "report.html"
+    assert main(["run", "episodic-eval", "--num-tasks", "2", "--num-trials-per-task", "2", "--out-dir", str(root),
+                 "--threads", "1", "--no-progress"]) == 0  # fmt: skip
+    out["episodic"] = root / "episodic-eval" / "report.html"
     for name, ttft in (("a", 5), ("b", 8)):
         with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=ttft, itl_ms=1)) as url:
             assert main(["perf", "--url", url, "--model", "test-model", "--concurrencies", "1,4", "--num-requests",
@@ -64,7 +69,17 @@ def _render(page: Path, tmp: Path) -> tuple[str, Path]:
     return proc.stdout, shot
 
 
-@pytest.mark.parametrize("kind", ["spec", "eval", "perf", "compare"])
+#: what each page must show in its headline, before its first chart (the question it answers, first)
+HEADLINE_ELEMENTS = {
+    "spec": ("<b>TTFT ", "Where TTFT goes:", "prefill ", " %"),  # tiny-llm: text only, no encoders
+    "eval": ("sample_mc · acc", "95 % "),
+    "episodic": ("success rate", "95 % ", "episodes"),
+    "perf": ("qps",),
+    "compare": (),
+}
+
+
+@pytest.mark.parametrize("kind", ["spec", "eval", "episodic", "perf", "compare"])
 def test_page_renders_with_drawn_charts(pages: dict[str, Path], kind: str, tmp_path: Path) -> None:
     from PIL import Image
 
@@ -85,3 +100,13 @@ def test_page_renders_with_drawn_charts(pages: dict[str, Path], kind: str, tmp_p
     blue = tuple(int(PALETTE[0][i : i + 2], 16) for i in (1, 3, 5))
     drawn = sum(n for n, px in colors if sum(abs(a - b) for a, b in zip(px, blue, strict=True)) < 30)
     assert drawn > 200, "no chart colour in the screenshot"
+    top = dom[: dom.index("class=\"chart\"")]
+    assert all(e in top for e in HEADLINE_ELEMENTS[kind]), (kind, top[-1500:])
+    if kind == "spec":  # the stacked bar per input is the first chart; raw field names only further down
+        assert "aria-label=\"stage breakdown per input\"" in dom[dom.index("class=\"chart\"") - 200:][:400]
+        assert "_ms_median" not in top and "others_generate_setup" not in top
+    if kind == "episodic":
+        assert top.index("success rate") < top.index("wall_ms")
+    keep = os.environ.get("LMMBENCH_SCREENSHOT_DIR")
+    if keep and kind in ("spec", "eval", "episodic"):
+        shutil.copy(shot, Path(keep) / f"report-{ {'spec': 'ttft-breakdown'}.get(kind, kind)}.png")

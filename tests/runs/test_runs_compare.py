@@ -72,10 +72,41 @@ def test_ttft_26_against_20_is_a_regression_and_fails_the_ci_gate(
     assert main(["runs", "compare", runs["base"], runs["slow"]]) == 0  # without the gate: report only
 
 
+def test_a_20_percent_capacity_drop_is_a_throughput_regression_on_its_own(
+    runs: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two closed-loop clients and a TTFT of 26 instead of 20 ms: the server's capacity drops by about 23 %.
+    QPS and output throughput get intervals from time windows of each run and are flagged; with the
+    latency thresholds raised out of reach, the throughput drop alone fails the gate."""
+    result = compare_runs([runs["base"]], [runs["slow"]])
+    flagged = {m.metric: m for _, m in result.metrics if m.metric in ("qps", "output_token_throughput")}
+    assert set(flagged) == {"qps", "output_token_throughput"}
+    for m in flagged.values():
+        assert m.verdict == "regression" and m.ci_high is not None and m.ci_high < 0 and -30 < m.change < -15
+    summaries = {n: _summary_qps(runs, n) for n in ("base", "slow")}
+    assert flagged["qps"].a == pytest.approx(summaries["base"]) and flagged["qps"].b == pytest.approx(summaries["slow"])
+    errors = next(m for _, m in result.metrics if m.metric == "error_rate")
+    assert errors.verdict == "unchanged" and errors.unit == "pt" and errors.a == errors.b == 0.0
+    gate = ["runs", "compare", runs["base"], runs["slow"], "--fail-on-regression", "--threshold",
+            "ttft_ms=1000,e2e_ms=1000,tpot_ms=1000,itl_mean_ms=1000"]  # fmt: skip
+    assert main(gate) == 1
+    out = capsys.readouterr().out
+    assert "qps" in out and "regression" in out
+
+
+def _summary_qps(runs: dict[str, str], name: str) -> float:
+    import csv
+
+    folder = Path(RunStore.open().get(runs[name]).path)
+    return float(next(csv.DictReader((folder / "summary.csv").open()))["qps"])
+
+
 def test_identical_settings_are_not_flagged(runs: dict[str, str]) -> None:
     assert main(["runs", "compare", runs["base"], runs["again"], "--fail-on-regression"]) == 0
     result = compare_runs([runs["base"]], [runs["again"]])
     assert not result.regressions and not result.improvements
+    qps = next(m for _, m in result.metrics if m.metric == "qps")
+    assert qps.ci_low is not None and qps.ci_high is not None  # throughput has an interval now
     assert result.config_diff == [] or all(k in ("config.url",) for k, _, _ in result.config_diff)
 
 

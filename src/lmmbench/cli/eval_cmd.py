@@ -8,7 +8,8 @@ from lmmbench.config.cli_options import command_from_model
 
 
 def _eval(cfg: object) -> None:
-    from lmmbench.evaluation.modes import EvalConfig, run_eval
+    from lmmbench.evaluation.modes import EvalConfig
+    from lmmbench.sessions.eval_session import run_eval_compared
 
     assert isinstance(cfg, EvalConfig)
     if cfg.allow_random_weights and cfg.model:
@@ -16,7 +17,7 @@ def _eval(cfg: object) -> None:
 
         if not cfg.model.startswith(("http://", "https://")) and weights_provenance(cfg.model):
             typer.echo("weights: RANDOM (shape-only model, --allow-random-weights): these scores mean nothing")
-    run = run_eval(cfg)
+    run, comparison = run_eval_compared(cfg)
     for s in run.infer:
         typer.echo(
             f"infer {s['task']}: {s['done']} run, {s['skipped']} resumed, {s['errors']} failed, {s['wall_s']:.2f} s"
@@ -27,6 +28,8 @@ def _eval(cfg: object) -> None:
             err = "" if mv["stderr"] is None else f" ± {mv['stderr']:.4f}"
             parts.append(f"{name}={mv['value']:.4f}{err}")
         typer.echo(f"{r['task']} ({r['n_samples']} samples, {r['n_errors']} failed): " + ", ".join(parts))
+    for line in comparison:
+        typer.echo(f"[compare] {line}", err=True)
     typer.echo(f"run folder: {run.run_dir}")
     total, failed = run.sample_counts()
     if run.failed_everything:

@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-__all__ = ["DEFAULT_OUT_DIR", "Dtype", "device_field", "dtype_field", "mlflow_field", "out_dir_field", "threads_field",
-           "wandb_field"]
+__all__ = ["DEFAULT_OUT_DIR", "Dtype", "baseline_field", "device_field", "dtype_field", "mlflow_field", "out_dir_field",
+           "threads_field", "wandb_field"]
 
 #: The root of every command's results (perf, spec runs, eval, reference comparisons).
 DEFAULT_OUT_DIR = Path("lmmbench-results")
@@ -36,6 +36,12 @@ def threads_field() -> Any:
 def out_dir_field(layout: str, sub: str = "") -> Any:
     """``--out-dir`` under ``lmmbench-results`` (``sub`` a sub-folder); ``layout`` says what goes where."""
     return Field(DEFAULT_OUT_DIR / sub if sub else DEFAULT_OUT_DIR, description=layout)
+
+
+def baseline_field() -> Any:
+    """``--baseline RUN``: the run a finished run is compared with in its report (default: its previous one)."""
+    return Field(None, description="Compare the finished run with this run in its report and console (an id, id "
+                                   "prefix, folder or name; default: the newest earlier run of the same name).")
 
 
 def mlflow_field() -> Any:

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from lmmbench.config.common import mlflow_field, wandb_field
+from lmmbench.config.common import baseline_field, mlflow_field, wandb_field
 from lmmbench.config.limits import check_limit
 from lmmbench.config.perf_shapes import TelemetryOptions, WorkloadShapeOptions
 from lmmbench.config.perf_vllm import VllmBenchFlags
@@ -107,6 +107,7 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
     plots: bool = Field(True, description="Write PNG plots (needs matplotlib).")
     progress: bool = Field(True, description="Live progress line on stderr.")
     labels: dict[str, Any] = Field(default_factory=dict, description="Labels copied to every record and row.")
+    baseline: str | None = baseline_field()
     mlflow: str | None = mlflow_field()
     wandb: str | None = wandb_field()
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmmbench.config.common import (
     Dtype,
+    baseline_field,
     device_field,
     dtype_field,
     mlflow_field,
@@ -57,6 +58,7 @@ class EvalConfig(BaseModel):
         False, description="run a shape-only model (random weights: its scores mean nothing) instead of refusing"
     )
     threads: int | None = threads_field()
+    baseline: str | None = baseline_field()
     mlflow: str | None = mlflow_field()
     wandb: str | None = wandb_field()
 

@@ -53,11 +53,14 @@ class MetricRule:
 
 def rule_for(metric: str, thresholds: dict[str, float] | None = None) -> MetricRule:
     """The rule of ``metric``: latencies (``*_ms``) lower is better (10 %); throughputs higher (10 %);
-    accuracies higher, in points (1 point); perplexities lower (10 %). ``thresholds`` overrides by name
+    accuracies higher, in points (1 point); the error rate lower, in points (1 point); perplexities lower
+    (10 %). ``thresholds`` overrides by name
     (the full metric name or its last dotted part, e.g. ``ttft_ms`` or ``acc``)."""
     base = metric.split(".")[-1].split(" ")[0]
     lower_better = ("latency", "perplexity", "error")
-    if base.endswith(("_ms", "_ppl")) or any(word in base for word in lower_better):
+    if base == "error_rate":  # a fraction of requests: its change in points (1 point = 1 % of requests)
+        rule = MetricRule(True, 1.0, absolute_points=True)
+    elif base.endswith(("_ms", "_ppl")) or any(word in base for word in lower_better):
         rule = MetricRule(True, 10.0)
     elif base in ("qps", "goodput_qps") or "throughput" in base or base.endswith("_per_s"):
         rule = MetricRule(False, 10.0)

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from lmmbench.core.registry import Registry
-from lmmbench.core.run_summaries import eval_headline, perf_headline, spec_headline
+from lmmbench.core.run_summaries import perf_headline, spec_headline
+from lmmbench.reports import breakdown_glance as breakdown
 from lmmbench.reports import html_sections as sections_of
+from lmmbench.reports.previous_section import previous_run_section
 from lmmbench.reports.svg_charts import CHART_CSS, CHART_SCRIPT
 
 __all__ = ["REPORT_WRITERS", "HtmlReport", "ReportWriter", "format_value", "render_page", "render_table",
@@ -228,10 +230,9 @@ class HtmlReport:
                    if (run.get("measurement") or {}).get("random_weights") or run.get("random_weights")
                    else ""))  # fmt: skip
         fits = analysis.get("fits", {})
-        headline = run.get("headline") or _spec_headline(spec_dir, spec_name)
         stages = [str(r.get("field")) for r in summary if r.get("level") == "all"]
-        sections = [sections_of.headline_section(headline, sections_of.spec_verdicts(run, analysis)),
-                    sections_of.spec_charts(summary, stages)]
+        sections = self._spec_top(spec_dir, spec_name, run, analysis, summary, stages)
+        sections.insert(1, previous_run_section(spec_dir))
         findings = {k: v for k, v in analysis.items() if k not in ("fits", "fits_by_basis", "failures", "spec")}
         sections.append(_section("Fits", _mapping(fits) if fits else "<p class='meta'>(none)</p>"))
         sections.append(_section("Findings", _mapping(findings)))
@@ -251,6 +252,22 @@ class HtmlReport:
         sections.append(_section("Environment and run", _mapping(env)))
         return _write(spec_dir / "report.html", _page(f"lmmbench run {spec_name}: {model}", meta, sections))
 
+    @staticmethod
+    def _spec_top(spec_dir: Path, spec_name: str, run: dict[str, Any], analysis: dict[str, Any],
+                  summary: list[dict[str, str]], stages: list[str]) -> list[str]:
+        """Headline and charts: a TTFT breakdown answers "where does the time go" first; an episodic run
+        leads with its success rate and speed-up; other specs show their headline numbers."""
+        rows = _read_csv(spec_dir / f"{spec_name}_results.csv")
+        verdicts = sections_of.spec_verdicts(run, analysis)
+        if breakdown.is_breakdown(rows):  # raw field names stay in the tables below
+            top = breakdown.breakdown_headline(rows) + sections_of.verdict_list(verdicts)
+            glance = [breakdown.stage_stack_chart(rows), breakdown.stage_summary_chart(summary)]
+            return [top, sections_of.charts_block(glance)]
+        headline = run.get("headline") or _spec_headline(spec_dir, spec_name)
+        lead = sections_of.episodic_cards(analysis)
+        return [sections_of.headline_section(headline, verdicts, first=("success", "speed"), lead_cards=lead),
+                sections_of.spec_charts(summary, stages)]
+
     def perf_run(self, run_dir: Path) -> Path:
         """Title, model; the summary of every point; search verdict; plots; config; environment."""
         run = _read_json(run_dir / "run.json")
@@ -267,7 +284,7 @@ class HtmlReport:
                      f"{format_value(facts.get('requests_measured', run.get('requests_measured')))} requests measured")
         headline = run.get("headline") or perf_headline(summary)
         sections = [sections_of.headline_section(headline, sections_of.perf_verdicts(run, report, summary)),
-                    sections_of.perf_charts(run_dir, summary)]
+                    previous_run_section(run_dir), sections_of.perf_charts(run_dir, summary)]
         search = report.get("search")
         if isinstance(search, dict):
             sections.append(_section("Search", f"<p><b>{_e(search.get('verdict', ''))}</b></p>"
@@ -298,9 +315,8 @@ class HtmlReport:
         model = run.get("model") or config.get("model") or ""
         meta = (f"model <b>{_e(model)}</b> &middot; {len(results)} task(s) &middot; "
                 f"{_e(run.get('started_at', ''))} &rarr; {_e(run.get('finished_at', ''))}")  # fmt: skip
-        headline = run.get("headline") or eval_headline(results)
-        sections = [sections_of.headline_section(headline, sections_of.eval_verdicts(run)),
-                    sections_of.eval_charts(results)]
+        sections = [sections_of.eval_headline_section(results, sections_of.eval_verdicts(run)),
+                    previous_run_section(run_dir), sections_of.eval_charts(results)]
         rows = [{"task": r.get("task"), "metric": name, "value": mv.get("value"), "stderr": mv.get("stderr"),
                  "n": mv.get("n"), "samples": r.get("n_samples"), "failed": r.get("n_errors")}
                 for r in results for name, mv in (r.get("metrics") or {}).items()]  # fmt: skip

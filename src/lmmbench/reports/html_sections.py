@@ -15,8 +15,8 @@ from typing import Any
 
 from lmmbench.reports.svg_charts import bar_chart, line_chart
 
-__all__ = ["eval_charts", "eval_verdicts", "headline_section", "perf_charts", "perf_verdicts", "spec_charts",
-           "spec_verdicts"]  # fmt: skip
+__all__ = ["episodic_cards", "eval_charts", "eval_headline_section", "eval_verdicts", "headline_section", "perf_charts",
+           "perf_verdicts", "spec_charts", "spec_verdicts", "verdict_list"]  # fmt: skip
 
 Verdict = tuple[str, bool | None]  # text, met (True), missed (False), information (None)
 
@@ -40,24 +40,68 @@ def _fmt(v: float) -> str:
     return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.4g}"
 
 
-def headline_section(headline: dict[str, Any], verdicts: Sequence[Verdict], limit: int = 12) -> str:
-    """Cards with the headline numbers, then the verdict lines (goals met or missed)."""
-    cards = []
-    for key, value in list(headline.items())[:limit]:
-        v = _num(value)
-        if v is not None:
-            cards.append(f"<div class='card' style='{_CARD_CSS}'><div class='meta'>{_e(key)}</div>"
-                         f"<div style='font-size:20px;font-weight:600'>{_fmt(v)}</div></div>")  # fmt: skip
+def _card(label: str, value: str, note: str = "") -> str:
+    sub = f"<div class='meta'>{_e(note)}</div>" if note else ""
+    return (f"<div class='card' style='{_CARD_CSS}'><div class='meta'>{_e(label)}</div>"
+            f"<div style='font-size:20px;font-weight:600'>{_e(value)}</div>{sub}</div>")  # fmt: skip
+
+
+def verdict_list(verdicts: Sequence[Verdict]) -> str:
+    """The verdict lines: a check for a goal met, a cross for one missed, a dot for information."""
     marks = {True: ("&#10003;", "#2e9e5b"), False: ("&#10007;", "#c03b3b"), None: ("&#8226;", "#5b6678")}
     lines = []
     for text, met in verdicts:
         sym, color = marks[met]
         lines.append(f"<li class='verdict' style='list-style:none'><span style='color:{color};font-weight:700'>"
                      f"{sym}</span> {_e(text)}</li>")  # fmt: skip
+    return f"<ul style='padding-left:4px'>{''.join(lines)}</ul>" if lines else ""
+
+
+def headline_section(headline: dict[str, Any], verdicts: Sequence[Verdict], limit: int = 12,
+                     first: Sequence[str] = (), lead_cards: Sequence[str] = ()) -> str:
+    """``lead_cards``, then cards with the headline numbers (keys containing one of ``first`` lead), then
+    the verdict lines."""
+    keys = sorted(headline, key=lambda k: next((i for i, f in enumerate(first) if f in k), len(first)))
+    cards = [*lead_cards, *(_card(k, _fmt(v)) for k in keys[:limit] if (v := _num(headline[k])) is not None)]
     body = "".join(cards) or "<p class='meta'>(no headline numbers)</p>"
-    if lines:
-        body += f"<ul style='padding-left:4px'>{''.join(lines)}</ul>"
-    return f"<h2>Headline</h2>\n<div class='headline'>{body}</div>\n"
+    return f"<h2>Headline</h2>\n<div class='headline'>{body}{verdict_list(verdicts)}</div>\n"
+
+
+def episodic_cards(analysis: dict[str, Any]) -> list[str]:
+    """An episodic run's answer first: the success rate with its Wilson interval, then the speed-up against
+    serial (its median and spread when repeated), from the run's analysis."""
+    overall = ((analysis.get("success") or {}).get("overall")) or {}
+    cards: list[str] = []
+    rate = _num(overall.get("success_rate"))
+    if rate is not None:
+        lo, hi = _num(overall.get("ci95_low")), _num(overall.get("ci95_high"))
+        note = (f"95 % {lo:.2f}–{hi:.2f}, " if lo is not None and hi is not None else "") + \
+            f"{overall.get('successes')}/{overall.get('episodes')} episodes"
+        cards.append(_card("success rate", f"{rate:.1%}", note))
+    speed = analysis.get("speedup_vs_serial")
+    if isinstance(speed, dict):
+        med, lo, hi = (_num(speed.get(k)) for k in ("median", "min", "max"))
+        if med is not None:
+            spread = f"min–max {lo:.2f}–{hi:.2f}x" if lo is not None and hi is not None else ""
+            cards.append(_card("speed-up vs serial", f"{med:.2f}x", spread))
+    elif (value := _num(speed)) is not None:
+        cards.append(_card("speed-up vs serial", f"{value:.2f}x", "one batched and one serial run"))
+    return cards
+
+
+def eval_headline_section(results: Sequence[dict[str, Any]], verdicts: Sequence[Verdict], limit: int = 12) -> str:
+    """One card per task and metric: the score with its 95 % interval (value +- 1.96 stderr) and sample count."""
+    cards: list[str] = []
+    for r in results:
+        for name, mv in (r.get("metrics") or {}).items():
+            v = _num((mv or {}).get("value"))
+            if v is None or len(cards) >= limit:
+                continue
+            iv = _interval(mv)
+            note = (f"95 % {iv[0]:.3g}–{iv[1]:.3g}, " if iv else "") + f"n = {mv.get('n') or r.get('n_samples')}"
+            cards.append(_card(f"{r.get('task')} · {name}", _fmt(v), note))
+    body = "".join(cards) or "<p class='meta'>(no scores)</p>"
+    return f"<h2>Headline</h2>\n<div class='headline'>{body}{verdict_list(verdicts)}</div>\n"
 
 
 def _outcome_verdicts(run: dict[str, Any]) -> list[Verdict]:
@@ -221,6 +265,11 @@ def eval_charts(results: list[dict[str, Any]]) -> str:
 def _interval(mv: dict[str, Any]) -> tuple[float, float] | None:
     v, se = _num(mv.get("value")), _num(mv.get("stderr"))
     return None if v is None or se is None else (v - 1.96 * se, v + 1.96 * se)
+
+
+def charts_block(charts: list[str]) -> str:
+    """The Charts section of a page (a placeholder when nothing was measured to chart)."""
+    return _charts_block(charts)
 
 
 def _charts_block(charts: list[str]) -> str:

@@ -464,5 +464,8 @@ def _finish(run: PerfRun, run_dir: Path, out: _Outputs, run_log: RunLog, interru
     from lmmbench.reports.html_report import write_reports
 
     out.run_log(run_log, finished=True, interrupted=interrupted)
+    from lmmbench.sessions.previous_run import print_comparison
+
+    print_comparison(run_dir, run_log, run_log.config.get("baseline"))  # comparison.json, shown by the report
     run.files += write_reports("perf", run_dir)  # a failure is a logged warning, never a lost run
     out.run_log(run_log, finished=True, interrupted=interrupted, index=True)  # with report.html, indexed

@@ -1,7 +1,10 @@
 """Per-request and per-sample values of a finished run, read back from its files for `runs compare`.
 
-- perf: ``records.jsonl`` (measured, successful requests; warm-up left out), grouped by load point;
-  throughputs per point from ``summary.csv`` (one value per run);
+- perf: ``records.jsonl`` (measured requests; warm-up left out), grouped by load point: latencies of the
+  successful ones, ``error_rate`` (1 per failed request, 0 per success), and the throughputs (``qps``,
+  ``output_token_throughput``, ``goodput_qps``) as time windows of the point's span (``per_window``,
+  ``metrics.throughput_windows``: their mean is the throughput, their spread gives its interval); runs
+  without records keep the one value of ``summary.csv`` (``per_run``);
 - spec: ``<spec>_results.csv`` (measured rows), every ``*_ms`` column;
 - eval: ``results/<task>_metrics.csv``, every numeric metric column, grouped by task.
 """
@@ -20,7 +23,7 @@ from lmmbench.core.run_summaries import to_float
 __all__ = ["PERF_REQUEST_METRICS", "PERF_RUN_METRICS", "RunSamples", "load_samples"]
 
 PERF_REQUEST_METRICS = ("ttft_ms", "tpot_ms", "itl_mean_ms", "e2e_ms")
-PERF_RUN_METRICS = ("qps", "output_token_throughput")
+PERF_RUN_METRICS = ("qps", "output_token_throughput", "goodput_qps")
 
 
 @dataclass
@@ -30,6 +33,7 @@ class RunSamples:
     run_log: RunLog
     folder: Path
     per_sample: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    per_window: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     per_run: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def add(self, group: str, metric: str, value: Any) -> None:
@@ -52,23 +56,59 @@ def point_key(labels: dict[str, Any]) -> str:
     return f"{load} in={labels.get('input_tokens')} out={labels.get('output_tokens')}"
 
 
+@dataclass
+class _PointSpan:
+    start_ns: int | None = None
+    end_ns: int | None = None
+    ok: list[tuple[int, float]] = field(default_factory=list)  # (end_ns, output tokens)
+    good: list[tuple[int, float]] = field(default_factory=list)
+
+
+def _perf_record(s: RunSamples, rec: dict[str, Any], spans: dict[str, _PointSpan], slo: dict[str, float]) -> None:
+    from lmmbench.metrics.perf_metrics import meets_slo
+
+    group = point_key(rec.get("labels") or {})
+    s.add(group, "error_rate", 0.0 if rec.get("ok") else 1.0)
+    span = spans.setdefault(group, _PointSpan())
+    start, end = rec.get("scheduled_ns"), rec.get("end_ns")
+    if start:
+        span.start_ns = start if span.start_ns is None else min(span.start_ns, start)
+    if end:
+        span.end_ns = end if span.end_ns is None else max(span.end_ns, end)
+    if not rec.get("ok"):
+        return
+    for metric in PERF_REQUEST_METRICS:
+        s.add(group, metric, rec.get(metric))
+    if end:
+        span.ok.append((end, float(rec.get("output_tokens") or 0)))
+        if not slo or meets_slo(rec, slo):
+            span.good.append((end, 1.0))
+
+
 def _perf(s: RunSamples) -> None:
+    from lmmbench.metrics.throughput_windows import window_count, window_rates
+
     path = s.folder / "records.jsonl"
+    spans: dict[str, _PointSpan] = {}
+    slo = {str(k): float(v) for k, v in (s.run_log.config.get("slo") or {}).items()}
     if path.is_file():
         with path.open(encoding="utf-8") as fh:
             for line in fh:
-                if not line.strip():
-                    continue
-                rec = json.loads(line)
-                if rec.get("warmup") or not rec.get("ok"):
-                    continue
-                group = point_key(rec.get("labels") or {})
-                for metric in PERF_REQUEST_METRICS:
-                    s.add(group, metric, rec.get(metric))
+                rec = json.loads(line) if line.strip() else {}
+                if rec and not rec.get("warmup"):
+                    _perf_record(s, rec, spans, slo)
+    for group, span in spans.items():
+        if span.start_ns is None or span.end_ns is None or not span.ok:
+            continue
+        n = window_count(len(span.ok))
+        windows = s.per_window.setdefault(group, {})
+        windows["qps"] = window_rates(span.start_ns, span.end_ns, [(t, 1.0) for t, _ in span.ok], n)
+        windows["output_token_throughput"] = window_rates(span.start_ns, span.end_ns, span.ok, n)
+        windows["goodput_qps"] = window_rates(span.start_ns, span.end_ns, span.good, n)
     for row in _rows(s.folder / "summary.csv"):
         for metric in PERF_RUN_METRICS:
             x = to_float(row.get(metric))
-            if x is not None:
+            if x is not None and metric not in s.per_window.get(point_key(row), {}):
                 s.per_run.setdefault(point_key(row), {})[metric] = x
 
 

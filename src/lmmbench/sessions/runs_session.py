@@ -130,8 +130,16 @@ def compare_runs(refs_a: Sequence[str], refs_b: Sequence[str], *, thresholds: di
                                 seed=seed) for stat in stats]  # fmt: skip
         confirm(found)
         result.metrics += [(group, c) for c in found]
+    window_shared, window_only = _shared(samples_a, samples_b, "per_window")
+    result.not_shared += window_only
+    for group, metric in window_shared:  # throughputs: time windows of each run, their mean is the rate
+        values_a = [s.per_window[group][metric] for s in samples_a]
+        values_b = [s.per_window[group][metric] for s in samples_b]
+        result.metrics.append((group, compare_metric(metric, values_a, values_b, statistic="mean",
+                                                     rule=rule_for(metric, thresholds), resamples=resamples,
+                                                     seed=seed)))  # fmt: skip
     run_shared, _ = _shared(samples_a, samples_b, "per_run")
-    for group, metric in run_shared:
+    for group, metric in run_shared:  # runs without records: one value per run (an interval only when pooled)
         values_a = [[s.per_run[group][metric]] for s in samples_a]
         values_b = [[s.per_run[group][metric]] for s in samples_b]
         result.metrics.append((group, compare_metric(metric, values_a, values_b, statistic="mean",

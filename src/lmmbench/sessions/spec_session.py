@@ -120,7 +120,9 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     record = run_record(spec.name, config, ctx.environment, started, run_stats, rows)
     write_run_log(spec_dir, record, index=False)
     from lmmbench.reports.html_report import write_reports
+    from lmmbench.sessions.previous_run import print_comparison
 
+    print_comparison(spec_dir, record, config.get("baseline"))  # comparison.json, shown by the report
     write_reports("spec", spec_dir, spec.name)  # report.html; a failure is a logged warning
     record.files = run_files(spec_dir)
     write_run_log(spec_dir, record)  # with report.html listed, and indexed in the run store

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lmmbench.config.common import (
     Dtype,
+    baseline_field,
     device_field,
     dtype_field,
     mlflow_field,
@@ -71,6 +72,7 @@ class RunOptions(BaseModel):
                           "unrecorded run of --profile-sample after its repeat --profile-repeat.")
     profile_sample: str | None = Field(None, description="Sample id to profile (default: the first sample).")
     profile_repeat: int = Field(0, ge=0, description="Profile after this measured repeat of the sample.")
+    baseline: str | None = baseline_field()
     mlflow: str | None = mlflow_field()
     wandb: str | None = wandb_field()
 
