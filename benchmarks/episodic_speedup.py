@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-steal-trials", action="store_true", help="the seed's one-task-per-slot order")
+    ap.add_argument("--no-steal-trials", action="store_true", help="one task per slot, in order")
     ap.add_argument("--out", type=Path, default=Path("outputs/episodic_speedup.json"))
     args = ap.parse_args(argv)
     import torch

@@ -1,27 +1,53 @@
 #!/usr/bin/env bash
-# Create .venv and install lmmbench with every extra, torch pinned by constraints.txt.
-# Also create .venv-tf517: the runtime and test extras with transformers pinned to the oldest version CI
-# tests (pyproject's floor, what the GPU image ships); scripts/test.sh runs the in-process
-# subset on it. SKIP_TF517=1 skips it.
+# Set up .venv for the main job: lmmbench with the in-process models extra, torch pinned by constraints.txt.
+#   bash scripts/setup.sh          the main job (README command 1): `lmmbench run ttft-breakdown` and friends
+#   bash scripts/setup.sh --dev    + every extra, the dev tools, .venv-tf517 (transformers 5.17) and Chromium:
+#                                  what scripts/test.sh needs (README command 2, .ci/run); SKIP_TF517=1 skips .venv-tf517
+# Packages are installed with uv (fast); uv does not read pip's configuration, so the find-links folders pip is
+# configured with (where a CPU torch wheel may lie) are passed on to it. Idempotent: a second run changes nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+DEV=0
+[ "${1:-}" = "--dev" ] && DEV=1
+
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[all,dev]"
-if [ "${SKIP_TF517:-0}" != "1" ]; then
+.venv/bin/python -m pip install -q --disable-pip-version-check "uv>=0.5" 2>&1 | grep -v "^WARNING: Location" || true
+
+# pip's find-links (environment or config): uv reads neither, so they are passed explicitly.
+links=${PIP_FIND_LINKS:-$(.venv/bin/python -m pip config get global.find-links 2>/dev/null || true)}
+uv_args=(-q -c constraints.txt)
+for dir in $links; do uv_args+=(--find-links "$dir"); done
+
+uv_install() {  # uv_install PYTHON SPEC...
+  local py=$1; shift
+  .venv/bin/uv pip install --python "$py" "${uv_args[@]}" "$@"
+}
+
+if [ "$DEV" = 1 ]; then
+  uv_install .venv/bin/python -e ".[all,dev]"
+else
+  uv_install .venv/bin/python -e ".[models]"
+fi
+# torch must be the CPU build here (a CUDA build is several GB of nvidia packages): say so if it is not.
+.venv/bin/python -c "import torch, sys; sys.exit(0 if torch.version.cuda is None else 1)" ||
+  echo "setup: warning: torch $(.venv/bin/python -c 'import torch; print(torch.__version__)') is a CUDA build" >&2
+
+[ "$DEV" = 1 ] || exit 0
+
+if [ "${SKIP_TF517:-0}" != "1" ]; then  # the in-process subset again on transformers 5.17 (scripts/test.sh)
   [ -x .venv-tf517/bin/python ] || "$PY" -m venv .venv-tf517
-  .venv-tf517/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[models,serve,eval,test]" \
-    "transformers==5.17.*"
+  uv_install .venv-tf517/bin/python -e ".[models,serve,eval,test]" "transformers==5.17.*"
 fi
 
 # Headless Chromium for the report-page test (tests/reports/test_report_pages_chromium.py).
 if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
-    :  # already installed
+  :  # already installed
 elif command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "setup: installing Debian's chromium (headless report-page test)"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } ||
-        echo "setup: could not install chromium with apt-get; the report-page test will be skipped" >&2
+  echo "setup: installing Debian's chromium (headless report-page test)"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } ||
+    echo "setup: could not install chromium with apt-get; the report-page test will fail under CI" >&2
 else
-    echo "setup: chromium is not installed and apt-get (as root) is not available; the report-page" \
-         "test will be skipped. Install chromium with your package manager to run it." >&2
+  echo "setup: chromium is not installed and apt-get (as root) is not available; install chromium with your" \
+       "package manager to run the report-page test." >&2
 fi

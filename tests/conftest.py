@@ -1,4 +1,11 @@
-"""Shared test fixtures: an isolated LMMBENCH_HOME and free loopback ports."""
+"""Shared test fixtures: an isolated LMMBENCH_HOME and free loopback ports; which tests must run alone.
+
+``scripts/test.sh`` runs the tests in two passes: everything not marked ``serial`` on two pytest-xdist
+workers, then the ``serial`` ones one at a time. A test is ``serial`` when it times something against an
+injected or expected ground truth (TTFT, lateness, rates, speed-ups, deadlines): a second worker beside it
+would be load it did not ask for. The modules below are marked here, whole, so a new timing test in them is
+serial without anyone remembering to mark it; elsewhere, mark one with ``@pytest.mark.serial``.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +30,29 @@ def lmmbench_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ.pop("LMMBENCH_HOME", None)
     else:
         os.environ["LMMBENCH_HOME"] = old
+
+
+#: Test modules (or folders) that time things against a ground truth: run alone, never beside another worker.
+SERIAL_PATHS = (
+    "perf/test_fidelity.py", "perf/test_perf_cli.py", "perf/test_workloads.py", "perf/test_journal.py",
+    "perf/test_exit_codes.py", "perf/test_vllm_compat.py", "runs/", "reliability/", "fuzz/",
+    "plans/test_equivalence.py", "plans/test_ray.py", "plans/test_worker_pool.py",
+    "experiments/test_backend_comparison.py", "episodes/test_episodes_toy_waypoints.py",
+    "episodes/test_episodic_eval_spec.py", "ttft/test_run.py", "serve/test_serve_overload.py", "benchmarks/",
+)  # fmt: skip
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "serial: times something against a ground truth; never beside another worker")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test of ``SERIAL_PATHS`` ``serial``."""
+    root = Path(__file__).parent
+    for item in items:
+        rel = Path(str(item.fspath)).relative_to(root).as_posix() if str(item.fspath).startswith(str(root)) else ""
+        if any(rel == p or (p.endswith("/") and rel.startswith(p)) for p in SERIAL_PATHS):
+            item.add_marker(pytest.mark.serial)
 
 
 free_port = free_loopback_port

@@ -1,5 +1,5 @@
 """``lmmbench run episodic-eval`` end to end: the issue's must-show pair of runs in one process,
-the seed's YAML keys, resume, the serial comparison in one run, gymnasium and chat episodes."""
+the openpi LIBERO YAML keys, resume, the serial comparison in one run, gymnasium and chat episodes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`lmmbench reference dump / compare` (seed 001): same backend gives zero diff, another dtype does not."""
+"""`lmmbench reference dump / compare` : same backend gives zero diff, another dtype does not."""
 
 from __future__ import annotations
 

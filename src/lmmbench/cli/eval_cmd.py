@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
     app.command(name="tasks", help="List the evaluation tasks lmmbench knows.")(_tasks)
 
     ref = typer.Typer(
-        help="Logits / token diff against a reference device or backend (seed 001).", no_args_is_help=True
+        help="Logits / token diff against a reference device or backend.", no_args_is_help=True
     )
 
     def _dump(cfg: DumpConfig) -> None:

@@ -1,15 +1,22 @@
 """The run store: every finished run indexed with its headline metrics, for `lmmbench runs`.
 
-SQLite at ``$LMMBENCH_HOME/runs.sqlite`` by default; ``LMMBENCH_STORE_URL`` names any SQLAlchemy
-URL instead (``postgresql://...`` for a team). The store holds an index, not the data: each row
-points at the run's folder, whose files stay the truth. A run re-written in the same folder (a
-resumed spec run) replaces its row.
+SQLite at ``$LMMBENCH_HOME/runs.sqlite`` by default, through the standard library's ``sqlite3`` (so the
+plain client install carries no database library); ``LMMBENCH_STORE_URL`` names any SQLAlchemy URL instead
+(``postgresql://...`` for a team; ``pip install 'lmmbench[store]'``). Both run the same SQL, with named
+parameters. The store holds an index, not the data: each row points at the run's folder, whose files stay
+the truth. A run re-written in the same folder (a resumed spec run) replaces its row.
+
+A run is found by its id, a unique id prefix, its folder, or its name (the newest run of that name; the
+others of the name are named in a note).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +25,26 @@ from lmmbench.core.errors import UserError
 from lmmbench.core.run_log import RunLog
 
 __all__ = ["RunStore", "StoredRun", "default_store_url"]
+
+log = logging.getLogger("lmmbench.runs")
+
+_COLUMNS = ("run_id", "kind", "name", "model", "labels_json", "started_at", "finished_at", "path", "interrupted",
+            "ok", "failed", "git_commit", "host", "headline_json")  # fmt: skip
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS runs (run_id VARCHAR(200) PRIMARY KEY, kind VARCHAR(32), name VARCHAR(300), "
+    "model VARCHAR(500), labels_json TEXT, started_at VARCHAR(40), finished_at VARCHAR(40), path VARCHAR(2000), "
+    "interrupted BOOLEAN, ok INTEGER, failed INTEGER, git_commit VARCHAR(64), host VARCHAR(300), headline_json TEXT)",
+    "CREATE INDEX IF NOT EXISTS ix_runs_kind ON runs (kind)",
+    "CREATE INDEX IF NOT EXISTS ix_runs_model ON runs (model)",
+    "CREATE INDEX IF NOT EXISTS ix_runs_started_at ON runs (started_at)",
+    "CREATE INDEX IF NOT EXISTS ix_runs_path ON runs (path)",
+    "CREATE INDEX IF NOT EXISTS ix_runs_name ON runs (name)",
+    "CREATE TABLE IF NOT EXISTS run_metrics (run_id VARCHAR(200) REFERENCES runs (run_id) ON DELETE CASCADE, "
+    "metric VARCHAR(300), value FLOAT)",
+    "CREATE INDEX IF NOT EXISTS ix_run_metrics_run_id ON run_metrics (run_id)",
+)
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM runs"
+_NEWEST = " ORDER BY started_at DESC, run_id DESC"
 
 
 def default_store_url() -> str:
@@ -51,39 +78,78 @@ class StoredRun:
     headline: dict[str, float | None]
 
 
-class RunStore:
-    """The index of runs behind one SQLAlchemy URL."""
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+class _Sqlite:
+    """The default backend: the standard library's sqlite3."""
 
     def __init__(self, url: str) -> None:
-        import sqlalchemy as sa
+        import sqlite3
 
-        self.url = url
+        path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else ":memory:"
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(path, timeout=30, check_same_thread=False)
+        self.conn.execute("PRAGMA foreign_keys = ON")
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        with self.conn:
+            yield self
+
+    def execute(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        cur = self.conn.execute(sql, params or {})
+        names = [d[0] for d in cur.description or ()]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def executemany(self, sql: str, rows: list[dict[str, Any]]) -> None:
+        self.conn.executemany(sql, rows)
+
+
+class _SqlAlchemy:
+    """Any other database, through SQLAlchemy (``lmmbench[store]``)."""
+
+    def __init__(self, url: str) -> None:
+        try:
+            import sqlalchemy as sa
+        except ImportError:
+            raise UserError(f"run store {url}: databases other than SQLite need SQLAlchemy: "
+                            "pip install 'lmmbench[store]'") from None
+        self.sa = sa
         self.engine = sa.create_engine(url)
-        meta = sa.MetaData()
-        self.runs = sa.Table(
-            "runs", meta,
-            sa.Column("run_id", sa.String(200), primary_key=True),
-            sa.Column("kind", sa.String(32), index=True),
-            sa.Column("name", sa.String(300)),
-            sa.Column("model", sa.String(500), index=True),
-            sa.Column("labels_json", sa.Text),
-            sa.Column("started_at", sa.String(40), index=True),
-            sa.Column("finished_at", sa.String(40)),
-            sa.Column("path", sa.String(2000), index=True),
-            sa.Column("interrupted", sa.Boolean),
-            sa.Column("ok", sa.Integer),
-            sa.Column("failed", sa.Integer),
-            sa.Column("git_commit", sa.String(64)),
-            sa.Column("host", sa.String(300)),
-            sa.Column("headline_json", sa.Text),
-        )  # fmt: skip
-        self.metrics = sa.Table(
-            "run_metrics", meta,
-            sa.Column("run_id", sa.String(200), sa.ForeignKey("runs.run_id", ondelete="CASCADE"), index=True),
-            sa.Column("metric", sa.String(300)),
-            sa.Column("value", sa.Float),
-        )  # fmt: skip
-        meta.create_all(self.engine)
+        self.conn: Any = None
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        with self.engine.begin() as conn:
+            self.conn = conn
+            try:
+                yield self
+            finally:
+                self.conn = None
+
+    def execute(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        if self.conn is None:
+            with self.transaction():
+                return self.execute(sql, params)
+        result = self.conn.execute(self.sa.text(sql), params or {})
+        return [dict(r) for r in result.mappings()] if result.returns_rows else []
+
+    def executemany(self, sql: str, rows: list[dict[str, Any]]) -> None:
+        self.conn.execute(self.sa.text(sql), rows)
+
+
+class RunStore:
+    """The index of runs behind one store URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.db: _Sqlite | _SqlAlchemy = _Sqlite(url) if url.startswith("sqlite:") else _SqlAlchemy(url)
+        with self.db.transaction() as db:
+            for statement in _SCHEMA:
+                db.execute(statement)
 
     @classmethod
     def open(cls, url: str | None = None) -> RunStore:
@@ -92,8 +158,6 @@ class RunStore:
 
     def index(self, run_log: RunLog, run_dir: Path) -> None:
         """Add (or replace) the row of ``run_log``, whose files are in ``run_dir``."""
-        import sqlalchemy as sa
-
         path = str(Path(run_dir).resolve())
         env = run_log.environment
         git = env.get("git") if isinstance(env.get("git"), dict) else {}
@@ -105,66 +169,84 @@ class RunStore:
             "git_commit": (git or {}).get("commit") or env.get("git_commit"), "host": env.get("host"),
             "headline_json": json.dumps(run_log.headline),
         }  # fmt: skip
-        with self.engine.begin() as conn:
-            stale = [r[0] for r in conn.execute(sa.select(self.runs.c.run_id).where(
-                sa.or_(self.runs.c.path == path, self.runs.c.run_id == run_log.run_id)))]  # fmt: skip
-            if stale:
-                conn.execute(sa.delete(self.metrics).where(self.metrics.c.run_id.in_(stale)))
-                conn.execute(sa.delete(self.runs).where(self.runs.c.run_id.in_(stale)))
-            conn.execute(sa.insert(self.runs), [row])
+        with self.db.transaction() as db:
+            stale = [r["run_id"] for r in db.execute("SELECT run_id FROM runs WHERE path = :path OR run_id = :run_id",
+                                                     {"path": path, "run_id": run_log.run_id})]  # fmt: skip
+            for old in stale:
+                db.execute("DELETE FROM run_metrics WHERE run_id = :run_id", {"run_id": old})
+                db.execute("DELETE FROM runs WHERE run_id = :run_id", {"run_id": old})
+            db.execute(f"INSERT INTO runs ({', '.join(_COLUMNS)}) VALUES ({', '.join(':' + c for c in _COLUMNS)})",
+                       row)  # fmt: skip
             values = [{"run_id": run_log.run_id, "metric": k, "value": v} for k, v in run_log.headline.items()
                       if v is not None]  # fmt: skip
             if values:
-                conn.execute(sa.insert(self.metrics), values)
+                db.executemany("INSERT INTO run_metrics (run_id, metric, value) VALUES (:run_id, :metric, :value)",
+                               values)  # fmt: skip
 
-    def _stored(self, r: Any) -> StoredRun:
+    @staticmethod
+    def _stored(r: dict[str, Any]) -> StoredRun:
         return StoredRun(
-            run_id=r.run_id, kind=r.kind, name=r.name, model=r.model, labels=json.loads(r.labels_json or "{}"),
-            started_at=r.started_at, finished_at=r.finished_at, path=r.path, interrupted=bool(r.interrupted),
-            ok=r.ok, failed=r.failed, git_commit=r.git_commit, host=r.host,
-            headline=json.loads(r.headline_json or "{}"),
+            run_id=r["run_id"], kind=r["kind"], name=r["name"], model=r["model"],
+            labels=json.loads(r["labels_json"] or "{}"), started_at=r["started_at"], finished_at=r["finished_at"],
+            path=r["path"], interrupted=bool(r["interrupted"]), ok=r["ok"], failed=r["failed"],
+            git_commit=r["git_commit"], host=r["host"], headline=json.loads(r["headline_json"] or "{}"),
         )  # fmt: skip
 
     def list(self, *, kind: str | None = None, model: str | None = None, labels: dict[str, str] | None = None,
              since: str | None = None, until: str | None = None, limit: int | None = None) -> list[StoredRun]:
         """Runs, newest first, filtered by kind, model (substring), labels (all must match) and start date
         (``since`` / ``until`` compared as ISO text, so a date or a date-time both work)."""
-        import sqlalchemy as sa
-
-        q = sa.select(self.runs).order_by(self.runs.c.started_at.desc(), self.runs.c.run_id.desc())
+        where, params = [], {}
         if kind:
-            q = q.where(self.runs.c.kind == kind)
+            where.append("kind = :kind")
+            params["kind"] = kind
         if model:
-            q = q.where(self.runs.c.model.contains(model, autoescape=True))
+            where.append("model LIKE :model ESCAPE '\\'")
+            params["model"] = f"%{_escape_like(model)}%"
         if since:
-            q = q.where(self.runs.c.started_at >= since)
+            where.append("started_at >= :since")
+            params["since"] = since
         if until:
-            q = q.where(self.runs.c.started_at <= until + "\uffff")
-        with self.engine.connect() as conn:
-            rows = [self._stored(r) for r in conn.execute(q)]
+            where.append("started_at <= :until")
+            params["until"] = until + "\uffff"
+        sql = _SELECT + (f" WHERE {' AND '.join(where)}" if where else "") + _NEWEST
+        rows = [self._stored(r) for r in self.db.execute(sql, params)]
         if labels:
             rows = [r for r in rows if all(str(r.labels.get(k)) == v for k, v in labels.items())]
         return rows[:limit] if limit else rows
 
     def get(self, ref: str) -> StoredRun:
-        """The run named by ``ref``: a run id, a unique id prefix, or a run folder (indexed on the fly)."""
-        import sqlalchemy as sa
-
+        """The run ``ref`` names: its id, a unique id prefix, its folder (indexed on the fly), or its name
+        (the newest run of that name; a note names the others)."""
+        exact = self.db.execute(_SELECT + " WHERE run_id = :ref", {"ref": ref})
+        if exact:
+            return self._stored(exact[0])
+        rows = self.db.execute(_SELECT + " WHERE run_id LIKE :prefix ESCAPE '\\'" + _NEWEST,
+                               {"prefix": _escape_like(ref) + "%"})  # fmt: skip
+        if len(rows) > 1:
+            raise UserError(f"'{ref}' matches {len(rows)} runs ({', '.join(r['run_id'] for r in rows[:5])}...); "
+                            "give more of the id")  # fmt: skip
+        if rows:
+            return self._stored(rows[0])
         folder = Path(ref)
         if folder.is_dir() or folder.is_file():
-            from lmmbench.core.run_log import load_run_log
+            return self._get_folder(folder)
+        named = self.db.execute(_SELECT + " WHERE name = :name" + _NEWEST, {"name": ref})
+        if named:
+            if len(named) > 1:
+                others = ", ".join(r["run_id"] for r in named[1:6])
+                log.warning("'%s' names %d runs: using the newest, %s (others: %s)", ref, len(named),
+                            named[0]["run_id"], others)  # fmt: skip
+            return self._stored(named[0])
+        raise UserError(f"no run '{ref}' in the run store ({self.url}): give a run id, id prefix, run folder or "
+                        "run name; see `lmmbench runs list`")
 
-            run_log = load_run_log(folder)
-            run_dir = folder if folder.is_dir() else folder.parent
-            if run_log.legacy_layout == "eval-config" and folder.is_file():
-                run_dir = folder.parent.parent
-            self.index(run_log, run_dir)
-            ref = run_log.run_id
-        with self.engine.connect() as conn:
-            rows = list(conn.execute(sa.select(self.runs).where(self.runs.c.run_id.startswith(ref, autoescape=True))))
-        exact = [r for r in rows if r.run_id == ref]
-        if exact or len(rows) == 1:
-            return self._stored((exact or rows)[0])
-        if not rows:
-            raise UserError(f"no run '{ref}' in the run store ({self.url}); see `lmmbench runs list`")
-        raise UserError(f"'{ref}' matches {len(rows)} runs ({', '.join(r.run_id for r in rows[:5])}...); give more")
+    def _get_folder(self, folder: Path) -> StoredRun:
+        from lmmbench.core.run_log import load_run_log
+
+        run_log = load_run_log(folder)
+        run_dir = folder if folder.is_dir() else folder.parent
+        if run_log.legacy_layout == "eval-config" and folder.is_file():
+            run_dir = folder.parent.parent
+        self.index(run_log, run_dir)
+        return self._stored(self.db.execute(_SELECT + " WHERE run_id = :ref", {"ref": run_log.run_id})[0])

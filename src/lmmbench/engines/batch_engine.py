@@ -1,6 +1,6 @@
 """The continuous-batching loop: scheduler + engine + sampler, with a Python API.
 
-``BatchEngine`` ties seed 001's three pieces together. Every ``step()``: cancelled requests leave,
+``BatchEngine`` ties the scheduler, the engine and the sampler together. Every ``step()``: cancelled requests leave,
 the scheduler admits newcomers, the engine prefills them (their first token is sampled at once),
 then one decode forward gives every running request its next token; finished requests leave the
 batch at once. It runs either inline (``generate_many`` steps it in the calling thread) or in a

@@ -1,9 +1,9 @@
-"""Time one ``generate(max_new_tokens=1)`` stage by stage (the seed's run_generate_with_breakdown).
+"""Time one ``generate(max_new_tokens=1)`` stage by stage.
 
 TTFT here is the wall time of moving the packed inputs to the model device plus
 ``generate(max_new_tokens=1)``, synchronised once at the end on CUDA. The stage hooks
 (``profiling.hooks.StageHooks``) put spans on a ``Timeline``; ``profiling.stages`` folds them
-into the seed's fields plus the split of ``others_ms``.
+into the fields of docs/ttft-breakdown.md plus the split of ``others_ms``.
 """
 
 from __future__ import annotations

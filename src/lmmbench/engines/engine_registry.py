@@ -1,4 +1,4 @@
-"""The registry of engines: how a model name becomes an ``Engine`` (seed 001's hardware backends).
+"""The registry of engines: how a model name becomes an ``Engine`` (hardware backends, as ByteMLPerf's).
 
 ``transformers`` is built in. A hardware vendor adds its own engine with
 ``@ENGINES.register("my-npu")`` or through the ``lmmbench.engines`` entry-point group; the factory

@@ -24,7 +24,7 @@ from lmmbench.profiling.timeline import CPU_TIMER, CUDA_TIMER
 
 __all__ = ["BREAKDOWN_FIELDS", "InProcessBreakdown", "SampleMedia"]
 
-# the field names of seed 000, section 4, in its order
+# the field names of the timing standard (docs/ttft-breakdown.md), in its order
 BREAKDOWN_FIELDS = (
     "extract_ms",
     "pack_ms",

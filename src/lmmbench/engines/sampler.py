@@ -1,6 +1,6 @@
 """The sampler: next-token choice from a batch of logits, each row with its own parameters.
 
-Seed 001's split: the engine produces logits, the sampler turns them into tokens. A replacement
+The split (as ByteMLPerf's): the engine produces logits, the sampler turns them into tokens. A replacement
 sampler implements ``Sampler.sample``. ``TorchSampler`` does greedy, temperature, top-k, top-p and a
 seeded ``torch.Generator`` per request (so a seeded request samples the same tokens alone or in
 any batch), and keeps end-of-sequence out until ``min_tokens`` are generated.

@@ -1,4 +1,4 @@
-"""The scheduler of seed 001's split: a bounded waiting queue and per-step admission.
+"""The scheduler of the scheduler / engine / sampler split: a bounded waiting queue and per-step admission.
 
 At every step the batching loop asks the scheduler which waiting requests join the running batch.
 ``FcfsScheduler`` admits in arrival order while there are free batch slots and the step's prefill

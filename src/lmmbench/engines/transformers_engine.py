@@ -1,4 +1,5 @@
-"""The engine of seed 001's split for transformers models: prefill and batched decode forwards.
+"""The engine of the scheduler / engine / sampler split (as ByteMLPerf's) for transformers models:
+prefill and batched decode forwards.
 
 ``TransformersEngine`` owns the model and a ``BatchKVCache``. ``prefill`` runs newcomers' prompts
 (text prompts of a text model together, left-padded; multimodal prompts one at a time, exactly as

@@ -1,4 +1,4 @@
-"""Episodic evaluation with cross-episode batching (seed 003); see docs/episodes.md.
+"""Episodic evaluation with cross-episode batching; see docs/episodes.md.
 
 Import cost is small: torch, numpy and gymnasium load only when a built-in environment or
 policy is made.

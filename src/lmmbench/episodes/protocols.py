@@ -2,7 +2,7 @@
 
 An environment is gymnasium-style (``reset(seed)`` -> ``(obs, info)``, ``step(action)`` ->
 ``(obs, reward, terminated, truncated, info)``); any ``gymnasium.Env`` fits through
-``episodes.gym_adapter``. A policy has two calls, after seed 003's VLM + action expert:
+``episodes.gym_adapter``. A policy has two calls, after a VLA's vision-language model + action expert:
 
 * ``plan(items)``: per slot (like the VLM), or on a batch of slots when ``batched_planning``;
 * ``act(items)``: always batched, one call for every slot that needs the action expert this tick;
@@ -33,7 +33,7 @@ __all__ = [
 
 
 class SlotState(enum.Enum):
-    """Seed 003's five states of a slot (one running episode)."""
+    """The five states of a slot (one running episode)."""
 
     WAIT = "wait"  # warm-up: stepping dummy actions
     NEED_VLM = "need_vlm"  # needs a planning call

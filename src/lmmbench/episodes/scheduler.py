@@ -1,11 +1,11 @@
-"""Seed 003's slot scheduler: many episodes at once, one batched action call per tick.
+"""The slot scheduler: many episodes at once, one batched action call per tick.
 
 Each of ``num_parallel`` slots runs one episode at a time through WAIT -> NEED_VLM -> NEED_AE ->
 EXECUTING -> DONE. A slot owns a task and runs its trials one after another, then takes the next
 task (as the seed: ``num_parallel`` task environments at once). When no task is left, a free slot
 takes a trial not yet started from the slot with the most left (on its own environment of that
-task; ``steal_trials=False`` keeps the seed's behaviour), so the run does not end with one slot
-working through a whole task alone. Every tick, in the seed's order:
+task; ``steal_trials=False`` keeps one task per slot), so the run does not end with one slot
+working through a whole task alone. Every tick, in this order:
 
 1. WAIT slots step the dummy action; after ``num_steps_wait`` steps they need planning;
 2. EXECUTING slots step one action of their chunk; when it is used up they need planning or

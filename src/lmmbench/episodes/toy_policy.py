@@ -1,6 +1,6 @@
 """The toy waypoint policy: a planner and a flow-matching action expert, small enough for a CPU.
 
-* Planner (per slot, like seed 003's VLM): reads the image, lists the unvisited waypoints and
+* Planner (per slot, like a VLA's vision-language planner): reads the image, lists the unvisited waypoints and
   proposes the next ``PLAN_AHEAD`` in greedy nearest-first order; when those are reached it is
   asked again.
 * Action expert (one batched call per tick): a denoiser with seeded weights integrates a

@@ -1,4 +1,4 @@
-"""Summaries (seed 004's MetricAggregator): one table of every task's metrics, and pivots by group.
+"""Summaries (VLMHyperBench's MetricAggregator): one table of every task's metrics, and pivots by group.
 
 ``summary/summary.csv`` and ``summary/summary.md`` hold one row per (task, metric): value, standard
 error, samples, errors. ``summary/<task>_by_<column>.csv`` is the pivot of a group column: one row

@@ -1,10 +1,10 @@
-"""Reference comparison (seed 001): first-token logits diff, per-token top-logit diff, perplexity.
+"""Reference comparison (ByteMLPerf's accuracy check): first-token logits diff, per-token top-logit diff, perplexity.
 
 ``dump_reference`` generates greedily from N prompts, then runs one teacher-forced forward over
 prompt + generated tokens and saves the first generated position's full logits and the top logit of
 every generated position. ``compare_reference`` replays the same token sequences on another device
 or dtype (teacher-forced, so positions always align even when the argmax would differ), and writes
-seed 001's ``report.json`` Accuracy section with ``logits_diff.png`` and ``token_diff.png``.
+ByteMLPerf's ``report.json`` Accuracy section with ``logits_diff.png`` and ``token_diff.png``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ class DumpConfig(BaseModel):
 
 
 class CompareConfig(BaseModel):
-    """Run the reference's prompts here and report logits / token diffs, PPL and histograms (seed 001)."""
+    """Run the reference's prompts here and report logits / token diffs, PPL and histograms (as ByteMLPerf
+    reports them)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -1,4 +1,4 @@
-"""From timeline spans to the TTFT stage breakdown (field names of seed 000, section 4).
+"""From timeline spans to the TTFT stage breakdown (the field names of docs/ttft-breakdown.md).
 
     ttft_ms          = the root span: input transfer to the device + generate(max_new_tokens=1)
     visual_encoder_ms, audio_encoder_ms = time in the encoder modules, wherever they ran
@@ -56,7 +56,7 @@ OTHERS_PARTS = (
     "others_unattributed_ms",
 )
 
-# the top-level stages, in the order of seed 000, section 4
+# the top-level stages, in the order of the timing standard (docs/ttft-breakdown.md)
 TTFT_STAGES = (
     "visual_encoder_ms",
     "audio_encoder_ms",

@@ -231,7 +231,8 @@ class AudioPaddingSpec(ResearchSpec):
                 "the audio tower receives only the real mel frames with either padding (get_audio_features drops "
                 "the padded frames with feature_attention_mask before the encoder), so the forced 300 s padding "
                 "costs mel-extraction time (and moving a 300 s feature tensor to the device), not encoder compute; "
-                "an encoder time that stays constant across durations (the seed's ~22 ms on GPU) is not explained "
+                "an encoder time that stays constant across durations (about 22 ms on GPU in the Qwen2.5-Omni TTFT "
+                "study) is not explained "
                 "by padding; a fixed per-call cost (kernel launches of a small workload) is the likely cause, which a "
                 "CPU run cannot confirm")
         return out

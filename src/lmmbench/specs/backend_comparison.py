@@ -1,4 +1,4 @@
-"""Spec ``backend-comparison`` (the seed's vllm_comparison): the same manifest samples measured
+"""Spec ``backend-comparison`` (in-process against a served engine such as vLLM): the same manifest samples measured
 in-process and sent to one or more OpenAI-compatible endpoints; TTFT side by side per sample,
 split into client-side and server-side time where the server reports it.
 

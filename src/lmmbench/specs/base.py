@@ -32,7 +32,7 @@ __all__ = ["SPECS", "Case", "RunOptions", "Spec", "SpecContext", "register_spec"
 
 
 class RunOptions(BaseModel):
-    """Options shared by every spec (the seed's common parser)."""
+    """Options shared by every spec."""
 
     model_config = ConfigDict(extra="forbid")
     cli_panels: ClassVar[dict[str, tuple[str, ...]]] = {

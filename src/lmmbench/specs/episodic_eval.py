@@ -1,4 +1,5 @@
-"""Spec ``episodic-eval`` (seed 003): evaluate a policy on many episodes with cross-episode batching.
+"""Spec ``episodic-eval`` (parallel episodic evaluation as openpi / LIBERO run it): evaluate a policy on
+many episodes with cross-episode batching.
 
 Each case is one episode (task, trial); ``setup`` builds the environment suite, the policy and an
 ``EpisodeScheduler`` over ``--num-parallel`` slots, and each ``run_once`` ticks it until its episode
@@ -26,7 +27,8 @@ __all__ = ["EpisodicEvalOptions", "EpisodicEvalSpec", "plot_episodes"]
 
 
 class EpisodicEvalOptions(RunOptions):
-    """Options of ``lmmbench run episodic-eval`` (the seed's YAML keys are fields of the same name)."""
+    """Options of ``lmmbench run episodic-eval`` (the keys of openpi's LIBERO evaluation YAML are fields of the
+    same name)."""
 
     model: str = Field("tiny-llm", description="Chat model of --env chat (built-in name or local directory).")
     repeats: int = Field(1, ge=1, le=1, description="Always 1: episodes repeat through --num-trials-per-task.")
@@ -48,7 +50,7 @@ class EpisodicEvalOptions(RunOptions):
     threads: int | None = Field(1, ge=1, description="torch CPU threads (default 1: the toy networks are many "
                                 "tiny ops, which more threads slow down).")
     steal_trials: bool = Field(True, description="A slot with no task left takes a trial not yet started from "
-                               "another slot (outcomes unchanged); off: the seed's one-task-per-slot order.")
+                               "another slot (outcomes unchanged); off: one task per slot, in order.")
     compare_serial: bool = Field(False, description="Also run the same episodes serially first and report "
                                  "equivalence and speed-up.")
     reference: Path | None = Field(None, description="Another run's episodic-eval_traces.jsonl to compare with.")
@@ -76,7 +78,7 @@ class EpisodicEvalSpec(Spec):
     """Episodes of a policy in an environment suite, batched across episodes; one row per episode."""
 
     name = "episodic-eval"
-    help = ("Evaluate a policy on many episodes with cross-episode batching (seed 003): success per task, "
+    help = ("Evaluate a policy on many episodes with cross-episode batching: success per task, "
             "action batch sizes, env / planning / action time, equivalence with the serial run.")
     options_model: ClassVar[type[RunOptions]] = EpisodicEvalOptions
     columns = ("seed", "success", "steps", "total_reward", "planning_calls", "action_calls", "action_batch_sizes",

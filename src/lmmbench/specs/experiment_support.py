@@ -1,4 +1,4 @@
-"""Helpers shared by the research specs of seed 000 (audio-padding, multiturn-kv-reuse, oom-boundary,
+"""Helpers shared by the research specs (audio-padding, multiturn-kv-reuse, oom-boundary,
 ttft-batch, backend-comparison): model loading for a spec, synthetic media arrays, small statistics.
 
 Heavy libraries (torch, numpy, matplotlib) are imported inside the functions.

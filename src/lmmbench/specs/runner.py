@@ -1,4 +1,4 @@
-"""The seed's UnifiedRunner: warm-up, repeats, cache clearing, progress, one row per measurement.
+"""The spec runner: warm-up, repeats, cache clearing, progress, one row per measurement.
 
 Every measured row goes to ``sink`` as soon as it exists (the results writer appends and
 flushes it), so Ctrl-C or a crash loses nothing already measured; ``done`` holds the

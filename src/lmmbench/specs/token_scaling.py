@@ -82,7 +82,8 @@ def _audio(root: Path, seconds: float, seed: int) -> Path:
 
 @register_spec
 class TokenScalingSpec(InProcessSpec):
-    """How each stage scales with its token count (seed 000: visual O(n), audio O(1), prefill)."""
+    """How each stage scales with its token count (expected: visual O(n), audio O(1) with padded mel features,
+    prefill)."""
 
     name = "token-scaling"
     help = "Sweep frames / resolution / audio duration / text length and fit each stage against its tokens."

@@ -1,4 +1,5 @@
-"""Spec ``ttft-batch`` (the seed's ttft_10videos): TTFT and per-stage time for N media inputs run as
+"""Spec ``ttft-batch`` (N videos at once, as a TTFT-of-10-videos experiment does): TTFT and per-stage time
+for N media inputs run as
 one batch against the same N run one after another.
 
 The inputs are the manifest's media rows (default: the synthetic set's videos with their audio
@@ -109,7 +110,7 @@ class TTFTBatchSpec(ResearchSpec):
 
     name = "ttft-batch"
     help = ("TTFT and per-stage time for a batch of N media inputs vs the same N run sequentially "
-            "(the seed's ttft_10videos).")
+            "(N videos in one batch).")
     options_model: ClassVar[type[RunOptions]] = TTFTBatchOptions
     columns = ("mode", "n_inputs", "real_tokens", "padded_tokens", "pack_ms", "audio_feature_ms", *STAGES,
                "ttft_ms", "mean_request_ttft_ms", "last_request_ttft_ms", "mean_request_e2e_ms", "inputs_per_s")

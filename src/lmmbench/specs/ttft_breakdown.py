@@ -1,4 +1,4 @@
-"""``ttft-breakdown``: the stage-level TTFT breakdown of seed 000 over a manifest (or the synthetic set)."""
+"""``ttft-breakdown``: the stage-level TTFT breakdown over a manifest (or the synthetic set)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class InProcessSpec(Spec):
     unattributed_field = "others_unattributed_ms"
 
     def findings(self, rows: list[dict[str, Any]], analysis: dict[str, Any]) -> dict[str, Any]:
-        """Audio padding (seed 000 section 5): mel frames produced vs the clip's own frames."""
+        """Audio padding: mel frames produced vs the clip's own frames."""
         del analysis
         from lmmbench.reports.results_csv import numeric
 
