@@ -8,8 +8,20 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-__all__ = ["DEFAULT_OUT_DIR", "Dtype", "baseline_field", "device_field", "dtype_field", "mlflow_field", "out_dir_field",
-           "threads_field", "wandb_field"]
+__all__ = [
+    "DEFAULT_OUT_DIR",
+    "HUB_MODEL_HELP",
+    "Dtype",
+    "baseline_field",
+    "device_field",
+    "dtype_field",
+    "mlflow_field",
+    "out_dir_field",
+    "revision_field",
+    "threads_field",
+    "wandb_field",
+    "with_revision",
+]
 
 #: The root of every command's results (perf, spec runs, eval, reference comparisons).
 DEFAULT_OUT_DIR = Path("lmmbench-results")
@@ -36,6 +48,23 @@ def threads_field() -> Any:
 def out_dir_field(layout: str, sub: str = "") -> Any:
     """``--out-dir`` under ``lmmbench-results`` (``sub`` a sub-folder); ``layout`` says what goes where."""
     return Field(DEFAULT_OUT_DIR / sub if sub else DEFAULT_OUT_DIR, description=layout)
+
+
+HUB_MODEL_HELP = ("a Hugging Face hub id (ORG/NAME, resolved through the local hub cache; HF_HUB_OFFLINE, HF_HOME "
+                  "and HF_HUB_CACHE are honoured)")
+
+
+def revision_field() -> Any:
+    """``--revision REV``: the hub revision of a hub-id ``--model`` (as ``ORG/NAME@REV``)."""
+    return Field(None, description="Hub revision (branch, tag or commit) of a hub-id --model; the same as "
+                                   "--model ORG/NAME@REV.")
+
+
+def with_revision(model: str | None, revision: str | None) -> str | None:
+    """``model@revision`` when a revision is given for a model that names none."""
+    if not revision or not model or "@" in model:
+        return model
+    return f"{model}@{revision}"
 
 
 def baseline_field() -> Any:

@@ -146,7 +146,11 @@ def write_run_log(run_dir: Path, run_log: RunLog, *, index: bool = True) -> Path
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RUN_LOG_NAME
+    from lmmbench.core.hub import resolved_snapshots
     from lmmbench.core.secrets import redact_config
+
+    if resolved_snapshots() and "hub_snapshots" not in run_log.environment:  # the commit of every hub id used
+        run_log.environment["hub_snapshots"] = resolved_snapshots()
 
     data = redact_config(_finite(run_log.model_dump(mode="json", exclude_none=False)))  # no --api-key in files
     run_log = RunLog.model_validate(data)  # the store and the sinks get the redacted log too

@@ -39,13 +39,19 @@ _WORDS = (
 ).split()
 
 
-def load_tokenizer(path: Path) -> Any:
-    """A ``tokenizers.Tokenizer`` from a local directory (its tokenizer.json) or a tokenizer.json file."""
+def load_tokenizer(path: Path | str) -> Any:
+    """A ``tokenizers.Tokenizer`` from a local directory (its tokenizer.json), a tokenizer.json file, or a
+    Hugging Face hub id (``ORG/NAME[@REV]``, resolved through the local hub cache: only its tokenizer files)."""
     from tokenizers import Tokenizer
 
+    from lmmbench.core.hub import looks_like_hub_id, resolve_hub_snapshot
+
+    if looks_like_hub_id(str(path)):
+        path = Path(resolve_hub_snapshot(str(path), "--tokenizer", ["tokenizer*", "*.json", "*.txt", "*.model"]).path)
+    path = Path(path)
     file = path / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
-        raise UserError(f"--tokenizer {path}: no tokenizer.json there; give a local tokenizer directory")
+        raise UserError(f"--tokenizer {path}: no tokenizer.json there; give a local tokenizer directory or a hub id")
     try:
         return Tokenizer.from_file(str(file))
     except Exception as exc:  # tokenizers raises plain Exception subclasses

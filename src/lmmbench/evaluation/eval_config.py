@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -14,8 +14,10 @@ from lmmbench.config.common import (
     dtype_field,
     mlflow_field,
     out_dir_field,
+    revision_field,
     threads_field,
     wandb_field,
+    with_revision,
 )
 from lmmbench.config.limits import check_limit
 
@@ -27,7 +29,15 @@ class EvalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | None = Field(None, description="tiny model name, local model dir, or http(s):// endpoint URL")
+    model: str | None = Field(None, description="tiny model name, local model dir, hub id (ORG/NAME), or "
+                              "http(s):// endpoint URL")
+    revision: str | None = revision_field()
+
+    @model_validator(mode="after")
+    def _hub_revision(self) -> Self:
+        self.model = with_revision(self.model, self.revision)
+        return self
+
     tasks: list[str] = Field(
         description="task names (see `lmmbench tasks`), task YAML files (lmmbench's or lm-eval's), lm-eval names"
     )

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lmmbench.config.common import DEFAULT_OUT_DIR, Dtype, device_field, dtype_field, out_dir_field, threads_field
+from lmmbench.config.common import (
+    DEFAULT_OUT_DIR,
+    Dtype,
+    device_field,
+    dtype_field,
+    out_dir_field,
+    revision_field,
+    threads_field,
+    with_revision,
+)
 
 __all__ = ["CompareConfig", "DumpConfig"]
 
@@ -16,7 +26,14 @@ class DumpConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(description="tiny model name or local model dir")
+    model: str = Field(description="tiny model name, local model dir or hub id (ORG/NAME)")
+    revision: str | None = revision_field()
+
+    @model_validator(mode="after")
+    def _hub_revision(self) -> Self:
+        self.model = with_revision(self.model, self.revision)  # type: ignore[assignment]
+        return self
+
     prompts: str = Field("sample_qa", description="task name / task YAML, or a .txt (one per line) or .jsonl file")
     num_prompts: int = Field(16, ge=1, description="how many prompts")
     max_new_tokens: int = Field(16, ge=1, description="greedy steps per prompt")
@@ -32,7 +49,14 @@ class CompareConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(description="tiny model name or local model dir")
+    model: str = Field(description="tiny model name, local model dir or hub id (ORG/NAME)")
+    revision: str | None = revision_field()
+
+    @model_validator(mode="after")
+    def _hub_revision(self) -> Self:
+        self.model = with_revision(self.model, self.revision)  # type: ignore[assignment]
+        return self
+
     reference: Path = Field(description="folder written by `lmmbench reference dump`")
     device: str = device_field()
     dtype: Dtype = dtype_field()

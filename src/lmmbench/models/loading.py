@@ -1,7 +1,8 @@
 """Resolve a model name or local directory to a family, and load model, tokenizer and processor.
 
-A name is a built-in tiny model (built on demand); anything else must be a local Hugging Face
-model directory (no hub access). The family comes from ``config.json`` through the family
+A name is a built-in tiny model (built on demand), a shape-only model (``shape:NAME``), a Hugging Face hub id
+(``ORG/NAME``, ``ORG/NAME@REVISION``: resolved through the local hub cache, ``core.hub``), or a local Hugging
+Face model directory. The family comes from ``config.json`` through the family
 registry (``models.families``): Qwen2.5-Omni (full or thinker-only), Qwen2.5-VL, Qwen2-VL, or any
 causal LM as a text model. The processor is the family's probe-checked one
 (``models.processor_build``), built before the weights load so a refusal costs nothing.
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
+from lmmbench.core.hub import looks_like_hub_id, resolve_hub_snapshot
 from lmmbench.models.families import MODEL_FAMILIES, ModelFamily, family_from_config, get_family
 from lmmbench.models.processor_build import ProcessorBuild, build_family_processor
 from lmmbench.models.tiny import MARKER, TINY_MODEL_NAMES, build_tiny_model
@@ -72,10 +74,17 @@ def resolve_model(name_or_dir: str) -> ModelRef:
         family = json.loads((path / MARKER).read_text())["family"]
         return ModelRef(name_or_dir, path, family)
     path = Path(name_or_dir).expanduser()
+    if not path.exists() and looks_like_hub_id(name_or_dir):
+        snap = resolve_hub_snapshot(name_or_dir)
+        path = Path(snap.path)
+        if not (path / "config.json").is_file():
+            raise UserError(f"model {name_or_dir}: its snapshot {path} has no config.json (not a transformers model)")
+        return ModelRef(name_or_dir, path.resolve(), family_from_config(path).name)
     if not path.exists():
         raise UserError(
-            f"model '{name_or_dir}' is neither a built-in model ({', '.join(TINY_MODEL_NAMES)}) nor an existing "
-            "directory; give a local Hugging Face model directory (no hub downloads) or a built-in name"
+            f"model '{name_or_dir}' is neither a built-in model ({', '.join(TINY_MODEL_NAMES)}), a hub id "
+            "(ORG/NAME) nor an existing directory; give a local Hugging Face model directory, a hub id or a "
+            "built-in name"
         )
     if not path.is_dir() or not (path / "config.json").is_file():
         raise UserError(f"{path}: not a model directory (no config.json); give a local Hugging Face model directory")

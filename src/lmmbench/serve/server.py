@@ -11,11 +11,11 @@ import logging
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lmmbench.config.common import Dtype, device_field, dtype_field, threads_field
+from lmmbench.config.common import Dtype, device_field, dtype_field, revision_field, threads_field, with_revision
 from lmmbench.core.errors import UserError, require
 from lmmbench.engines.batch_engine import BatchEngine
 from lmmbench.engines.requests import GenerationRequest, SamplingParams
@@ -33,7 +33,15 @@ class ServeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field("tiny-llm", description="Built-in tiny model name or a local model directory.")
+    model: str = Field("tiny-llm", description="Built-in tiny model name, a hub id (ORG/NAME) or a local model "
+                       "directory.")
+    revision: str | None = revision_field()
+
+    @model_validator(mode="after")
+    def _hub_revision(self) -> Self:
+        self.model = with_revision(self.model, self.revision)  # type: ignore[assignment]
+        return self
+
     host: str = Field("127.0.0.1", description="Address to bind; anything but loopback is exposed to the network.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port.")
     max_batch_size: int = Field(16, ge=1, le=1024, description="Most requests decoded together.")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmmbench.config.common import (
     Dtype,
@@ -23,8 +23,10 @@ from lmmbench.config.common import (
     dtype_field,
     mlflow_field,
     out_dir_field,
+    revision_field,
     threads_field,
     wandb_field,
+    with_revision,
 )
 from lmmbench.core.registry import Registry
 
@@ -40,8 +42,15 @@ class RunOptions(BaseModel):
                         "clear_cache"),
     }  # fmt: skip
 
-    model: str = Field("tiny-omni", description="Built-in model name (tiny-omni, tiny-vl, tiny-llm) or a local "
-                       "Hugging Face model directory.")
+    model: str = Field("tiny-omni", description="Built-in model name (tiny-omni, tiny-vl, tiny-llm), a hub id "
+                       "(ORG/NAME) or a local Hugging Face model directory.")
+    revision: str | None = revision_field()
+
+    @model_validator(mode="after")
+    def _hub_revision(self) -> Self:
+        self.model = with_revision(self.model, self.revision)  # type: ignore[assignment]
+        return self
+
     manifest: Path | None = Field(None, description="Manifest CSV (id, video, image, audio, prompt, extras...); "
                                   "default: the synthetic set, generated on first use.")
     out_dir: Path = out_dir_field("Results go to <out-dir>/<spec>/.")
