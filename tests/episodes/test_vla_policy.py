@@ -13,7 +13,7 @@ import torch
 
 from lmmbench.episodes import ActItem, EpisodeKey, EpisodeScheduler
 from lmmbench.episodes.vla_policy import VlaPolicy, instruction_tokens
-from lmmbench.models.vla import PI0, VLA_SHAPES, count_vla_parameters
+from lmmbench.models.vla import PI0, count_vla_parameters
 
 
 def test_pi0_shape_has_the_published_parameter_count_on_the_meta_device() -> None:
