@@ -99,7 +99,7 @@ def test_a_processor_that_ignores_media_is_refused_simulated_torchvision(
     assert len(err) == 1 and "processor refused" in err[0] and "not a multimodal processor" in err[0], err
 
 
-def test_rows_whose_media_yield_no_tokens_fail_and_run_exits_1_simulated_torchvision(
+def test_rows_whose_media_yield_no_tokens_fail_and_run_exits_2_simulated_torchvision(
         tmp_path: Path, synth_manifest: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str], torchvision_resolution: list[str]) -> None:
     import lmmbench.models.processor_build as pb
@@ -107,7 +107,7 @@ def test_rows_whose_media_yield_no_tokens_fail_and_run_exits_1_simulated_torchvi
     # a processor that slipped past the probe and ignores every medium, as the GPU machine's did
     monkeypatch.setitem(pb.PARTS_BUILDERS, "qwen_omni", lambda family, path, tok: tok)
     monkeypatch.setattr(pb, "probe_processor", lambda processor, tokenizer, family: {})
-    assert _run("tiny-omni", synth_manifest, tmp_path) == 1
+    assert _run("tiny-omni", synth_manifest, tmp_path) == 2
     rows = read_rows(tmp_path / "ttft-breakdown" / "ttft-breakdown_results.csv")
     assert len(rows) == 4 and all(r["status"] == "failed" for r in rows)
     by_id = {r["sample_id"]: r["error"] for r in rows}
@@ -137,7 +137,7 @@ def test_a_hook_that_raises_leaves_its_stage_empty_and_rows_degraded(
         return real_open(self, category)
 
     monkeypatch.setattr(tl_mod.Timeline, "open", open_failing_on_second_visual)
-    assert _run("tiny-omni", synth_manifest, tmp_path) == 0  # one row ok: partial success
+    assert _run("tiny-omni", synth_manifest, tmp_path) == 3  # one row ok, three degraded: partial
     spec_dir = tmp_path / "ttft-breakdown"
     rows = read_rows(spec_dir / "ttft-breakdown_results.csv")
     assert [r["status"] for r in rows] == ["ok", "degraded", "degraded", "degraded"]
@@ -171,7 +171,7 @@ def test_every_row_degraded_exits_1(tmp_path: Path, synth_manifest: Path, monkey
         return real_open(self, category)
 
     monkeypatch.setattr(tl_mod.Timeline, "open", open_failing_on_audio)
-    assert _run("tiny-omni", synth_manifest, tmp_path, "--limit", "2") == 1
+    assert _run("tiny-omni", synth_manifest, tmp_path, "--limit", "2") == 2
     rows = read_rows(tmp_path / "ttft-breakdown" / "ttft-breakdown_results.csv")
     assert [r["status"] for r in rows] == ["degraded", "degraded"]
     assert all(r["audio_encoder_ms"] == "" for r in rows)

@@ -68,8 +68,11 @@ def _batch(cfg: BatchConfig) -> None:
         typer.echo(f"already done (skipped): {', '.join(run.skipped)}")
     typer.echo(f"{len(run.results) - len(failed)} ok, {len(failed)} failed; table: {run.summary_csv} "
                f"and {run.summary_html}")
-    if failed:
-        raise typer.Exit(1)
+    from lmmbench.core.exit_codes import plan_exit_code
+
+    code = plan_exit_code((r.status == "failed", "unexpected" in (r.error or "")) for r in run.results)
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

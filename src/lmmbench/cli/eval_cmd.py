@@ -32,11 +32,14 @@ def _eval(cfg: object) -> None:
         typer.echo(f"[compare] {line}", err=True)
     typer.echo(f"run folder: {run.run_dir}")
     total, failed = run.sample_counts()
+    from lmmbench.core.exit_codes import measured_exit_code
+
     if run.failed_everything:
         typer.echo(f"error: every sample failed ({failed} of {total}); see {run.run_dir / 'logs'}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(measured_exit_code(0, failed))
     if failed:
-        typer.echo(f"{failed} of {total} sample(s) failed", err=True)
+        typer.echo(f"partial: {failed} of {total} sample(s) failed", err=True)
+        raise typer.Exit(measured_exit_code(total - failed, failed))
 
 
 def _tasks() -> None:

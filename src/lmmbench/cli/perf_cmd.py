@@ -43,9 +43,11 @@ def _run(cfg: PerfConfig) -> None:
     if run.interrupted:
         raise KeyboardInterrupt  # exit 130 once every file is written
     sent, ok = run.request_counts()
-    if ok == 0:
+    if ok == 0:  # failed requests are part of a load test's measurement; none succeeding means nothing measured
+        from lmmbench.core.exit_codes import NOTHING_MEASURED
+
         typer.echo(f"error: no request succeeded ({sent} sent) -> {run.run_dir}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(NOTHING_MEASURED)
     if ok < sent:
         typer.echo(f"[perf] {sent - ok} of {sent} request(s) failed", err=True)
 

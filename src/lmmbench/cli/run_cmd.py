@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 
 def _run(spec_name: str, options: Any) -> None:
+    from lmmbench.core.exit_codes import NOTHING_MEASURED, PARTIAL, measured_exit_code
+
     """Run the spec through the library and print its outcome."""
     from lmmbench.sessions.spec_session import run_spec
 
@@ -33,11 +35,16 @@ def _run(spec_name: str, options: Any) -> None:
         _table(run.rows, run.analysis, run.total_field or "ttft_ms")
     if run.interrupted:
         raise KeyboardInterrupt
-    if run.measured_nothing:  # nothing measured ok: not a success, whatever was written
-        counts = run.row_counts()
+    counts = run.row_counts()
+    code = measured_exit_code(0 if run.measured_nothing else 1, counts["failed"] + counts["degraded"])
+    if code == NOTHING_MEASURED:  # nothing measured ok: not a success, whatever was written
         typer.echo(f"error: no row measured ok ({counts['failed']} failed, {counts['degraded']} degraded) "
                    f"-> {run.spec_dir}", err=True)
-        raise typer.Exit(1)
+    elif code == PARTIAL:
+        typer.echo(f"partial: {counts['failed']} row(s) failed and {counts['degraded']} degraded -> {run.spec_dir}",
+                   err=True)
+    if code:
+        raise typer.Exit(code)
 
 
 def _report(spec_dir: Path, name: str, stats: Any, analysis: dict[str, Any]) -> None:

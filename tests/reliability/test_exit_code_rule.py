@@ -1,0 +1,36 @@
+"""The one exit-code rule (docs/reliability.md): 0 all measured, 2 nothing measured, 3 partial, and a plan's
+code from its rows; a real plan with one failing row exits 3, one whose every row fails exits 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lmmbench.cli.main import main
+from lmmbench.core.exit_codes import measured_exit_code, plan_exit_code
+
+HEAD = "name,kind,model,options,executor,requirements,image\n"
+
+
+def test_the_rule_itself() -> None:
+    assert [measured_exit_code(ok, failed) for ok, failed in ((5, 0), (0, 5), (0, 0), (4, 1))] == [0, 2, 2, 3]
+    assert plan_exit_code([]) == 0
+    assert plan_exit_code([(False, False), (False, False)]) == 0
+    assert plan_exit_code([(True, False), (False, False)]) == 3
+    assert plan_exit_code([(True, False), (True, False)]) == 2
+    assert plan_exit_code([(True, True), (False, False)]) == 1  # a bug wins over everything
+
+
+def test_a_plan_with_one_failing_row_exits_3_and_with_every_row_failing_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ok_row = 'good,eval,tiny-llm,tasks=["sample_mc"];limit=2;threads=1,inprocess,,\n'
+    bad_row = 'bad,eval,tiny-llm,tasks=["no_such_task_anywhere"],inprocess,,\n'
+    partial = tmp_path / "partial.csv"
+    partial.write_text(HEAD + ok_row + bad_row, encoding="utf-8")
+    assert main(["batch", str(partial), "--out-dir", str(tmp_path / "p")]) == 3
+    assert "1 ok, 1 failed" in capsys.readouterr().out
+    failing = tmp_path / "failing.csv"
+    failing.write_text(HEAD + bad_row, encoding="utf-8")
+    assert main(["batch", str(failing), "--out-dir", str(tmp_path / "f")]) == 2
