@@ -49,6 +49,10 @@ LIMITS: dict[str, Limit] = {
         Limit("media_seconds", 86_400, "one synthetic video or audio duration (media synth), seconds"),
         Limit("image_side", 16_384, "one synthetic image side (media synth), pixels"),
         Limit("body_bytes", 64 * 1024**2, "one HTTP request body accepted by testserver"),
+        Limit("duration_s", 7 * 86_400, "seconds of one load point or schedule (--duration-s, workload perf_time, "
+              "the span of a trace's timestamps)"),
+        Limit("hash_ids", 100_000, "prefix-block hash ids on one trace line"),
+        Limit("episodes", 1_000_000, "episodes of one episodic run (--num-tasks x --num-trials-per-task)"),
     )
 }
 

@@ -157,6 +157,7 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
             ("input_tokens", self.input_tokens, "--input-tokens"),
             ("output_tokens", self.output_tokens, "--output-tokens"),
             ("sweep_points", max(len(self.rates), len(self.concurrencies)), "sweep length"),
+            ("duration_s", self.duration_s, "--duration-s"),
         ):
             check_limit(name, value, what)
         if self.search_mode == "concurrency" and self.action == "search":

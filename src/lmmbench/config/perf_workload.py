@@ -41,8 +41,9 @@ def _from_bytemlperf(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], 
     batches = _int_list(path, data, "batch_sizes")
     inputs = _int_list(path, data, "input_tokens")
     perf_time = data.get("perf_time")
-    if not isinstance(perf_time, (int, float)) or perf_time <= 0:
+    if not isinstance(perf_time, (int, float)) or not perf_time > 0 or perf_time == float("inf"):
         raise UserError(f"{path}: 'perf_time' must be a positive number of seconds")
+    check_limit("duration_s", perf_time, f"{path}: perf_time")
     base: dict[str, Any] = {"labels": {"workload": path.stem, "workload_model": data.get("model")}}
     max_new = data.get("max_new_tokens")
     if isinstance(max_new, int) and max_new > 0:

@@ -16,11 +16,13 @@
 from __future__ import annotations
 
 import csv
+import math
 import random
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from lmmbench.config.limits import check_limit
 from lmmbench.config.perf import PerfConfig
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest
@@ -159,16 +161,37 @@ def read_trace(path: Path, fmt: str, limit: int) -> list[tuple[float, int, int, 
             if len(rows) >= limit:
                 break
             try:
-                hashes = [int(h) for h in row.get("hash_ids") or []]
+                raw_hashes = row.get("hash_ids") or []
+                check_limit("hash_ids", len(raw_hashes), f"{path}:{lineno}: hash_ids")
+                hashes = [int(h) for h in raw_hashes]
                 t_s = float(row["timestamp"]) / 1e3
                 rows.append((t_s, int(row["input_length"]), int(row["output_length"]), hashes))
-            except (KeyError, TypeError, ValueError, AttributeError):
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
                 raise UserError(f"{path}:{lineno}: a Mooncake trace line needs timestamp (ms), input_length, "
                                 "output_length and optional hash_ids (integers)") from None  # fmt: skip
     if not rows:
         raise UserError(f"{path}: the trace has no lines")
+    _check_trace_rows(path, rows)
     t0 = rows[0][0]
     return [(t - t0, i, o, h) for t, i, o, h in rows]
+
+
+def _check_trace_rows(path: Path, rows: list[tuple[float, int, int, list[int]]]) -> None:
+    """Timestamps finite and in order, lengths positive and within the limits, the span within duration_s."""
+    previous = None
+    for k, (t, n_in, n_out, _) in enumerate(rows, start=1):
+        where = f"{path}: trace row {k}"
+        if not math.isfinite(t) or t < 0:
+            raise UserError(f"{where}: timestamp {t * 1e3:g} ms is not a finite, non-negative time")
+        if previous is not None and t < previous:
+            raise UserError(f"{where}: timestamp goes back in time ({t * 1e3:g} ms after {previous * 1e3:g} ms); "
+                            "a trace must be sorted by arrival")
+        if n_in < 0 or n_out < 0:
+            raise UserError(f"{where}: input and output lengths must not be negative")
+        check_limit("input_tokens", n_in, f"{where}: input length")
+        check_limit("output_tokens", n_out, f"{where}: output length")
+        previous = t
+    check_limit("duration_s", rows[-1][0] - rows[0][0], f"{path}: the trace's span of timestamps (s)")
 
 
 @PERF_DATASETS.register("trace")

@@ -108,6 +108,9 @@ class EpisodicEvalSpec(Spec):
 
         opts = ctx.options
         assert isinstance(opts, EpisodicEvalOptions)
+        from lmmbench.config.limits import check_limit
+
+        check_limit("episodes", opts.num_tasks * opts.num_trials_per_task, "--num-tasks x --num-trials-per-task")
         suite = resolve_suite(opts.env)
         if suite.num_tasks is not None and opts.num_tasks > suite.num_tasks:
             raise UserError(f"--num-tasks {opts.num_tasks}: {suite.name} has {suite.num_tasks} tasks")

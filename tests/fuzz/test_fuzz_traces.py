@@ -1,0 +1,69 @@
+"""Trace replay, long schedules and episodic counts that used to hang or eat memory: each is one line and
+exit 2 within 5 seconds, naming the file and row (or the option) and the bound (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from lmmbench.cli.main import main
+
+
+def _mooncake(rows: list[dict[str, object]]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+OK = {"timestamp": 0, "input_length": 8, "output_length": 2}
+TRACES: dict[str, tuple[str, str, str]] = {  # id -> (file name, content, words the error line must hold)
+    "input-length-1e12": ("t.jsonl", _mooncake([OK, {**OK, "input_length": 10**12}]), "trace row 2: input length"),
+    "arrival-1e15-ms": ("t.jsonl", _mooncake([OK, {**OK, "timestamp": 10**15}]), "limit duration_s"),
+    "timestamp-nan": ("t.jsonl", '{"timestamp": 0, "input_length": 8, "output_length": 2}\n'
+                      '{"timestamp": NaN, "input_length": 8, "output_length": 2}\n', "trace row 2"),
+    "timestamp-1e400": ("t.jsonl", '{"timestamp": 1e400, "input_length": 8, "output_length": 2}\n', "trace row 1"),
+    "timestamps-out-of-order": ("t.jsonl", _mooncake([{**OK, "timestamp": 500}, OK]), "goes back in time"),
+    "negative-length": ("t.jsonl", _mooncake([{**OK, "output_length": -3}]), "must not be negative"),
+    "hash-ids-200k": ("t.jsonl", _mooncake([{**OK, "hash_ids": list(range(200_000))}]), "limit hash_ids"),
+    "azure-year-9999": ("t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,8,2\n"
+                        "9999-01-01 00:00:00.0000000,8,2\n", "limit duration_s"),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", list(TRACES))
+def test_bad_traces_are_one_line_exit_2_fast(
+    case: str, fuzz_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name, content, words = TRACES[case]
+    trace = tmp_path / name
+    trace.write_text(content, encoding="utf-8")
+    start = time.monotonic()
+    code = main(["perf", "--url", fuzz_url, "--dataset", "trace", "--dataset-path", str(trace), "--num-requests", "2",
+                 "--no-plots", "--no-progress", "--out-dir", str(tmp_path / "out")])  # fmt: skip
+    elapsed = time.monotonic() - start
+    text = capsys.readouterr().err
+    err = [line for line in text.splitlines() if line.startswith("error:")]
+    assert code == 2 and elapsed < 5.0, (code, elapsed, text)
+    assert len(err) == 1 and words in err[0] and str(trace) in err[0] and "Traceback" not in text, text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("argv", "words"), [
+    (["perf", "--url", "{url}", "--duration-s", "1000000000000"], "limit duration_s"),
+    (["perf", "--url", "{url}", "--workload", "{tmp}/w.json"], "limit duration_s"),
+    (["run", "episodic-eval", "--num-tasks", "1000000000"], "limit episodes"),
+])  # fmt: skip
+def test_unbounded_schedules_and_episode_counts_are_refused_fast(
+    argv: list[str], words: str, fuzz_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "w.json").write_text(json.dumps({"tp_sizes": [1], "batch_sizes": [1], "input_tokens": [8],
+                                                 "perf_time": 1e9}))  # fmt: skip
+    args = [a.replace("{url}", fuzz_url).replace("{tmp}", str(tmp_path)) for a in argv]
+    start = time.monotonic()
+    assert main([*args, "--out-dir", str(tmp_path / "out")]) == 2
+    assert time.monotonic() - start < 5.0
+    text = capsys.readouterr().err
+    err = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and words in err[0] and "Traceback" not in text, text
