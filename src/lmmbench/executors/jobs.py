@@ -181,7 +181,9 @@ def execute_job(job: Job) -> RowResult:
 
 
 def write_result(result: RowResult, path: Path) -> None:
-    """Write ``result`` as JSON (atomically: a reader never sees half a file)."""
+    """Write ``result`` as JSON (atomically: a reader never sees half a file); the row's folder is created when
+    the row failed before its worker ever started (a venv that could not be built, a missing interpreter)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)

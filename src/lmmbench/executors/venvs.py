@@ -74,13 +74,31 @@ def venv_key(requirements: list[str], python: str | None, constraints: Path) -> 
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+def _runs_as(exe: str, version: str) -> bool:
+    try:
+        out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True,
+                             text=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and out.stdout.strip() == version
+
+
 def _base_python(python: str | None) -> str:
+    """An interpreter of version ``python`` that really runs: on PATH, or installed by pyenv (whose shims on
+    PATH refuse a version that is not activated), or in the usual system folders."""
     if python is None or python == _python_version(None):
         return sys.executable
-    found = shutil.which(f"python{python}")
-    if found is None:
-        raise UserError(f"python: no interpreter python{python} on PATH for the venv (install it, or use uv)")
-    return found
+    import glob
+    import os
+
+    pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    candidates = [shutil.which(f"python{python}"), *sorted(glob.glob(f"{pyenv}/versions/{python}*/bin/python{python}")),
+                  f"/usr/bin/python{python}", f"/usr/local/bin/python{python}"]  # fmt: skip
+    for exe in candidates:
+        if exe and Path(exe).is_file() and _runs_as(exe, python):
+            return exe
+    raise UserError(f"python: no interpreter python{python} found on PATH or under pyenv for the venv "
+                    "(install it, or use uv)")
 
 
 def _run(argv: list[str], log: Path) -> None:
@@ -99,14 +117,17 @@ def _create(target: Path, requirements: list[str], python: str | None, constrain
     uv = shutil.which("uv")
     driver_pip = importlib.util.find_spec("pip") is not None  # then the venv needs no pip of its own
     if uv:
-        _run([uv, "venv", "--python", _python_version(python), "--system-site-packages", str(target)], log)
+        _run([uv, "venv", "--python", _base_python(python), "--system-site-packages", str(target)], log)
     else:
         _run([_base_python(python), "-m", "venv", "--system-site-packages", *(["--without-pip"] * driver_pip),
               str(target)], log)  # fmt: skip
     py = target / "bin" / "python"
     site = subprocess.check_output([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                    text=True).strip()  # fmt: skip
-    _link_driver(Path(site))
+    if _python_version(python) == _python_version(None):
+        _link_driver(Path(site))
+    else:  # another Python: none of the driver's packages (built for its version) may leak in
+        requirements = [*_copy_lmmbench(Path(site)), *requirements]
     if not requirements:
         return
     if uv:
@@ -114,6 +135,22 @@ def _create(target: Path, requirements: list[str], python: str | None, constrain
     else:
         pip = [sys.executable, "-m", "pip", "--python", str(py)] if driver_pip else [str(py), "-m", "pip"]
         _run([*pip, "install", "-q", "--disable-pip-version-check", "-c", str(constraints), *requirements], log)
+
+
+def _copy_lmmbench(site: Path) -> list[str]:
+    """lmmbench's own package copied into a venv of another Python version; returns its core requirements
+    (no extras: a row there runs what needs no torch, such as perf), to be installed for that version."""
+    from importlib import metadata
+
+    import lmmbench
+
+    shutil.copytree(Path(lmmbench.__file__).resolve().parent, site / "lmmbench",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    try:
+        reqs = metadata.requires("lmmbench") or []
+    except metadata.PackageNotFoundError:  # running from a source tree that was never installed
+        reqs = ["pydantic>=2.6", "pyyaml>=6", "typer>=0.12", "rich>=13", "tokenizers>=0.19"]
+    return [r.split(";")[0].strip() for r in reqs if "extra ==" not in r]
 
 
 def _link_driver(site: Path) -> None:

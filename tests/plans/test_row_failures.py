@@ -1,0 +1,51 @@
+"""A failing row ends only itself: a requirement pip cannot find, an interpreter that does not exist and a
+server that never comes up each fail their row (a status.json with the cause), every other row runs, and
+plan.json and the summary are written; the plan exits 3 (partial, docs/reliability.md). A perf row runs on
+another Python (3.12) with none of the driver's 3.11 packages leaking into its venv."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from lmmbench.cli.main import main
+
+
+def test_failed_rows_end_only_themselves(write_plan: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_plan([
+        {"name": "good", "kind": "eval", "model": "tiny-llm", "options": {"tasks": ["sample_mc"], "limit": 2,
+                                                                           "threads": 1}},
+        {"name": "nopy", "kind": "eval", "model": "tiny-llm", "executor": "venv", "python": "3.99",
+         "options": {"tasks": ["sample_mc"], "limit": 2}},
+        {"name": "badreq", "kind": "eval", "model": "tiny-llm", "executor": "venv",
+         "requirements": ["no-such-package-lmmbench-test==9.9"], "options": {"tasks": ["sample_mc"], "limit": 2}},
+        {"name": "dead", "kind": "serve", "model": "/no/such/model/dir", "options": {"command": "serve"}},
+        {"name": "load", "kind": "perf", "server": "dead", "options": {"num_requests": 3}},
+    ], name="mixed")  # fmt: skip
+    assert main(["batch", str(path)]) == 3
+    out = path.parent / "out" / "mixed"
+    status = {n: json.loads((out / n / "status.json").read_text()) for n in ("good", "nopy", "badreq", "dead", "load")}
+    assert status["good"]["status"] == "ok"
+    assert status["nopy"]["status"] == "failed" and "python3.99" in status["nopy"]["error"]
+    assert status["badreq"]["status"] == "failed" and "no-such-package-lmmbench-test" in status["badreq"]["error"]
+    assert status["dead"]["status"] == "failed" and status["load"]["status"] == "failed"
+    assert "serve row 'dead'" in status["load"]["error"]
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan and (out / "plan_summary.csv").is_file() and (out / "plan_summary.html").is_file()
+    assert "1 ok, 4 failed" in capsys.readouterr().out
+
+
+def test_a_perf_row_on_python_3_12_runs_in_its_own_venv(write_plan: Any) -> None:
+    path = write_plan([
+        {"name": "ts", "kind": "serve", "options": {"command": "testserver", "ttft_ms": 5}},
+        {"name": "load", "kind": "perf", "server": "ts", "executor": "venv", "python": "3.12",
+         "options": {"num_requests": 5, "output_tokens": 2}},
+    ], name="py312")  # fmt: skip
+    assert main(["batch", str(path)]) == 0
+    out = path.parent / "out" / "py312"
+    status = json.loads((out / "load" / "status.json").read_text())
+    assert status["status"] == "ok" and status["metrics"]["venv_created"] is True
+    run_log = json.loads(next((out / "load").rglob("run.json")).read_text())
+    assert run_log["environment"]["python"].startswith("3.12")  # measured by the 3.12 interpreter
