@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Self
+from typing import ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -28,6 +28,13 @@ class EvalConfig(BaseModel):
     """Evaluate a model on accuracy tasks (modes: all = infer + eval + summary; infer; eval)."""
 
     model_config = ConfigDict(extra="forbid")
+    #: lm-eval's own spellings of the options it shares, so its command lines run as they are
+    CLI_ALIASES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "gen_kwargs": ("--gen_kwargs",), "num_fewshot": ("--num_fewshot",), "include_path": ("--include_path",),
+        "apply_chat_template": ("--apply_chat_template",), "fewshot_as_multiturn": ("--fewshot_as_multiturn",),
+        "system_instruction": ("--system_instruction",), "batch_size": ("--batch_size",),
+        "bootstrap_iters": ("--bootstrap_iters",),
+    }  # fmt: skip
 
     model: str | None = Field(None, description="tiny model name, local model dir, hub id (ORG/NAME), or "
                               "http(s):// endpoint URL")
@@ -53,8 +60,21 @@ class EvalConfig(BaseModel):
     )
     device: str = device_field()
     dtype: Dtype = dtype_field()
-    limit: int | None = Field(None, ge=1, description="only the first N samples of each task")
+    limit: float | None = Field(None, gt=0, description="only the first N samples of each task; a fraction below 1 "
+                                "takes that share of each task (as lm-eval's --limit)")
     num_fewshot: int | None = Field(None, ge=0, description="override the tasks' few-shot count")
+    gen_kwargs: str | None = Field(None, description="generation arguments of lm-eval catalogue tasks, e.g. "
+                                   "max_gen_toks=16,temperature=0 (as lm-eval's --gen_kwargs)")
+    apply_chat_template: bool = Field(False, description="render lm-eval catalogue prompts with the model's chat "
+                                      "template (as lm-eval's --apply_chat_template)")
+    fewshot_as_multiturn: bool = Field(False, description="few-shot examples as chat turns (with "
+                                       "--apply-chat-template; as lm-eval's --fewshot_as_multiturn)")
+    system_instruction: str | None = Field(None, description="a system instruction before every prompt of lm-eval "
+                                           "catalogue tasks (as lm-eval's --system_instruction)")
+    seed: str = Field("0,1234,1234,1234", description="seeds of python random, numpy, torch and few-shot sampling: "
+                      "one value for all four, or four comma-separated (as lm-eval's --seed)")
+    bootstrap_iters: int = Field(100_000, ge=0, description="bootstrap resamples for the stderr of non-mean metrics "
+                                 "of lm-eval catalogue tasks (as lm-eval's --bootstrap_iters)")
     group_by: list[str] = Field(default_factory=list, description="extra metadata columns to aggregate by")
     served_model: str | None = Field(None, description="model name on the endpoint (default: first of /v1/models)")
     tokenizer: str | None = Field(None, description="local tokenizer (model name or dir) for an endpoint")
@@ -71,6 +91,25 @@ class EvalConfig(BaseModel):
     baseline: str | None = baseline_field()
     mlflow: str | None = mlflow_field()
     wandb: str | None = wandb_field()
+
+    def seed_values(self) -> tuple[int, int, int, int]:
+        """The four seeds (random, numpy, torch, few-shot) of ``--seed``."""
+        parts = [p.strip() for p in self.seed.split(",")]
+        if len(parts) == 1:
+            parts *= 4
+        return int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])
+
+    @model_validator(mode="after")
+    def _check_lmeval_options(self) -> EvalConfig:
+        parts = [p.strip() for p in self.seed.split(",")]
+        if len(parts) not in (1, 4) or not all(p.lstrip("-").isdigit() for p in parts):
+            raise ValueError(f"--seed {self.seed!r}: one integer, or four comma-separated (random, numpy, torch, "
+                             "few-shot)")
+        if self.limit is not None and self.limit >= 1 and self.limit != int(self.limit):
+            raise ValueError(f"--limit {self.limit:g}: a whole number of samples, or a fraction below 1")
+        if self.limit is not None and self.limit >= 1:
+            self.limit = int(self.limit)
+        return self
 
     @model_validator(mode="after")
     def _check_limits(self) -> EvalConfig:

@@ -139,15 +139,43 @@ def _has_predictions(run: Path) -> bool:
     return pred.is_dir() and any(p.stat().st_size > 0 for p in pred.glob("*.jsonl"))
 
 
-def _tasks(cfg: EvalConfig) -> tuple[list[TaskConfig], list[LmEvalGroup]]:
+def _split_catalogue(cfg: EvalConfig) -> tuple[list[str], list[str]]:
+    """``--tasks`` as (lmmbench's own, lm-eval catalogue names): a name lmmbench does not know goes to lm-eval's
+    catalogue when lm-eval is installed and knows it."""
+    from lmmbench.evaluation.lmeval_catalogue import INSTALL, catalogue_available, catalogue_knows
+
+    ours, catalogue = [], []
+    for name in cfg.tasks:
+        try:
+            resolve_selection([name], cfg.include_path)
+            ours.append(name)
+        except UserError as exc:
+            if catalogue_knows(name, cfg.include_path):
+                catalogue.append(name)
+            elif not catalogue_available() and not Path(name).suffix:
+                raise UserError(f"{exc}; lm-evaluation-harness's catalogue (arc_easy, hellaswag, mmlu, gsm8k, ...) "
+                                f"needs {INSTALL}") from None
+            else:
+                raise
+    if catalogue and cfg.mode != "all":
+        raise UserError(f"--mode {cfg.mode}: lm-eval catalogue tasks ({', '.join(catalogue)}) run in mode all")
+    return ours, catalogue
+
+
+def _tasks(cfg: EvalConfig, names: list[str]) -> tuple[list[TaskConfig], list[LmEvalGroup]]:
     if not cfg.tasks:
         raise UserError("--tasks: give at least one task name or YAML file (see `lmmbench tasks`)")
+    if names and cfg.limit is not None and cfg.limit < 1:
+        raise UserError(f"--limit {cfg.limit:g}: a fraction applies to lm-eval catalogue tasks; give lmmbench's "
+                        f"own tasks ({', '.join(names)}) a whole number")
     out = []
-    selection = resolve_selection(cfg.tasks, cfg.include_path)
+    selection = resolve_selection(names, cfg.include_path) if names else None
+    if selection is None:
+        return [], []
     for task in selection.tasks:
         updates: dict[str, Any] = {}
         if cfg.limit is not None:
-            updates["data"] = task.data.model_copy(update={"limit": cfg.limit})
+            updates["data"] = task.data.model_copy(update={"limit": int(cfg.limit)})
         if cfg.num_fewshot is not None:
             updates["fewshot"] = task.fewshot.model_copy(update={"num": cfg.num_fewshot})
         if cfg.group_by:
@@ -160,7 +188,10 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
     """Run ``cfg.mode`` on every task; returns the run folder and what was done."""
     from lmmbench.config.input_files import prepare_out_dir
 
-    tasks, groups = _tasks(cfg)
+    if not cfg.tasks:
+        raise UserError("--tasks: give at least one task name or YAML file (see `lmmbench tasks`)")
+    own, catalogue = _split_catalogue(cfg)
+    tasks, groups = _tasks(cfg, own)
     run_dir = _run_dir(cfg)
     prepare_out_dir(cfg.out_dir)
     backend = make_backend(cfg) if cfg.mode in ("all", "infer") else None  # a wrong model fails before the run folder
@@ -193,6 +224,10 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
                 pred = run_dir / "predictions" / f"{task.task}.jsonl"
                 results.append(evaluate_task(task, pred, run_dir / "results"))
             results += group_results(groups, results, run_dir / "results")  # lm-eval group files
+            if catalogue and backend is not None:  # lm-eval's own task objects, answered by lmmbench's backend
+                from lmmbench.evaluation.lmeval_catalogue import run_catalogue
+
+                results += run_catalogue(cfg, catalogue, backend, run_dir)
             write_summary(results, run_dir / "summary", title=f"lmmbench eval — {run_dir.name}")
             run.results = [r.to_json() for r in results]
         _finish_run_log(run_log, run, run_dir)

@@ -1,0 +1,167 @@
+"""lm-evaluation-harness's whole catalogue by name (``pip install 'lmmbench[lmeval]'``: lm-eval 0.4.13).
+
+A ``--tasks`` name that is not one of lmmbench's own (built-in, registered, a file, a name in
+``--include-path`` that lmmbench's translator reads) is looked up in lm-eval's ``TaskManager``: any task, group
+or tag of its catalogue, and of ``--include-path``. lm-eval builds the task objects itself — hub data sets
+through ``datasets`` (cache, online or offline), ``!function`` Python, ``process_docs`` / ``process_results``,
+custom metrics and aggregations, repeats, groups with ``aggregate_metric_list`` — so every upstream task
+works as lm-eval runs it. The model calls are lmmbench's own: ``LmmbenchLM`` answers lm-eval's instances
+with the run's scoring backend (the in-process scorer with its batching and caching, or the endpoint
+client), not lm-eval's HF wrapper. Results are written in lmmbench's run layout (predictions per sample,
+results per task and group, the summary, the run log), so catalogue runs are ordinary eval runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from lmmbench.core.errors import UserError
+
+__all__ = ["catalogue_available", "catalogue_knows", "make_lm", "run_catalogue"]
+
+log = logging.getLogger("lmmbench.eval")
+INSTALL = "pip install -c constraints.txt 'lmmbench[lmeval]'"
+
+
+def catalogue_available() -> bool:
+    """Whether lm-evaluation-harness is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("lm_eval") is not None
+
+
+@lru_cache(maxsize=4)
+def _task_manager(include_path: tuple[str, ...]) -> Any:
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=list(include_path) or None)
+
+
+def catalogue_knows(name: str, include_path: list[Path]) -> bool:
+    """Whether ``name`` is a task, group or tag of lm-eval's catalogue (or of ``include_path``)."""
+    if not catalogue_available():
+        return False
+    return name in _task_manager(tuple(str(p) for p in include_path)).all_tasks
+
+
+def make_lm(backend: Any) -> Any:
+    """An ``lm_eval.api.model.LM`` whose requests lmmbench's scoring ``backend`` answers."""
+    from lm_eval.api.model import LM
+
+    from lmmbench.backends.scoring import GenRequest, LLRequest
+
+    def _values(out: list[Any], what: str) -> list[Any]:
+        for o in out:
+            if isinstance(o, Exception):  # lm-eval has no per-sample error slot: the run stops, naming the cause
+                raise UserError(f"{what} failed on the model: {type(o).__name__}: {o}")
+        return out
+
+    class LmmbenchLM(LM):  # type: ignore[misc]
+        """lm-eval's model interface over lmmbench's scoring backend."""
+
+        def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+            out = backend.loglikelihood([LLRequest(*r.args[:2]) for r in requests])
+            return [(float(ll), bool(greedy)) for ll, greedy in _values(out, "loglikelihood")]
+
+        def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+            out = backend.loglikelihood_rolling([r.args[0] for r in requests])
+            return [float(x) for x in _values(out, "loglikelihood_rolling")]
+
+        def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+            gens = []
+            for r in requests:
+                context, kwargs = r.args[0], dict(r.args[1] or {})
+                until = kwargs.get("until") or []
+                gens.append(GenRequest(prompt=context, max_tokens=int(kwargs.get("max_gen_toks", 256)),
+                                       stop=[until] if isinstance(until, str) else list(until)))  # fmt: skip
+            return [str(x) for x in _values(backend.generate(gens), "generate_until")]
+
+        def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+            return str(backend.chat_prompt(chat_history))
+
+        @property
+        def tokenizer_name(self) -> str:
+            return str(backend.model_id)
+
+    return LmmbenchLM()
+
+
+def _metric_name(key: str) -> tuple[str, bool] | None:
+    """lm-eval's ``acc_stderr,none`` -> (``acc``, True); ``exact_match,strict-match`` -> (that, False)."""
+    if "," not in key:
+        return None
+    base, _, flt = key.partition(",")
+    is_err = base.endswith("_stderr")
+    base = base.removesuffix("_stderr")
+    return (base if flt in ("", "none") else f"{base},{flt}"), is_err
+
+
+def _task_result(name: str, row: dict[str, Any], kind: str, model: str, n: int, version: Any) -> Any:
+    from lmmbench.evaluation.evaluate import TaskResult
+    from lmmbench.metrics.accuracy import MetricValue
+
+    values: dict[str, dict[str, Any]] = {}
+    for key, value in row.items():
+        parsed = _metric_name(key)
+        if parsed is None or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        metric, is_err = parsed
+        values.setdefault(metric, {})["stderr" if is_err else "value"] = float(value)
+    metrics = {m: MetricValue(m, v["value"], v.get("stderr"), n) for m, v in values.items() if "value" in v}
+    return TaskResult(task=name, version=version if version is not None else "", kind=kind, model=model,
+                      n_samples=n, n_errors=0, metrics=metrics)  # fmt: skip
+
+
+def _write_predictions(run_dir: Path, task: str, samples: list[dict[str, Any]]) -> None:
+    path = run_dir / "predictions" / f"{task}.jsonl"
+    with path.open("w", encoding="utf-8") as fh:
+        for s in samples:
+            row = {"doc_id": s.get("doc_id"), "prompt": (s.get("arguments") or [[None]])[0][0],
+                   "target": s.get("target"), "resps": s.get("resps"), "filtered_resps": s.get("filtered_resps"),
+                   "filter": s.get("filter"), "metrics": s.get("metrics"), "error": None}  # fmt: skip
+            row.update({k: s[k] for k in s.get("metrics") or [] if k in s})
+            fh.write(json.dumps(row, default=str) + "\n")
+
+
+def run_catalogue(cfg: Any, names: list[str], backend: Any, run_dir: Path) -> list[Any]:
+    """Evaluate catalogue ``names`` with lm-eval's task system and lmmbench's ``backend``; returns
+    ``TaskResult``s (tasks, then groups) written into ``run_dir/results``."""
+    if not catalogue_available():
+        raise UserError(f"--tasks {', '.join(names)}: lm-evaluation-harness's catalogue needs {INSTALL}")
+    from lm_eval import simple_evaluate
+
+    seeds = cfg.seed_values()
+    try:
+        out = simple_evaluate(
+            model=make_lm(backend), tasks=names, task_manager=_task_manager(tuple(str(p) for p in cfg.include_path)),
+            num_fewshot=cfg.num_fewshot, limit=cfg.limit, log_samples=True, gen_kwargs=cfg.gen_kwargs,
+            system_instruction=cfg.system_instruction, apply_chat_template=cfg.apply_chat_template,
+            fewshot_as_multiturn=cfg.fewshot_as_multiturn, random_seed=seeds[0], numpy_random_seed=seeds[1],
+            torch_random_seed=seeds[2], fewshot_random_seed=seeds[3], bootstrap_iters=cfg.bootstrap_iters,
+        )  # fmt: skip
+    except (UserError, KeyboardInterrupt):
+        raise
+    except (ValueError, KeyError, TypeError, FileNotFoundError, ConnectionError) as exc:  # the task's data / options
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise UserError(f"--tasks {', '.join(names)}: lm-eval could not build or run them: "
+                        f"{type(exc).__name__}: {first[:300]}") from None
+    if out is None:
+        raise UserError(f"--tasks {', '.join(names)}: lm-eval returned no results")
+    results: list[Any] = []
+    samples = out.get("samples") or {}
+    counts = out.get("n-samples") or {}
+    for task, rows in out["results"].items():
+        n = int((counts.get(task) or {}).get("effective") or len(samples.get(task) or []))
+        group = task not in samples
+        kind = "group" if group else str((out.get("configs") or {}).get(task, {}).get("output_type", "lm-eval"))
+        result = _task_result(task, rows, kind, str(cfg.model), n, (out.get("versions") or {}).get(task))
+        if not group:
+            _write_predictions(run_dir, task, samples[task])
+        (run_dir / "results" / f"{task}.json").write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n",
+                                                        encoding="utf-8")  # fmt: skip
+        results.append(result)
+    return results
