@@ -37,6 +37,7 @@ COMMAND_MODULES = [
     "lmmbench.cli.eval_cmd",
     "lmmbench.cli.runs_cmd",
     "lmmbench.cli.batch_cmd",
+    "lmmbench.cli.bench_cmd",
 ]
 
 

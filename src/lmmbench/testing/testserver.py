@@ -54,6 +54,7 @@ class TestServerState:
         self.queued: deque[tuple[_ServerConn, str, str, bytes]] = deque()
         self.adaptive = cfg.timer == "adaptive"
         self.cache = PrefixCacheModel(cfg)
+        self.profile_calls: list[str] = []  # start_profile / stop_profile, in order
 
     def call_at_pc(self, target_pc: float, cb: Any, *args: Any) -> asyncio.TimerHandle | None:
         """Call ``cb(*args)`` at ``perf_counter`` time ``target_pc`` (see ``timer``)."""
@@ -245,6 +246,7 @@ class _ServerConn(asyncio.Protocol):
             elif path == "/stats":
                 st = self.state
                 self.write(_json_response(200, {"requests": st.requests, "faults": st.fault_counts,
+                                                "profile_calls": st.profile_calls,
                                                 "cpu_s": time.process_time(),
                                                 "pid": os.getpid()}))  # fmt: skip
             else:
@@ -252,6 +254,10 @@ class _ServerConn(asyncio.Protocol):
             return
         if method == "POST" and path == "/reset_prefix_cache":  # as vLLM's endpoint of that name
             self.state.cache.blocks.clear()
+            self.write(_json_response(200, {"status": "ok"}))
+            return
+        if method == "POST" and path in ("/start_profile", "/stop_profile"):  # vLLM's profiler endpoints
+            self.state.profile_calls.append(path.strip("/"))
             self.write(_json_response(200, {"status": "ok"}))
             return
         chat = path.endswith("/chat/completions")

@@ -1,0 +1,32 @@
+"""`lmmbench bench serve ARGS`: a drop-in for `vllm bench serve` (the work: sessions/bench_serve_session.py)."""
+
+from __future__ import annotations
+
+import typer
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``lmmbench bench serve``."""
+    bench = typer.Typer(help="Drop-ins for the peers' benchmark commands, on lmmbench's load generator.",
+                        no_args_is_help=True)  # fmt: skip
+
+    @bench.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                              "help_option_names": []},
+                   help="Run `vllm bench serve ARGS` unchanged (vLLM 0.33.0's flags, defaults, printed table and "
+                        "result file); --help lists the flags.")  # fmt: skip
+    def serve(ctx: typer.Context) -> None:
+        from lmmbench.core.exit_codes import NOTHING_MEASURED
+        from lmmbench.sessions.bench_serve_session import run_bench_serve
+
+        run = run_bench_serve(list(ctx.args))
+        if run.table:
+            typer.echo(run.table)
+        if run.result_file is not None:
+            typer.echo(f"result file: {run.result_file}", err=True)
+        if run.ok == 0:
+            typer.echo(f"error: no request succeeded ({run.sent} sent) -> {run.run_dir}", err=True)
+            raise typer.Exit(NOTHING_MEASURED)
+
+    app.add_typer(bench, name="bench")

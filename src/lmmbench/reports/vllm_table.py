@@ -1,0 +1,50 @@
+"""The result table ``vllm bench serve`` prints, line for line (vLLM 0.33.0's format), from a vLLM-format result:
+scripts that grep it (``Request throughput (req/s):``, ``P99 E2EL (ms):``) find their lines."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["format_result_table"]
+
+_METRICS = (("ttft", "TTFT", "Time to First Token"), ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
+            ("itl", "ITL", "Inter-token Latency"), ("e2el", "E2EL", "End-to-end Latency"))  # fmt: skip
+
+
+def _line(name: str, value: Any, decimals: bool = True) -> str:
+    return f"{name:<40} {value:<10.2f}" if decimals else f"{name:<40} {value:<10}"
+
+
+def format_result_table(result: dict[str, Any], metrics: Sequence[str], percentiles: Sequence[float],
+                        request_rate: float, max_concurrency: int | None, goodput: bool) -> str:
+    """vLLM's printed summary of one benchmark."""
+    lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="),
+             _line("Successful requests:", result["completed"], False),
+             _line("Failed requests:", result.get("failed", 0), False)]  # fmt: skip
+    if max_concurrency is not None:
+        lines.append(_line("Maximum request concurrency:", max_concurrency, False))
+    if not math.isinf(request_rate):
+        lines.append(_line("Request rate configured (RPS):", request_rate))
+    lines += [_line("Benchmark duration (s):", result["duration"]),
+              _line("Total input tokens:", result["total_input_tokens"], False),
+              _line("Total generated tokens:", result["total_output_tokens"], False),
+              _line("Request throughput (req/s):", result["request_throughput"])]  # fmt: skip
+    if goodput and result.get("request_goodput") is not None:
+        lines.append(_line("Request goodput (req/s):", result["request_goodput"]))
+    lines += [_line("Output token throughput (tok/s):", result["output_throughput"]),
+              _line("Peak output token throughput (tok/s):", result.get("max_output_tokens_per_s") or 0.0),
+              _line("Peak concurrent requests:", result.get("max_concurrent_requests") or 0.0),
+              _line("Total token throughput (tok/s):", result["total_token_throughput"])]  # fmt: skip
+    for key, name, header in _METRICS:
+        if key not in metrics or f"mean_{key}_ms" not in result:
+            continue
+        lines += ["{s:{c}^{n}}".format(s=header, n=50, c="-"), _line(f"Mean {name} (ms):", result[f"mean_{key}_ms"]),
+                  _line(f"Median {name} (ms):", result[f"median_{key}_ms"])]  # fmt: skip
+        for p in percentiles:
+            word = str(int(p)) if int(p) == p else str(p)
+            if f"p{word}_{key}_ms" in result:
+                lines.append(_line(f"P{word} {name} (ms):", result[f"p{word}_{key}_ms"]))
+    lines.append("=" * 50)
+    return "\n".join(lines)

@@ -1,0 +1,97 @@
+"""``lmmbench bench serve``: a ``vllm bench serve`` command line run by lmmbench's load generator.
+
+The command line is parsed and translated by ``config.vllm_bench_serve``; the load runs as any perf run (its
+run folder, records, report and run store entry); vLLM's result table is printed to standard output, and vLLM's
+result file is written where vLLM writes it — the working directory or ``--result-dir``, under vLLM's file name
+or ``--result-filename``, appended to with ``--append-result`` — only when ``--save-result`` or
+``--append-result`` asks for it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BenchServeRun", "run_bench_serve"]
+
+
+@dataclass
+class BenchServeRun:
+    """What one ``bench serve`` produced: the table, the result file (if asked for), the requests."""
+
+    table: str
+    result_file: Path | None
+    sent: int
+    ok: int
+    run_dir: Path
+
+
+def _post(url: str, path: str) -> None:
+    """POST ``path`` on the server (vLLM's /start_profile, /stop_profile); a refusal is one line."""
+    import urllib.error
+    import urllib.request
+
+    from lmmbench.core.errors import UserError
+
+    base = url.rstrip("/").removesuffix("/v1")
+    try:
+        with urllib.request.urlopen(urllib.request.Request(base + path, data=b"", method="POST"), timeout=60):
+            pass
+    except (urllib.error.URLError, OSError) as exc:
+        raise UserError(f"--profile: {base + path} failed ({exc}); start the server with its profiler enabled "
+                        "(vLLM: VLLM_TORCH_PROFILER_DIR)") from None
+
+
+def _file_name(ns: Any, model: str, date: str) -> str:
+    """vLLM's result file name (``compute_result_filename``)."""
+    if ns.result_filename:
+        return str(ns.result_filename)
+    conc = f"-concurrency{ns.max_concurrency}" if ns.max_concurrency is not None else ""
+    return f"{ns.label or ns.backend}-{ns.request_rate}qps{conc}-{model.split('/')[-1]}-{date}.json"
+
+
+def _place_result(ns: Any, written: Path, model: str, date: str) -> Path | None:
+    """Copy (or append) the vLLM-format result to where vLLM writes it, when asked for."""
+    if not (ns.save_result or ns.append_result):
+        return None
+    folder = Path(ns.result_dir) if ns.result_dir else Path.cwd()
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / _file_name(ns, model, date)
+    compact = json.dumps(json.loads(written.read_text(encoding="utf-8")))  # one line, as vLLM's json.dump writes
+    if ns.append_result and target.is_file() and target.stat().st_size:
+        with target.open("a", encoding="utf-8") as fh:
+            fh.write("\n" + compact)
+    else:
+        target.write_text(compact, encoding="utf-8")
+    return target
+
+
+def run_bench_serve(argv: list[str]) -> BenchServeRun:
+    """Parse ``argv`` as ``vllm bench serve`` does, run the load, return the table and the result file."""
+    from lmmbench.config.perf import PerfConfig
+    from lmmbench.config.vllm_bench_serve import build_parser, translate
+    from lmmbench.reports.vllm_table import format_result_table
+    from lmmbench.sessions.perf_session import run_perf
+
+    ns = build_parser().parse_args(argv)
+    options = translate(ns)
+    cfg = PerfConfig.model_validate({**options, "save_result": True, "result_filename": "vllm_result.json",
+                                     "plots": False})  # fmt: skip
+    date = datetime.now().strftime("%Y%m%d-%H%M%S")
+    if ns.profile:  # as vLLM: the server's profiler on around the benchmark
+        _post(cfg.url, "/start_profile")
+    try:
+        run = run_perf(cfg)
+    finally:
+        if ns.profile:
+            _post(cfg.url, "/stop_profile")
+    written = run.run_dir / "vllm_result.json"
+    sent, ok = run.request_counts()
+    result: dict[str, Any] = json.loads(written.read_text(encoding="utf-8")) if written.is_file() else {}
+    table = format_result_table(result, cfg.percentile_metrics, cfg.percentiles, float(ns.request_rate),
+                                ns.max_concurrency, bool(cfg.slo)) if result else ""  # fmt: skip
+    placed = _place_result(ns, written, str(ns.model or cfg.model), date) if result else None
+    return BenchServeRun(table, placed, sent, ok, run.run_dir)
