@@ -165,26 +165,3 @@ def test_free_slots_take_trials_left_by_others_and_outcomes_stay() -> None:
     keep = EpisodeScheduler(lambda task: CountdownEnv(task, log2), LoggingPolicy(log2), list(stolen),
                             num_parallel=3, num_steps_wait=2, max_steps=50, seed=7, steal_trials=False)
     assert {r.slot for r in keep.run()} == {0, 1}
-
-
-def test_one_policy_forward_per_tick_for_every_slot_counted_with_a_hook() -> None:
-    """The toy policy's denoiser, hooked: every act() call (one per tick) runs it 10 times (the denoising steps)
-    on the whole batch of slots that need actions, never once per slot (which would equal serial)."""
-    import torch
-
-    from lmmbench.episodes import EpisodeKey, EpisodeScheduler
-    from lmmbench.episodes.toy_policy import DENOISE_STEPS, ToyWaypointPolicy
-    from lmmbench.episodes.toy_waypoints import ToyWaypointsEnv
-
-    torch.set_num_threads(1)
-    policy = ToyWaypointPolicy()
-    forwards: list[int] = []
-    policy.net.body.register_forward_hook(lambda m, args, out: forwards.append(out.shape[0]))
-    acts: list[int] = []
-    act = policy.act
-    policy.act = lambda items: (acts.append(len(items)), act(items))[1]  # type: ignore[method-assign]
-    keys = [EpisodeKey(t, 0) for t in range(6)]
-    results = list(EpisodeScheduler(ToyWaypointsEnv, policy, keys, num_parallel=6, num_steps_wait=0,
-                                    max_steps=8, seed=0).run())  # fmt: skip
-    assert len(results) == 6 and max(acts) == 6
-    assert forwards == [n for n in acts for _ in range(DENOISE_STEPS)]  # batch size per forward = slots that acted

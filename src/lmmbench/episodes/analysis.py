@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["episodic_findings", "speedup_summary", "success_summary", "wilson_interval"]
+__all__ = ["episodic_findings", "success_summary", "wilson_interval"]
 
 Z95 = 1.959963984540054
 
@@ -57,47 +57,12 @@ def success_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"overall": overall, "per_task": per_task}
 
 
-def _headline(out: dict[str, Any], totals: dict[str, Any] | None, speedup: dict[str, Any] | None) -> dict[str, Any]:
-    """The run log's headline: success rate with its interval, episodes per second, the speed-up and its spread."""
-    rate = out["success"]["overall"]
-    head: dict[str, Any] = {"success_rate": rate["success_rate"], "success_rate_ci95_low": rate["ci95_low"],
-                            "success_rate_ci95_high": rate["ci95_high"]}  # fmt: skip
-    wall = (totals or {}).get("wall_ms")
-    if wall and rate["episodes"]:  # episodes with a verdict over this run's wall time
-        head["episodes_per_s"] = rate["episodes"] / (wall / 1e3)
-    if speedup and speedup.get("valid"):
-        head.update(speedup_vs_serial_median=speedup["median"], speedup_vs_serial_min=speedup["min"],
-                    speedup_vs_serial_max=speedup["max"])
-    return head
-
-
-def speedup_summary(serial_s: Sequence[float], batched_s: Sequence[float], n_slots: int) -> dict[str, Any]:
-    """Speed-up of ``n_slots`` slots over one, per interleaved pair (serial / batched wall time): the median and
-    min-max. Batching N episodes cannot make a run more than N times faster, so a ratio above N is a measurement
-    error (a burst of load on one side, a clock): it is flagged and no speed-up is reported."""
-    import statistics
-
-    ratios = [s / b for s, b in zip(serial_s, batched_s, strict=False) if b > 0]
-    if not ratios:
-        return {"valid": False, "error": "no timed pair", "n_slots": n_slots}
-    out: dict[str, Any] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
-                           "ratios": ratios, "pairs": len(ratios), "n_slots": n_slots,
-                           "compared": f"{n_slots} slots (batched) against 1 slot (serial), same episodes",
-                           "valid": max(ratios) <= n_slots}  # fmt: skip
-    if not out["valid"]:
-        out["error"] = (f"a measured ratio of {max(ratios):.2f} is above the {n_slots} slots: a measurement error "
-                        "(load on the machine during one side, a clock), not a speed-up; not reported")
-        out["median"] = out["min"] = out["max"] = None
-    return out
-
-
 def _batch_sizes(rows: Sequence[dict[str, Any]], field: str = "action_batch_sizes") -> list[int]:
     return [int(x) for r in rows if r.get("status") == "ok" for x in str(r.get(field) or "").split()]
 
 
 def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | None,
-                      serial_totals: dict[str, Any] | None, equivalence: dict[str, Any] | None,
-                      speedup: dict[str, Any] | None = None) -> dict[str, Any]:
+                      serial_totals: dict[str, Any] | None, equivalence: dict[str, Any] | None) -> dict[str, Any]:
     """The analysis of an episodic run: success, batch sizes, time split, and the serial comparison."""
     ok = [r for r in rows if r.get("status") == "ok"]
     sizes = _batch_sizes(ok)  # per episode: the batch size of each action call it joined
@@ -117,23 +82,18 @@ def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | N
                                  for k in ("env_ms", "planning_ms", "action_ms", "scheduler_ms")}
     if serial_totals:
         out["serial_run"] = serial_totals
-    if speedup is not None:
-        out["speedup_vs_serial"] = speedup
+        if totals and totals.get("wall_ms"):
+            out["speedup_vs_serial"] = serial_totals["wall_ms"] / totals["wall_ms"]
     if equivalence is not None:
         out["equivalence"] = equivalence
-    out["headline"] = _headline(out, totals, speedup)
     rate = out["success"]["overall"]
     parts = [f"success {rate['successes']}/{rate['episodes']}" if rate["episodes"] else "no success verdicts"]
     if out["episode_mean_action_batch_size"] is not None:
         parts.append(f"mean action batch {out['episode_mean_action_batch_size']:.2f} (per episode call)")
     if out["episode_mean_planning_batch_size"] not in (None, 1.0):
         parts.append(f"mean planning batch {out['episode_mean_planning_batch_size']:.2f}")
-    if speedup is not None:
-        if speedup.get("valid"):
-            parts.append(f"{speedup['n_slots']} slots {speedup['median']:.2f}x faster than 1 slot (min-max "
-                         f"{speedup['min']:.2f}-{speedup['max']:.2f}x over {speedup['pairs']} interleaved pairs)")
-        else:
-            parts.append(f"speed-up not reported: {speedup.get('error')}")
+    if "speedup_vs_serial" in out:
+        parts.append(f"{out['speedup_vs_serial']:.2f}x faster than serial")
     if equivalence is not None:
         parts.append("same outcomes as the reference" if equivalence["same_outcomes"]
                      else f"{len(equivalence['outcome_mismatches'])} episode(s) differ from the reference")

@@ -265,8 +265,6 @@ class HtmlReport:
             return [top, sections_of.charts_block(glance)]
         headline = run.get("headline") or _spec_headline(spec_dir, spec_name)
         lead = sections_of.episodic_cards(analysis)
-        if lead:  # the success and speed-up cards stand for these headline numbers
-            headline = {k: v for k, v in headline.items() if not k.startswith(("success_rate", "speedup_vs"))}
         return [sections_of.headline_section(headline, verdicts, first=("success", "speed"), lead_cards=lead),
                 sections_of.spec_charts(summary, stages)]
 

@@ -79,9 +79,7 @@ def episodic_cards(analysis: dict[str, Any]) -> list[str]:
             f"{overall.get('successes')}/{overall.get('episodes')} episodes"
         cards.append(_card("success rate", f"{rate:.1%}", note))
     speed = analysis.get("speedup_vs_serial")
-    if isinstance(speed, dict) and speed.get("valid") is False:
-        cards.append(_card("speed-up vs serial", "not reported", str(speed.get("error", ""))[:80]))
-    elif isinstance(speed, dict):
+    if isinstance(speed, dict):
         med, lo, hi = (_num(speed.get(k)) for k in ("median", "min", "max"))
         if med is not None:
             spread = f"min–max {lo:.2f}–{hi:.2f}x" if lo is not None and hi is not None else ""

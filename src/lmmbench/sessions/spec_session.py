@@ -118,8 +118,6 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     if weights is not None:
         ctx.environment["model_weights"] = weights
     record = run_record(spec.name, config, ctx.environment, started, run_stats, rows)
-    if isinstance(analysis.get("headline"), dict):  # a spec's own headline numbers (episodic: success, speed-up)
-        record.headline.update({k: v for k, v in analysis["headline"].items() if isinstance(v, (int, float))})
     write_run_log(spec_dir, record, index=False)
     from lmmbench.reports.html_report import write_reports
     from lmmbench.sessions.previous_run import print_comparison

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from time import perf_counter_ns
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -54,38 +53,9 @@ class EpisodicEvalOptions(RunOptions):
                                 "tiny ops, which more threads slow down).")
     steal_trials: bool = Field(True, description="A slot with no task left takes a trial not yet started from "
                                "another slot (outcomes unchanged); off: one task per slot, in order.")
-    compare_serial: bool = Field(False, description="Also run the same episodes on one slot: report equivalence "
-                                 "(outcomes, actions) and the speed-up of --num-parallel slots over one slot, timed "
-                                 "over --compare-repeats interleaved pairs of runs (median and min-max).")
-    compare_repeats: int = Field(5, ge=1, description="Interleaved serial / batched pairs timed for the speed-up of "
-                                 "--compare-serial.")
+    compare_serial: bool = Field(False, description="Also run the same episodes serially first and report "
+                                 "equivalence and speed-up.")
     reference: Path | None = Field(None, description="Another run's episodic-eval_traces.jsonl to compare with.")
-
-
-def _timed_run(sched: Any) -> float:
-    """Seconds to run every episode of ``sched`` (results discarded)."""
-    t0 = perf_counter_ns()
-    for _ in sched.run():
-        pass
-    return (perf_counter_ns() - t0) / 1e9
-
-
-def time_speedup(make: Any, n_slots: int, repeats: int, first_serial_s: float) -> dict[str, Any]:
-    """``repeats`` pairs of a serial run (``make(1)``) and a batched run (``make(n_slots)``), interleaved with the
-    order alternating (the serial equivalence run is the first pair's serial); the speed-up per pair, summarized
-    by ``episodes.analysis.speedup_summary``."""
-    from lmmbench.episodes.analysis import speedup_summary
-
-    serial, batched = [first_serial_s], []
-    for i in range(repeats):
-        if i % 2:  # odd pairs: batched first, so drift over time does not favour one side
-            batched.append(_timed_run(make(n_slots)))
-            serial.append(_timed_run(make(1)))
-        else:
-            if i:
-                serial.append(_timed_run(make(1)))
-            batched.append(_timed_run(make(n_slots)))
-    return speedup_summary(serial, batched, n_slots)
 
 
 def _device(name: str) -> str:
@@ -129,7 +99,6 @@ class EpisodicEvalSpec(Spec):
         self._serial_totals: dict[str, Any] | None = None
         self._reference: Path | None = None
         self._findings: dict[str, Any] | None = None
-        self._speed: dict[str, Any] | None = None
 
     def setup(self, ctx: SpecContext) -> list[Case]:
         from lmmbench.core.errors import UserError
@@ -177,8 +146,7 @@ class EpisodicEvalSpec(Spec):
             for _ in scheduler([EpisodeKey(0, -1 - i) for i in range(opts.warmup)], 1).run():
                 pass
         if opts.compare_serial and todo:
-            serial_s = self._run_serial(scheduler(todo, 1))
-            self._speed = time_speedup(lambda n: scheduler(todo, n), num_parallel, opts.compare_repeats, serial_s)
+            self._run_serial(scheduler(todo, 1))
         self._scheduler = scheduler(todo, num_parallel)
         self._results = self._scheduler.run()
         self._traces = TraceFile(ctx.spec_dir / f"{self.name}_traces.jsonl", resume=opts.resume)
@@ -188,15 +156,11 @@ class EpisodicEvalSpec(Spec):
             "batched_planning": policy.batched_planning}
         return [Case(id=k.id, group=f"task{k.task}", extra={"task": k.task, "trial": k.trial}) for k in episodes]
 
-    def _run_serial(self, serial: Any) -> float:
-        """The serial run whose outcomes the batched run is compared with; its wall time in seconds."""
+    def _run_serial(self, serial: Any) -> None:
         from lmmbench.episodes.compare import EpisodeOutcome
 
-        t0 = perf_counter_ns()
         self._serial = {r.key.id: EpisodeOutcome(r.success, r.steps, r.trace) for r in serial.run()}
-        wall_s = (perf_counter_ns() - t0) / 1e9
         self._serial_totals = serial.totals.as_dict()
-        return wall_s
 
     def _next_result(self) -> Any:
         assert self._results is not None and self._traces is not None
@@ -245,7 +209,7 @@ class EpisodicEvalSpec(Spec):
         totals = self._scheduler.totals.as_dict() if self._scheduler is not None else None
         traces = read_traces(self._traces.path) if self._traces is not None else {}
         equivalence = compare_runs(traces, self._serial) if self._serial is not None else None
-        out = episodic_findings(rows, totals, self._serial_totals, equivalence, self._speed)
+        out = episodic_findings(rows, totals, self._serial_totals, equivalence)
         if self._reference is not None:
             out["reference_equivalence"] = compare_runs(traces, read_traces(self._reference))
         self._findings = out
