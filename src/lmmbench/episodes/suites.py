@@ -3,8 +3,7 @@
 Built in: the ``toy-waypoints`` suite (policies ``toy``, ``toy-prefix-cache``), the ``chat``
 suite (policy ``chat``, tiny-llm through ``BatchEngine``), the ``pusht`` physics suite (gym-pusht) and the
 VLA-shaped policies ``pi0`` / ``pi0-small`` / ``pi0-tiny`` (``models.vla``); ``gym:<id>`` wraps any gymnasium
-environment (policy ``random``); ``module:Class`` and ``path/to/file.py:Class`` name the user's own environment or
-policy (``episodes.user_code``). Third-party packages add suites and policies through the entry-point groups
+environment (policy ``random``). Third-party packages add suites and policies through the entry-point groups
 ``lmmbench.episode_suites`` and ``lmmbench.episode_policies``.
 """
 
@@ -17,7 +16,6 @@ from typing import Any
 from lmmbench.core.errors import UserError
 from lmmbench.core.registry import Registry
 from lmmbench.episodes.protocols import Env, EnvSuite, Policy
-from lmmbench.episodes.user_code import is_code_ref, user_env_factory, user_policy
 
 __all__ = ["POLICIES", "SUITES", "PolicySettings", "make_policy", "resolve_suite"]
 
@@ -122,15 +120,9 @@ def resolve_suite(name: str) -> EnvSuite:
 
         make(0)  # fail fast with a UserError when gymnasium or the id is missing
         return EnvSuite(name, make, None, "random", 500, f"gymnasium {env_id}")
-    if name not in SUITES.names() and is_code_ref(name):  # module:Class or file.py:Class
-        make_user = user_env_factory(name)
-        return EnvSuite(name, make_user, None, "random", 500, f"the user's environment {name}")
     return SUITES.get(name)
 
 
 def make_policy(name: str, settings: PolicySettings) -> Policy:
-    """Build the named policy: a registered one, or the user's ``module:Class`` / ``file.py:Class``."""
-    if name not in POLICIES.names() and is_code_ref(name):
-        policy: Policy = user_policy(name, getattr(settings.probe_env, "action_space", None))
-        return policy
+    """Build the named policy."""
     return POLICIES.get(name)(settings)
