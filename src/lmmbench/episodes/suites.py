@@ -2,7 +2,8 @@
 
 Built in: the ``toy-waypoints`` suite (policies ``toy``, ``toy-prefix-cache``) and the ``chat``
 suite (policy ``chat``, tiny-llm through ``BatchEngine``); ``gym:<id>`` wraps any gymnasium
-environment (policy ``random``). Third-party packages add suites and policies through the entry-point groups
+environment (policy ``random``); ``module:Class`` and ``path/to/file.py:Class`` name the user's own
+environment or policy (``episodes.custom``). Third-party packages add suites and policies through the entry-point groups
 ``lmmbench.episode_suites`` and ``lmmbench.episode_policies``.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from lmmbench.core.errors import UserError
 from lmmbench.core.registry import Registry
+from lmmbench.episodes.custom import is_object_ref, make_custom_env, make_custom_policy
 from lmmbench.episodes.protocols import Env, EnvSuite, Policy
 
 __all__ = ["POLICIES", "SUITES", "PolicySettings", "make_policy", "resolve_suite"]
@@ -95,9 +97,15 @@ def resolve_suite(name: str) -> EnvSuite:
 
         make(0)  # fail fast with a UserError when gymnasium or the id is missing
         return EnvSuite(name, make, None, "random", 500, f"gymnasium {env_id}")
+    if is_object_ref(name):
+        make_env = make_custom_env(name)
+        make_env(0)  # fail fast: the class must build
+        return EnvSuite(name, make_env, None, "random", 500, f"the user's environment {name}")
     return SUITES.get(name)
 
 
 def make_policy(name: str, settings: PolicySettings) -> Policy:
-    """Build the named policy."""
+    """Build the named policy (a registered name, or ``module:Class`` / ``file.py:Class``)."""
+    if is_object_ref(name):
+        return make_custom_policy(name, settings)
     return POLICIES.get(name)(settings)

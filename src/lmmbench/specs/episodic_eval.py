@@ -31,10 +31,11 @@ class EpisodicEvalOptions(RunOptions):
     model: str = Field("tiny-llm", description="Chat model of --env chat (built-in name or local directory).")
     repeats: int = Field(1, ge=1, le=1, description="Always 1: episodes repeat through --num-trials-per-task.")
     warmup: int = Field(1, ge=0, description="Unrecorded warm-up episodes (task 0, serial) before the measured ones.")
-    env: str = Field("toy-waypoints", description="Environment suite: toy-waypoints, chat, or gym:<id> "
-                     "(any gymnasium environment; needs lmmbench[episodes]).")
-    policy: str | None = Field(None, description="Policy: toy, toy-prefix-cache, chat, random (default: the "
-                               "suite's own).")
+    env: str = Field("toy-waypoints", description="Environment suite: toy-waypoints, chat, gym:<id> "
+                     "(any gymnasium environment; needs lmmbench[episodes]), or your own class as "
+                     "module:Class or path/to/file.py:Class.")
+    policy: str | None = Field(None, description="Policy: toy, toy-prefix-cache, chat, random, or your own "
+                               "class as module:Class or path/to/file.py:Class (default: the suite's own).")
     num_tasks: int = Field(8, ge=1, description="Tasks 0..N-1 of the suite.")
     num_trials_per_task: int = Field(2, ge=1, description="Episodes (trials) per task, each with its own seed.")
     num_parallel: int | None = Field(None, ge=1, description="Slots run at once (default: --num-tasks, as the "
@@ -98,7 +99,9 @@ class EpisodicEvalSpec(Spec):
 
     def setup(self, ctx: SpecContext) -> list[Case]:
         from lmmbench.core.errors import UserError
-        from lmmbench.episodes import EpisodeKey, EpisodeScheduler, PolicySettings, make_policy, resolve_suite
+        from lmmbench.episodes import (EpisodeKey, EpisodeScheduler, PolicySettings, check_fit, make_policy,
+                                       resolve_suite)
+        from lmmbench.episodes.custom import close_env
         from lmmbench.episodes.compare import TraceFile
 
         opts = ctx.options
@@ -113,10 +116,13 @@ class EpisodicEvalSpec(Spec):
         device = _device(opts.device)
         settings = PolicySettings(device=device, weight_seed=opts.seed, execute_steps=opts.execute_steps,
                                   model=opts.model, probe_env=suite.make_env(0))
+        policy_name = opts.policy or suite.default_policy
         try:
-            policy = make_policy(opts.policy or suite.default_policy, settings)
+            policy = make_policy(policy_name, settings)
         except ValueError as exc:
-            raise UserError(f"--policy {opts.policy or suite.default_policy}: {exc}") from None
+            raise UserError(f"--policy {policy_name}: {exc}") from None
+        close_env(settings.probe_env)
+        check_fit(policy, suite.make_env(0), policy_name, opts.env, opts.num_steps_wait)
         num_parallel = opts.num_parallel or opts.num_tasks
         max_steps = opts.max_steps or suite.default_max_steps
         episodes = [EpisodeKey(t, r) for t in range(opts.num_tasks) for r in range(opts.num_trials_per_task)]
