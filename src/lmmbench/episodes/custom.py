@@ -22,7 +22,8 @@ from typing import Any
 from lmmbench.core.errors import UserError
 from lmmbench.episodes.protocols import ActItem, Env, EpisodeKey, EpisodeMemory, Policy
 
-__all__ = ["SimplePolicy", "check_fit", "close_env", "is_object_ref", "load_object", "make_custom_env", "make_custom_policy"]
+__all__ = ["SimplePolicy", "check_fit", "close_env", "is_object_ref", "load_object", "make_custom_env",
+           "make_custom_policy"]
 
 
 def is_object_ref(name: str) -> bool:

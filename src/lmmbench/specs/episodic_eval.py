@@ -99,10 +99,9 @@ class EpisodicEvalSpec(Spec):
 
     def setup(self, ctx: SpecContext) -> list[Case]:
         from lmmbench.core.errors import UserError
-        from lmmbench.episodes import (EpisodeKey, EpisodeScheduler, PolicySettings, check_fit, make_policy,
-                                       resolve_suite)
-        from lmmbench.episodes.custom import close_env
+        from lmmbench.episodes import EpisodeKey, EpisodeScheduler, PolicySettings, make_policy, resolve_suite
         from lmmbench.episodes.compare import TraceFile
+        from lmmbench.episodes.custom import check_fit, close_env
 
         opts = ctx.options
         assert isinstance(opts, EpisodicEvalOptions)
