@@ -82,7 +82,7 @@ def make_custom_env(ref: str) -> Callable[[int], Env]:
         if _is_gymnasium_env(env):
             from lmmbench.episodes.gym_adapter import GymEnvAdapter
 
-            return GymEnvAdapter(env)  # type: ignore[return-value]
+            return GymEnvAdapter(env)
         if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
             raise UserError(f"--env {ref}: {type(env).__name__} has no reset(seed) / step(action)")
         return env  # type: ignore[no-any-return]
