@@ -128,6 +128,7 @@ class EpisodeScheduler:
         self.seed = seed
         self.steal_trials = steal_trials
         self.totals = RunTotals()
+        self.episodes_done = 0
         by_task: dict[int, list[int]] = {}
         for key in sorted(set(episodes)):
             by_task.setdefault(key.task, []).append(key.trial)
@@ -248,6 +249,7 @@ class EpisodeScheduler:
                 continue
             if slot.key is not None:
                 result = self._result(slot)
+                self.episodes_done += 1
                 slot.key = None
                 t_out = now_ns()
                 self.totals.wall_ns = t_out - self._t_start - self._outside_ns

@@ -129,6 +129,11 @@ class Spec:
         del rows, analysis
         return {}
 
+    def headline(self, analysis: dict[str, Any]) -> dict[str, float | None]:
+        """Headline metrics of the run log besides the medians of the ``*_ms`` columns (default none)."""
+        del analysis
+        return {}
+
     def plot(self, rows: list[dict[str, Any]], path: Path) -> bool:
         """Draw a spec-specific figure at ``path``; return False to use the generic breakdown plot."""
         del rows, path

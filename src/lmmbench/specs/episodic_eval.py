@@ -7,9 +7,10 @@ moment it ends, and its CSV row as soon as every episode before it (in task, tri
 ended too, so at most ``--num-parallel`` finished episodes wait in memory. ``--resume`` skips the
 episodes already in the results file (an episode's outcome depends only on its seed).
 
-``--compare-serial`` first runs the same episodes serially (``num_parallel=1``) and the analysis
-reports whether every episode has the same success and step count, the largest action difference
-and the speed-up; ``--reference`` compares with another run's traces file.
+``--compare-serial`` first times the same episodes serially (``num_parallel=1``) and batched,
+interleaved ``--compare-repeats`` times each (``episodes.speedup``), and the analysis reports
+whether every episode has the same success and step count, the largest action difference and the
+median speed-up with its min-max; ``--reference`` compares with another run's traces file.
 """
 
 from __future__ import annotations
@@ -50,8 +51,11 @@ class EpisodicEvalOptions(RunOptions):
                                 "tiny ops, which more threads slow down).")
     steal_trials: bool = Field(True, description="A slot with no task left takes a trial not yet started from "
                                "another slot (outcomes unchanged); off: the seed's one-task-per-slot order.")
-    compare_serial: bool = Field(False, description="Also run the same episodes serially first and report "
-                                 "equivalence and speed-up.")
+    compare_serial: bool = Field(False, description="Also time the same episodes serially (1 slot) and batched "
+                                 "(--num-parallel slots), interleaved --compare-repeats times each, and report the "
+                                 "median speed-up of batched over serial with its min-max, and whether the "
+                                 "outcomes are equal.")
+    compare_repeats: int = Field(5, ge=5, description="Interleaved serial / batched pairs of --compare-serial.")
     reference: Path | None = Field(None, description="Another run's episodic-eval_traces.jsonl to compare with.")
 
 
@@ -96,6 +100,7 @@ class EpisodicEvalSpec(Spec):
         self._serial_totals: dict[str, Any] | None = None
         self._reference: Path | None = None
         self._findings: dict[str, Any] | None = None
+        self._speedup: dict[str, Any] | None = None
 
     def setup(self, ctx: SpecContext) -> list[Case]:
         from lmmbench.core.errors import UserError
@@ -141,7 +146,8 @@ class EpisodicEvalSpec(Spec):
             for _ in scheduler([EpisodeKey(0, -1 - i) for i in range(opts.warmup)], 1).run():
                 pass
         if opts.compare_serial and todo:
-            self._run_serial(scheduler(todo, 1))
+            self._compare_serial(lambda: scheduler(todo, 1), lambda: scheduler(todo, num_parallel),
+                                 opts.compare_repeats, num_parallel, len(todo))
         self._scheduler = scheduler(todo, num_parallel)
         self._results = self._scheduler.run()
         self._traces = TraceFile(ctx.spec_dir / f"{self.name}_traces.jsonl", resume=opts.resume)
@@ -151,11 +157,24 @@ class EpisodicEvalSpec(Spec):
             "batched_planning": policy.batched_planning}
         return [Case(id=k.id, group=f"task{k.task}", extra={"task": k.task, "trial": k.trial}) for k in episodes]
 
-    def _run_serial(self, serial: Any) -> None:
+    def _compare_serial(self, serial: Any, batched: Any, repeats: int, num_parallel: int, episodes: int) -> None:
+        """Interleaved serial / batched runs of the same episodes; the first serial run's outcomes are
+        the reference of the equivalence check."""
         from lmmbench.episodes.compare import EpisodeOutcome
+        from lmmbench.episodes.speedup import interleaved_walls, speedup_summary
 
-        self._serial = {r.key.id: EpisodeOutcome(r.success, r.steps, r.trace) for r in serial.run()}
-        self._serial_totals = serial.totals.as_dict()
+        def run_serial() -> None:
+            sched = serial()
+            outcomes = {r.key.id: EpisodeOutcome(r.success, r.steps, r.trace) for r in sched.run()}
+            if self._serial is None:
+                self._serial, self._serial_totals = outcomes, sched.totals.as_dict()
+
+        def run_batched() -> None:
+            for _ in batched().run():
+                pass
+
+        walls = interleaved_walls(run_serial, run_batched, repeats)
+        self._speedup = speedup_summary(*walls, num_parallel, episodes)
 
     def _next_result(self) -> Any:
         assert self._results is not None and self._traces is not None
@@ -204,11 +223,24 @@ class EpisodicEvalSpec(Spec):
         totals = self._scheduler.totals.as_dict() if self._scheduler is not None else None
         traces = read_traces(self._traces.path) if self._traces is not None else {}
         equivalence = compare_runs(traces, self._serial) if self._serial is not None else None
-        out = episodic_findings(rows, totals, self._serial_totals, equivalence)
+        out = episodic_findings(rows, totals, self._serial_totals, equivalence, self._speedup)
         if self._reference is not None:
             out["reference_equivalence"] = compare_runs(traces, read_traces(self._reference))
         self._findings = out
         return out
+
+    def headline(self, analysis: dict[str, Any]) -> dict[str, float | None]:
+        """Success rate with its 95 % interval, episodes per second, the speed-up's median and spread."""
+        overall = (analysis.get("success") or {}).get("overall") or {}
+        run = analysis.get("run") or {}
+        speed = analysis.get("speedup_vs_serial") or {}
+        wall_s = (run.get("wall_ms") or 0.0) / 1000.0
+        count = self._scheduler.episodes_done if self._scheduler is not None else 0
+        return {"success_rate": overall.get("success_rate"), "success_ci95_low": overall.get("ci95_low"),
+                "success_ci95_high": overall.get("ci95_high"),
+                "episodes_per_s": count / wall_s if wall_s > 0 and count else None,
+                "speedup_vs_serial_median": speed.get("median"), "speedup_vs_serial_min": speed.get("min"),
+                "speedup_vs_serial_max": speed.get("max")}
 
     def plot(self, rows: list[dict[str, Any]], path: Path) -> bool:
         findings = self._findings if self._findings is not None else self.findings(rows, {})
