@@ -86,3 +86,77 @@ def test_one_model_forward_per_tick_for_all_slots_that_act(example_dir: Path) ->
     assert all(len(sizes) == 1 for sizes in calls.values()), calls  # never a loop over slots
     assert [s[0] for _, s in sorted(calls.items())] == sched.totals.action_batch_sizes
     assert max(sched.totals.action_batch_sizes) == 4  # the forward really held several episodes
+
+
+COUNTING_ENV = '''
+import numpy as np
+
+OPENED, CLOSED = [], []
+
+
+class Counted:
+    """Reward 1 per step, ends after 5 steps; records every make and close."""
+
+    def __init__(self, task):
+        self.task, self.n = task, 0
+        OPENED.append(self)
+
+    def reset(self, seed=None):
+        self.n = 0
+        return np.zeros(1), {"success": False}
+
+    def step(self, action):
+        self.n += 1
+        return np.zeros(1), 1.0, self.n >= 5, False, {"success": self.n >= 5}
+
+    def close(self):
+        CLOSED.append(self)
+'''
+
+
+def test_environments_are_closed_and_warm_up_reward_is_counted_apart(tmp_path: Path) -> None:
+    import importlib
+
+    from lmmbench.episodes import EpisodeKey, EpisodeScheduler, resolve_suite
+
+    (tmp_path / "counted_env.py").write_text(COUNTING_ENV, encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        suite = resolve_suite("counted_env:Counted")
+        policy = _ZeroPolicy()
+        mod = importlib.import_module("counted_env")
+        mod.OPENED.clear()
+        mod.CLOSED.clear()
+        episodes = [EpisodeKey(t, r) for t in range(3) for r in range(3)]  # 3 tasks on 2 slots: trials stolen
+        sched = EpisodeScheduler(suite.make_env, policy, episodes, num_parallel=2, num_steps_wait=2, max_steps=50,
+                                 seed=0)
+        results = list(sched.run())
+        assert len(mod.OPENED) > 3 and sorted(map(id, mod.OPENED)) == sorted(map(id, mod.CLOSED))
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("counted_env", None)
+    for r in results:  # 2 warm-up steps + 3 policy steps = 5 env steps; reward 1 per step
+        assert (r.steps, r.total_reward, r.extra["warmup_steps"], r.extra["warmup_reward"]) == (3, 3.0, 2, 2.0)
+        assert r.success is True
+
+
+class _ZeroPolicy:
+    name = "zero"
+    batched_planning = False
+
+    def new_episode(self, key: Any, seed: int) -> Any:
+        from lmmbench.episodes import EpisodeMemory
+
+        return EpisodeMemory(key=key, seed=seed)
+
+    def dummy_action(self) -> int:
+        return 0
+
+    def plan(self, items: Any) -> None:
+        del items
+
+    def needs_plan(self, item: Any) -> bool:
+        return False
+
+    def act(self, items: Any) -> list[list[int]]:
+        return [[0] for _ in items]

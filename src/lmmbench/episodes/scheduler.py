@@ -98,6 +98,8 @@ class _Slot:
     steps: int = 0
     reward: float = 0.0
     finished_info: dict[str, Any] = field(default_factory=dict)
+    warmup_steps: int = 0
+    warmup_reward: float = 0.0
     start_ns: int = 0  # shifted forward by the caller's time between results, so wall time excludes it
     env_ns: int = 0
     planning_ns: float = 0.0
@@ -138,6 +140,12 @@ class EpisodeScheduler:
         self._t_start = 0
 
     # -- episode lifecycle -------------------------------------------------------------------
+    def _close(self, env: Env) -> None:
+        """Close an environment the run is done with (``close()`` is optional in the protocol)."""
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+
     def _assign_task(self, index: int) -> _Slot | None:
         if not self._tasks:
             return None
@@ -166,19 +174,25 @@ class EpisodeScheduler:
         fresh.state = SlotState.WAIT if self.num_steps_wait > 0 else SlotState.NEED_VLM
         self._slots[slot.index] = fresh
 
-    def _step(self, slot: _Slot, action: Any) -> bool:
-        """One env step; returns whether the episode is over."""
+    def _step(self, slot: _Slot, action: Any, warm_up: bool = False) -> bool:
+        """One env step; returns whether the episode is over. ``total_reward`` sums the rewards of the
+        policy steps counted in ``steps``; warm-up steps and their reward are counted on their own."""
         t0 = now_ns()
         slot.obs, reward, terminated, truncated, slot.info = slot.env.step(action)
         dt = now_ns() - t0
         slot.env_ns += dt
         self.totals.env_ns += dt
-        slot.reward += float(reward)
+        if warm_up:
+            slot.warmup_steps += 1
+            slot.warmup_reward += float(reward)
+        else:
+            slot.reward += float(reward)
         return bool(terminated or truncated)
 
     def _result(self, slot: _Slot) -> EpisodeResult:
         assert slot.key is not None and slot.memory is not None
         extra = {k: v for src in (slot.memory.data, slot.info) for k, v in src.items() if k.startswith("stat_")}
+        extra.update(warmup_steps=slot.warmup_steps, warmup_reward=slot.warmup_reward)
         return EpisodeResult(
             key=slot.key, seed=slot.memory.seed, success=success_of(slot.info), steps=slot.steps,
             total_reward=slot.reward, planning_calls=slot.planning_calls, action_calls=slot.action_calls,
@@ -191,7 +205,7 @@ class EpisodeScheduler:
     def _tick_wait(self) -> None:
         for slot in self._slots:
             if slot.state is SlotState.WAIT:
-                over = self._step(slot, self.policy.dummy_action())
+                over = self._step(slot, self.policy.dummy_action(), warm_up=True)
                 slot.wait_left -= 1
                 if over:
                     slot.state = SlotState.DONE
@@ -259,6 +273,7 @@ class EpisodeScheduler:
                 nxt = self._assign_task(slot.index) or self._steal(slot.index)
                 if nxt is None:
                     continue
+                self._close(slot.env)  # the slot moves to another environment
                 self._slots[i] = slot = nxt
             self._start_episode(slot)
 
@@ -274,11 +289,15 @@ class EpisodeScheduler:
                 break
             self._slots.append(slot)
             self._start_episode(slot)
-        while self._live():
-            self.totals.ticks += 1
-            self._tick_wait()
-            self._tick_execute()
-            self._tick_plan()
-            self._tick_act()
-            yield from self._tick_done()
-        self.totals.wall_ns = now_ns() - self._t_start - self._outside_ns
+        try:
+            while self._live():
+                self.totals.ticks += 1
+                self._tick_wait()
+                self._tick_execute()
+                self._tick_plan()
+                self._tick_act()
+                yield from self._tick_done()
+            self.totals.wall_ns = now_ns() - self._t_start - self._outside_ns
+        finally:
+            for slot in self._slots:  # every environment is closed, also when the run stops early
+                self._close(slot.env)

@@ -15,7 +15,7 @@ from typing import Any
 
 from lmmbench.core.errors import UserError
 from lmmbench.core.registry import Registry
-from lmmbench.episodes.custom import is_object_ref, make_custom_env, make_custom_policy
+from lmmbench.episodes.custom import close_env, is_object_ref, make_custom_env, make_custom_policy
 from lmmbench.episodes.protocols import Env, EnvSuite, Policy
 
 __all__ = ["POLICIES", "SUITES", "PolicySettings", "make_policy", "resolve_suite"]
@@ -95,11 +95,11 @@ def resolve_suite(name: str) -> EnvSuite:
             del task  # every task index is the same environment; trials differ by seed
             return make_gym_env(env_id)
 
-        make(0)  # fail fast with a UserError when gymnasium or the id is missing
+        close_env(make(0))  # fail fast with a UserError when gymnasium or the id is missing
         return EnvSuite(name, make, None, "random", 500, f"gymnasium {env_id}")
     if is_object_ref(name):
         make_env = make_custom_env(name)
-        make_env(0)  # fail fast: the class must build
+        close_env(make_env(0))  # fail fast: the class must build
         return EnvSuite(name, make_env, None, "random", 500, f"the user's environment {name}")
     return SUITES.get(name)
 

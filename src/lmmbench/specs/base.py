@@ -109,6 +109,7 @@ class Spec:
     fit_pairs: ClassVar[tuple[tuple[str, str], ...]] = ()  # (y, x): linear fit y = slope * x + intercept
     unattributed_field: ClassVar[str | None] = None
     fit_stat: ClassVar[str] = "median"  # per-sample point of the fits: median | min over repeats
+    not_applicable: ClassVar[frozenset[str]] = frozenset()  # RunOptions fields the CLI does not offer
 
     def setup(self, ctx: SpecContext) -> list[Case]:
         """Load what the spec needs (into ``ctx.state``) and return its cases."""

@@ -19,15 +19,29 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from lmmbench.specs.base import Case, RunOptions, Spec, SpecContext, register_spec
 
-__all__ = ["EpisodicEvalOptions", "EpisodicEvalSpec", "plot_episodes"]
+__all__ = ["NOT_APPLICABLE", "EpisodicEvalOptions", "EpisodicEvalSpec", "plot_episodes"]
+
+
+# RunOptions fields that mean nothing for episodes (no manifest, no stage hooks, no per-sample repeats, no
+# attention towers): the CLI does not offer them and a config file that sets one is refused.
+NOT_APPLICABLE = frozenset({"manifest", "limit", "hooks", "attn_implementation", "target_ci_pct", "max_repeats",
+                            "profile", "profile_sample", "profile_repeat", "video_fps", "max_frames", "interleave"})
 
 
 class EpisodicEvalOptions(RunOptions):
     """Options of ``lmmbench run episodic-eval`` (the seed's YAML keys are fields of the same name)."""
+
+    @model_validator(mode="after")
+    def _only_applicable(self) -> EpisodicEvalOptions:
+        given = sorted(NOT_APPLICABLE & self.model_fields_set)
+        if given:
+            raise ValueError(f"{', '.join(given)}: not an option of episodic-eval (episodes are chosen with "
+                             "--num-tasks / --num-trials-per-task); remove it")
+        return self
 
     model: str = Field("tiny-llm", description="Chat model of --env chat (built-in name or local directory).")
     repeats: int = Field(1, ge=1, le=1, description="Always 1: episodes repeat through --num-trials-per-task.")
@@ -84,9 +98,10 @@ class EpisodicEvalSpec(Spec):
     help = ("Evaluate a policy on many episodes with cross-episode batching (seed 003): success per task, "
             "action batch sizes, env / planning / action time, equivalence with the serial run.")
     options_model: ClassVar[type[RunOptions]] = EpisodicEvalOptions
+    not_applicable: ClassVar[frozenset[str]] = NOT_APPLICABLE
     columns = ("seed", "success", "steps", "total_reward", "planning_calls", "action_calls", "action_batch_sizes",
                "mean_action_batch_size", "planning_batch_sizes", "wall_ms", "env_ms", "planning_ms", "action_ms",
-               "slot", "near_rounding_boundary")
+               "slot", "near_rounding_boundary", "warmup_steps", "warmup_reward")
     stage_fields: ClassVar[tuple[str, ...]] = ("env_ms", "planning_ms", "action_ms")
     total_field = "wall_ms"
 
@@ -208,10 +223,13 @@ class EpisodicEvalSpec(Spec):
             "planning_batch_sizes": " ".join(map(str, r.planning_batch_sizes)),
             "wall_ms": r.wall_ms, "env_ms": r.env_ms, "planning_ms": r.planning_ms, "action_ms": r.action_ms,
             "slot": r.slot, "near_rounding_boundary": r.extra.get("stat_near_rounding_boundary"),
+            "warmup_steps": r.extra.get("warmup_steps"), "warmup_reward": r.extra.get("warmup_reward"),
         }
 
     def teardown(self, ctx: SpecContext) -> None:
         del ctx
+        if self._results is not None:  # a run stopped early still closes its environments
+            self._results.close()  # type: ignore[attr-defined]
         if self._traces is not None:
             self._traces.close()
 
