@@ -119,7 +119,7 @@ class EpisodeScheduler:
 
     def __init__(self, make_env: Callable[[int], Env], policy: Policy, episodes: Sequence[EpisodeKey], *,
                  num_parallel: int, num_steps_wait: int, max_steps: int, seed: int,
-                 steal_trials: bool = True) -> None:
+                 steal_trials: bool = True, recorder: Any = None) -> None:
         if num_parallel < 1 or max_steps < 1 or num_steps_wait < 0:
             raise ValueError("num_parallel and max_steps must be >= 1, num_steps_wait >= 0")
         self.make_env = make_env
@@ -129,6 +129,7 @@ class EpisodeScheduler:
         self.max_steps = max_steps
         self.seed = seed
         self.steal_trials = steal_trials
+        self.recorder = recorder  # episodes.replay.ReplayRecorder: a frame after reset and every step
         self.totals = RunTotals()
         self.episodes_done = 0
         by_task: dict[int, list[int]] = {}
@@ -169,6 +170,8 @@ class EpisodeScheduler:
         t0 = now_ns()
         fresh.obs, fresh.info = slot.env.reset(seed=seed)
         fresh.env_ns = now_ns() - t0
+        if self.recorder is not None:
+            self.recorder.capture(key, slot.env)
         fresh.memory = self.policy.new_episode(key, seed)
         fresh.wait_left = self.num_steps_wait
         fresh.state = SlotState.WAIT if self.num_steps_wait > 0 else SlotState.NEED_VLM
@@ -182,6 +185,8 @@ class EpisodeScheduler:
         dt = now_ns() - t0
         slot.env_ns += dt
         self.totals.env_ns += dt
+        if self.recorder is not None and slot.key is not None:
+            self.recorder.capture(slot.key, slot.env)
         if warm_up:
             slot.warmup_steps += 1
             slot.warmup_reward += float(reward)
@@ -263,6 +268,8 @@ class EpisodeScheduler:
                 continue
             if slot.key is not None:
                 result = self._result(slot)
+                if self.recorder is not None:
+                    self.recorder.finish(slot.key)
                 self.episodes_done += 1
                 slot.key = None
                 t_out = now_ns()

@@ -70,6 +70,8 @@ class EpisodicEvalOptions(RunOptions):
                                  "median speed-up of batched over serial with its min-max, and whether the "
                                  "outcomes are equal.")
     compare_repeats: int = Field(5, ge=5, description="Interleaved serial / batched pairs of --compare-serial.")
+    record_replay: bool = Field(False, description="Write each episode's frames to <out-dir>/episodic-eval/replay/"
+                                "task<T>_trial<R>.mp4 (the environment needs render() -> RGB array).")
     reference: Path | None = Field(None, description="Another run's episodic-eval_traces.jsonl to compare with.")
 
 
@@ -122,6 +124,7 @@ class EpisodicEvalSpec(Spec):
         from lmmbench.episodes import EpisodeKey, EpisodeScheduler, PolicySettings, make_policy, resolve_suite
         from lmmbench.episodes.compare import TraceFile
         from lmmbench.episodes.custom import check_fit, close_env
+        from lmmbench.episodes.replay import ReplayRecorder
 
         opts = ctx.options
         assert isinstance(opts, EpisodicEvalOptions)
@@ -152,10 +155,10 @@ class EpisodicEvalSpec(Spec):
         done = _done_ids(results_path) if opts.resume else set()
         todo = [k for k in episodes if k.id not in done]
 
-        def scheduler(keys: list[Any], parallel: int) -> EpisodeScheduler:
+        def scheduler(keys: list[Any], parallel: int, recorder: Any = None) -> EpisodeScheduler:
             return EpisodeScheduler(suite.make_env, policy, keys, num_parallel=parallel,
                                     num_steps_wait=opts.num_steps_wait, max_steps=max_steps, seed=opts.seed,
-                                    steal_trials=opts.steal_trials)
+                                    steal_trials=opts.steal_trials, recorder=recorder)
 
         if opts.warmup:
             for _ in scheduler([EpisodeKey(0, -1 - i) for i in range(opts.warmup)], 1).run():
@@ -163,7 +166,8 @@ class EpisodicEvalSpec(Spec):
         if opts.compare_serial and todo:
             self._compare_serial(lambda: scheduler(todo, 1), lambda: scheduler(todo, num_parallel),
                                  opts.compare_repeats, num_parallel, len(todo))
-        self._scheduler = scheduler(todo, num_parallel)
+        recorder = ReplayRecorder(ctx.spec_dir / "replay") if opts.record_replay else None
+        self._scheduler = scheduler(todo, num_parallel, recorder)
         self._results = self._scheduler.run()
         self._traces = TraceFile(ctx.spec_dir / f"{self.name}_traces.jsonl", resume=opts.resume)
         ctx.environment["episodic_eval"] = {
