@@ -70,6 +70,8 @@ class EpisodicEvalOptions(RunOptions):
                                  "median speed-up of batched over serial with its min-max, and whether the "
                                  "outcomes are equal.")
     compare_repeats: int = Field(5, ge=5, description="Interleaved serial / batched pairs of --compare-serial.")
+    env_workers: int = Field(0, ge=0, description="Worker processes that hold the environments and step them in "
+                             "parallel each tick (0: in this process); for slow simulators.")
     record_replay: bool = Field(False, description="Write each episode's frames to <out-dir>/episodic-eval/replay/"
                                 "task<T>_trial<R>.mp4 (the environment needs render() -> RGB array).")
     reference: Path | None = Field(None, description="Another run's episodic-eval_traces.jsonl to compare with.")
@@ -158,7 +160,8 @@ class EpisodicEvalSpec(Spec):
         def scheduler(keys: list[Any], parallel: int, recorder: Any = None) -> EpisodeScheduler:
             return EpisodeScheduler(suite.make_env, policy, keys, num_parallel=parallel,
                                     num_steps_wait=opts.num_steps_wait, max_steps=max_steps, seed=opts.seed,
-                                    steal_trials=opts.steal_trials, recorder=recorder)
+                                    steal_trials=opts.steal_trials, recorder=recorder,
+                                    env_workers=opts.env_workers if parallel > 1 else 0)
 
         if opts.warmup:
             for _ in scheduler([EpisodeKey(0, -1 - i) for i in range(opts.warmup)], 1).run():
@@ -173,7 +176,7 @@ class EpisodicEvalSpec(Spec):
         ctx.environment["episodic_eval"] = {
             "env": suite.name, "policy": policy.name, "device": device, "num_parallel": num_parallel,
             "max_steps": max_steps, "episodes": len(episodes), "episodes_this_run": len(todo),
-            "batched_planning": policy.batched_planning}
+            "batched_planning": policy.batched_planning, "env_workers": opts.env_workers}
         return [Case(id=k.id, group=f"task{k.task}", extra={"task": k.task, "trial": k.trial}) for k in episodes]
 
     def _compare_serial(self, serial: Any, batched: Any, repeats: int, num_parallel: int, episodes: int) -> None:
