@@ -33,12 +33,13 @@ def interleaved_walls(run_serial: Callable[[], object], run_batched: Callable[[]
 
 
 def speedup_summary(serial_ms: list[float], batched_ms: list[float], num_parallel: int,
-                    episodes: int) -> dict[str, Any]:
+                    episodes: int, env_workers: int = 0) -> dict[str, Any]:
     """Median ratio serial / batched over the pairs with its min-max; None with ``measurement_error``
     when a ratio exceeds ``num_parallel`` (batching N slots cannot beat serial by more than N)."""
     ratios = [s / b if b > 0 else float("inf") for s, b in zip(serial_ms, batched_ms, strict=True)]
     above = [r for r in ratios if r > num_parallel]
-    compared = (f"batched on {num_parallel} slots vs serial on 1 slot, the same {episodes} episodes, "
+    workers = f" with env steps in {env_workers} worker processes" if env_workers else ""
+    compared = (f"batched on {num_parallel} slots{workers} vs serial on 1 slot, the same {episodes} episodes, "
                 f"{len(ratios)} interleaved pairs")
     out: dict[str, Any] = {"compared": compared, "num_parallel": num_parallel, "pairs": len(ratios),
                            "serial_wall_ms": serial_ms, "batched_wall_ms": batched_ms, "ratios": ratios,

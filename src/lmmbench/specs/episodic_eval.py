@@ -168,7 +168,8 @@ class EpisodicEvalSpec(Spec):
                 pass
         if opts.compare_serial and todo:
             self._compare_serial(lambda: scheduler(todo, 1), lambda: scheduler(todo, num_parallel),
-                                 opts.compare_repeats, num_parallel, len(todo))
+                                 opts.compare_repeats, num_parallel, len(todo),
+                                 opts.env_workers if num_parallel > 1 else 0)
         recorder = ReplayRecorder(ctx.spec_dir / "replay") if opts.record_replay else None
         self._scheduler = scheduler(todo, num_parallel, recorder)
         self._results = self._scheduler.run()
@@ -179,7 +180,8 @@ class EpisodicEvalSpec(Spec):
             "batched_planning": policy.batched_planning, "env_workers": opts.env_workers}
         return [Case(id=k.id, group=f"task{k.task}", extra={"task": k.task, "trial": k.trial}) for k in episodes]
 
-    def _compare_serial(self, serial: Any, batched: Any, repeats: int, num_parallel: int, episodes: int) -> None:
+    def _compare_serial(self, serial: Any, batched: Any, repeats: int, num_parallel: int, episodes: int,
+                        env_workers: int) -> None:
         """Interleaved serial / batched runs of the same episodes; the first serial run's outcomes are
         the reference of the equivalence check."""
         from lmmbench.episodes.compare import EpisodeOutcome
@@ -196,7 +198,7 @@ class EpisodicEvalSpec(Spec):
                 pass
 
         walls = interleaved_walls(run_serial, run_batched, repeats)
-        self._speedup = speedup_summary(*walls, num_parallel, episodes)
+        self._speedup = speedup_summary(*walls, num_parallel, episodes, env_workers)
 
     def _next_result(self) -> Any:
         assert self._results is not None and self._traces is not None
