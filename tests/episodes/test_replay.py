@@ -25,3 +25,14 @@ def test_replay_writes_one_decodable_mp4_per_episode(tmp_path: Path) -> None:
             frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
         assert len(frames) == 1 + int(row["warmup_steps"]) + int(row["steps"]), sid
         assert frames[0].shape == (128, 128, 3)
+
+
+def test_replay_of_a_gym_id_environment(tmp_path: Path) -> None:
+    import av
+
+    assert main(["run", "episodic-eval", "--env", "gym:CartPole-v1", "--num-tasks", "1", "--num-trials-per-task", "1",
+                 "--max-steps", "4", "--num-steps-wait", "0", "--warmup", "0", "--record-replay", "--no-progress",
+                 "--out-dir", str(tmp_path)]) == 0
+    with av.open(str(tmp_path / "episodic-eval" / "replay" / "task0_trial0.mp4")) as container:
+        frames = list(container.decode(video=0))
+    assert len(frames) == 1 + 4  # reset + 4 steps (CartPole does not fall within 4 random pushes)

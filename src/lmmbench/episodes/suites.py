@@ -84,8 +84,9 @@ POLICIES.add("chat", _chat)
 POLICIES.add("random", _random)
 
 
-def resolve_suite(name: str) -> EnvSuite:
-    """A registered suite, or ``gym:<id>`` as a one-task-per-index gymnasium suite."""
+def resolve_suite(name: str, render: bool = False) -> EnvSuite:
+    """A registered suite, or ``gym:<id>`` as a one-task-per-index gymnasium suite (made with
+    ``render_mode="rgb_array"`` when ``render``, for replay recording)."""
     if name.startswith("gym:"):
         env_id = name.removeprefix("gym:")
 
@@ -93,7 +94,7 @@ def resolve_suite(name: str) -> EnvSuite:
             from lmmbench.episodes.gym_adapter import make_gym_env
 
             del task  # every task index is the same environment; trials differ by seed
-            return make_gym_env(env_id)
+            return make_gym_env(env_id, "rgb_array" if render else None)
 
         close_env(make(0))  # fail fast with a UserError when gymnasium or the id is missing
         return EnvSuite(name, make, None, "random", 500, f"gymnasium {env_id}")

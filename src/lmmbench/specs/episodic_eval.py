@@ -130,7 +130,7 @@ class EpisodicEvalSpec(Spec):
 
         opts = ctx.options
         assert isinstance(opts, EpisodicEvalOptions)
-        suite = resolve_suite(opts.env)
+        suite = resolve_suite(opts.env, render=opts.record_replay)
         if suite.num_tasks is not None and opts.num_tasks > suite.num_tasks:
             raise UserError(f"--num-tasks {opts.num_tasks}: {suite.name} has {suite.num_tasks} tasks")
         if opts.threads:
