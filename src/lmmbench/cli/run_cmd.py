@@ -117,7 +117,8 @@ def register(app: typer.Typer) -> None:
         def handler(opts: Any, _name: str = name) -> None:
             _run(_name, opts)
 
-        command_from_model(run_app, name, spec_cls.options_model, handler, help=spec_cls.help)
+        command_from_model(run_app, name, spec_cls.options_model, handler, help=spec_cls.help,
+                           exclude=spec_cls.not_applicable)
     app.add_typer(run_app, name="run")
 
     @app.command("specs")

@@ -4,6 +4,7 @@ Import cost is small: torch, numpy and gymnasium load only when a built-in envir
 policy is made.
 """
 
+from lmmbench.episodes.custom import SimplePolicy, check_fit
 from lmmbench.episodes.protocols import (
     ActItem,
     Env,
@@ -31,7 +32,9 @@ __all__ = [
     "Policy",
     "PolicySettings",
     "RunTotals",
+    "SimplePolicy",
     "SlotState",
+    "check_fit",
     "episode_seed",
     "make_policy",
     "resolve_suite",

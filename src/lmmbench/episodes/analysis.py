@@ -62,7 +62,8 @@ def _batch_sizes(rows: Sequence[dict[str, Any]], field: str = "action_batch_size
 
 
 def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | None,
-                      serial_totals: dict[str, Any] | None, equivalence: dict[str, Any] | None) -> dict[str, Any]:
+                      serial_totals: dict[str, Any] | None, equivalence: dict[str, Any] | None,
+                      speedup: dict[str, Any] | None = None) -> dict[str, Any]:
     """The analysis of an episodic run: success, batch sizes, time split, and the serial comparison."""
     ok = [r for r in rows if r.get("status") == "ok"]
     sizes = _batch_sizes(ok)  # per episode: the batch size of each action call it joined
@@ -82,8 +83,8 @@ def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | N
                                  for k in ("env_ms", "planning_ms", "action_ms", "scheduler_ms")}
     if serial_totals:
         out["serial_run"] = serial_totals
-        if totals and totals.get("wall_ms"):
-            out["speedup_vs_serial"] = serial_totals["wall_ms"] / totals["wall_ms"]
+    if speedup is not None:
+        out["speedup_vs_serial"] = speedup  # median and min-max over interleaved pairs (episodes.speedup)
     if equivalence is not None:
         out["equivalence"] = equivalence
     rate = out["success"]["overall"]
@@ -93,7 +94,9 @@ def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | N
     if out["episode_mean_planning_batch_size"] not in (None, 1.0):
         parts.append(f"mean planning batch {out['episode_mean_planning_batch_size']:.2f}")
     if "speedup_vs_serial" in out:
-        parts.append(f"{out['speedup_vs_serial']:.2f}x faster than serial")
+        from lmmbench.episodes.speedup import speedup_text
+
+        parts.append(speedup_text(out["speedup_vs_serial"]))
     if equivalence is not None:
         parts.append("same outcomes as the reference" if equivalence["same_outcomes"]
                      else f"{len(equivalence['outcome_mismatches'])} episode(s) differ from the reference")

@@ -32,19 +32,24 @@ class GymEnvAdapter:
         obs, reward, terminated, truncated, info = self.env.step(action)
         return obs, float(reward), bool(terminated), bool(truncated), dict(info)
 
+    def render(self) -> Any:
+        """The wrapped environment's frame (an RGB array when made with ``render_mode="rgb_array"``)."""
+        return self.env.render()
+
     def close(self) -> None:
         """Close the wrapped environment."""
         self.env.close()
 
 
-def make_gym_env(env_id: str) -> GymEnvAdapter:
-    """``gymnasium.make(env_id)`` wrapped; a missing gymnasium or unknown id is a ``UserError``."""
+def make_gym_env(env_id: str, render_mode: str | None = None) -> GymEnvAdapter:
+    """``gymnasium.make(env_id)`` wrapped (``render_mode="rgb_array"`` for replay recording); a missing
+    gymnasium or unknown id is a ``UserError``."""
     try:
         import gymnasium
     except ImportError:
         raise UserError(f"--env gym:{env_id} needs gymnasium: pip install 'lmmbench[episodes]'") from None
     try:
-        return GymEnvAdapter(gymnasium.make(env_id))
+        return GymEnvAdapter(gymnasium.make(env_id, render_mode=render_mode))
     except gymnasium.error.Error as exc:
         raise UserError(f"--env gym:{env_id}: {str(exc).splitlines()[0]}") from None
 

@@ -42,7 +42,9 @@ class PushTEnv:
         self.env = gymnasium.make("gym_pusht/PushT-v0", obs_type="pixels_agent_pos", render_mode="rgb_array",
                                   observation_width=image_size, observation_height=image_size)
         self.instruction = INSTRUCTIONS[task % len(INSTRUCTIONS)]
-        self.action_space = self.env.action_space
+        self.box = self.env.action_space  # gym-pusht's own: the agent's target position, 0..512 px
+        # what this adapter accepts: a normalized action of any width; its first two values, clipped to [-1, 1]
+        self.action_space = gymnasium.spaces.Box(-np.inf, np.inf, (32,), np.float32)
         self._previous = np.zeros(2, dtype=np.float32)
         self._steps = 0
 
@@ -62,7 +64,7 @@ class PushTEnv:
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         """Map the normalized action onto the box and step the physics."""
-        low, high = self.action_space.low, self.action_space.high
+        low, high = self.box.low, self.box.high
         a = np.clip(np.asarray(action, dtype=np.float64).ravel()[: low.size], -1.0, 1.0)
         obs, reward, terminated, truncated, info = self.env.step((low + (a + 1.0) / 2.0 * (high - low)).astype(
             np.float32))

@@ -8,8 +8,9 @@ task; ``steal_trials=False`` keeps one task per slot), so the run does not end w
 working through a whole task alone. Every tick, in this order:
 
 1. WAIT slots step the dummy action; after ``num_steps_wait`` steps they need planning;
-2. EXECUTING slots step one action of their chunk; when it is used up they need planning or
-   the action expert (the policy says which); an episode that terminates, truncates or reaches
+2. EXECUTING slots step one action of their chunk (steps 1 and 2 are one phase: with
+   ``env_workers`` they run in worker processes at once, ``episodes.env_workers``); when it is used
+   up they need planning or the action expert (the policy says which); an episode that terminates, truncates or reaches
    ``max_steps`` is DONE;
 3. NEED_VLM slots plan: one call per slot, or one call for all of them when the policy's
    planning is batched;
@@ -98,6 +99,8 @@ class _Slot:
     steps: int = 0
     reward: float = 0.0
     finished_info: dict[str, Any] = field(default_factory=dict)
+    warmup_steps: int = 0
+    warmup_reward: float = 0.0
     start_ns: int = 0  # shifted forward by the caller's time between results, so wall time excludes it
     env_ns: int = 0
     planning_ns: float = 0.0
@@ -117,7 +120,7 @@ class EpisodeScheduler:
 
     def __init__(self, make_env: Callable[[int], Env], policy: Policy, episodes: Sequence[EpisodeKey], *,
                  num_parallel: int, num_steps_wait: int, max_steps: int, seed: int,
-                 steal_trials: bool = True) -> None:
+                 steal_trials: bool = True, recorder: Any = None, env_workers: int = 0) -> None:
         if num_parallel < 1 or max_steps < 1 or num_steps_wait < 0:
             raise ValueError("num_parallel and max_steps must be >= 1, num_steps_wait >= 0")
         self.make_env = make_env
@@ -127,7 +130,11 @@ class EpisodeScheduler:
         self.max_steps = max_steps
         self.seed = seed
         self.steal_trials = steal_trials
+        self.recorder = recorder  # episodes.replay.ReplayRecorder: a frame after reset and every step
+        self.env_workers = env_workers  # > 0: environments live in this many worker processes
+        self._pool: Any = None  # episodes.env_workers.EnvWorkers while the run is on
         self.totals = RunTotals()
+        self.episodes_done = 0
         by_task: dict[int, list[int]] = {}
         for key in sorted(set(episodes)):
             by_task.setdefault(key.task, []).append(key.trial)
@@ -137,11 +144,23 @@ class EpisodeScheduler:
         self._t_start = 0
 
     # -- episode lifecycle -------------------------------------------------------------------
+    def _new_env(self, index: int, task: int) -> Env:
+        """The environment of ``task`` for slot ``index``: here, or in the slot's worker process."""
+        if self._pool is not None:
+            return self._pool.make(index, task)  # type: ignore[no-any-return]
+        return self.make_env(task)
+
+    def _close(self, env: Env) -> None:
+        """Close an environment the run is done with (``close()`` is optional in the protocol)."""
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+
     def _assign_task(self, index: int) -> _Slot | None:
         if not self._tasks:
             return None
         task, trials = self._tasks.popleft()
-        return _Slot(index=index, task=task, env=self.make_env(task), trials=deque(trials))
+        return _Slot(index=index, task=task, env=self._new_env(index, task), trials=deque(trials))
 
     def _steal(self, index: int) -> _Slot | None:
         """A trial not yet started from the slot with the most left, on a new env of its task."""
@@ -149,7 +168,8 @@ class EpisodeScheduler:
         if not self.steal_trials or not donors:
             return None
         donor = max(donors, key=lambda s: (len(s.trials), -s.index))
-        return _Slot(index=index, task=donor.task, env=self.make_env(donor.task), trials=deque([donor.trials.pop()]))
+        return _Slot(index=index, task=donor.task, env=self._new_env(index, donor.task),
+                     trials=deque([donor.trials.pop()]))
 
     def _start_episode(self, slot: _Slot) -> None:
         trial = slot.trials.popleft()
@@ -160,24 +180,49 @@ class EpisodeScheduler:
         t0 = now_ns()
         fresh.obs, fresh.info = slot.env.reset(seed=seed)
         fresh.env_ns = now_ns() - t0
+        if self.recorder is not None:
+            self.recorder.capture(key, slot.env)
         fresh.memory = self.policy.new_episode(key, seed)
         fresh.wait_left = self.num_steps_wait
         fresh.state = SlotState.WAIT if self.num_steps_wait > 0 else SlotState.NEED_VLM
         self._slots[slot.index] = fresh
 
-    def _step(self, slot: _Slot, action: Any) -> bool:
-        """One env step; returns whether the episode is over."""
+    def _step_all(self, moves: list[tuple[_Slot, Any, bool]]) -> list[bool]:
+        """This tick's env steps (slot, action, warm-up?): one after another here, or all workers at once
+        (the run's env time is then the phase's wall time, each slot's its own step time)."""
+        if self._pool is None:
+            return [self._step(slot, action, warm) for slot, action, warm in moves]
         t0 = now_ns()
-        slot.obs, reward, terminated, truncated, slot.info = slot.env.step(action)
+        outs = self._pool.step_many([(slot.env, action) for slot, action, _ in moves]) if moves else []
+        self.totals.env_ns += now_ns() - t0
+        return [self._apply(slot, out[:5], out[5], warm) for (slot, _, warm), out in zip(moves, outs, strict=True)]
+
+    def _step(self, slot: _Slot, action: Any, warm_up: bool = False) -> bool:
+        """One env step in this process; returns whether the episode is over."""
+        t0 = now_ns()
+        out = slot.env.step(action)
         dt = now_ns() - t0
-        slot.env_ns += dt
         self.totals.env_ns += dt
-        slot.reward += float(reward)
+        return self._apply(slot, out, dt, warm_up)
+
+    def _apply(self, slot: _Slot, out: tuple[Any, ...], dt: int, warm_up: bool) -> bool:
+        """Record one step's outcome. ``total_reward`` sums the rewards of the policy steps counted in
+        ``steps``; warm-up steps and their reward are counted on their own."""
+        slot.obs, reward, terminated, truncated, slot.info = out
+        slot.env_ns += dt
+        if self.recorder is not None and slot.key is not None:
+            self.recorder.capture(slot.key, slot.env)
+        if warm_up:
+            slot.warmup_steps += 1
+            slot.warmup_reward += float(reward)
+        else:
+            slot.reward += float(reward)
         return bool(terminated or truncated)
 
     def _result(self, slot: _Slot) -> EpisodeResult:
         assert slot.key is not None and slot.memory is not None
         extra = {k: v for src in (slot.memory.data, slot.info) for k, v in src.items() if k.startswith("stat_")}
+        extra.update(warmup_steps=slot.warmup_steps, warmup_reward=slot.warmup_reward)
         return EpisodeResult(
             key=slot.key, seed=slot.memory.seed, success=success_of(slot.info), steps=slot.steps,
             total_reward=slot.reward, planning_calls=slot.planning_calls, action_calls=slot.action_calls,
@@ -187,26 +232,29 @@ class EpisodeScheduler:
             trace=slot.memory.trace, extra=extra)
 
     # -- the tick ----------------------------------------------------------------------------
-    def _tick_wait(self) -> None:
-        for slot in self._slots:
-            if slot.state is SlotState.WAIT:
-                over = self._step(slot, self.policy.dummy_action())
-                slot.wait_left -= 1
-                if over:
-                    slot.state = SlotState.DONE
-                elif slot.wait_left <= 0:
-                    slot.state = SlotState.NEED_VLM
+    def _tick_steps(self) -> None:
+        """Steps 1 and 2 of the tick: WAIT slots step the dummy action, EXECUTING slots their next one."""
+        moves = [(slot, self.policy.dummy_action(), True) for slot in self._slots if slot.state is SlotState.WAIT]
+        moves += [(slot, slot.chunk.popleft(), False) for slot in self._slots if slot.state is SlotState.EXECUTING]
+        for (slot, _, warm), over in zip(moves, self._step_all(moves), strict=True):
+            if warm:
+                self._after_wait(slot, over)
+            else:
+                self._after_execute(slot, over)
 
-    def _tick_execute(self) -> None:
-        for slot in self._slots:
-            if slot.state is not SlotState.EXECUTING:
-                continue
-            over = self._step(slot, slot.chunk.popleft())
-            slot.steps += 1
-            if over or slot.steps >= self.max_steps:
-                slot.state = SlotState.DONE
-            elif not slot.chunk:
-                slot.state = SlotState.NEED_VLM if self.policy.needs_plan(slot.item()) else SlotState.NEED_AE
+    def _after_wait(self, slot: _Slot, over: bool) -> None:
+        slot.wait_left -= 1
+        if over:
+            slot.state = SlotState.DONE
+        elif slot.wait_left <= 0:
+            slot.state = SlotState.NEED_VLM
+
+    def _after_execute(self, slot: _Slot, over: bool) -> None:
+        slot.steps += 1
+        if over or slot.steps >= self.max_steps:
+            slot.state = SlotState.DONE
+        elif not slot.chunk:
+            slot.state = SlotState.NEED_VLM if self.policy.needs_plan(slot.item()) else SlotState.NEED_AE
 
     def _tick_plan(self) -> None:
         waiting = [s for s in self._slots if s.state is SlotState.NEED_VLM]
@@ -248,6 +296,9 @@ class EpisodeScheduler:
                 continue
             if slot.key is not None:
                 result = self._result(slot)
+                if self.recorder is not None:
+                    self.recorder.finish(slot.key)
+                self.episodes_done += 1
                 slot.key = None
                 t_out = now_ns()
                 self.totals.wall_ns = t_out - self._t_start - self._outside_ns
@@ -257,6 +308,7 @@ class EpisodeScheduler:
                 nxt = self._assign_task(slot.index) or self._steal(slot.index)
                 if nxt is None:
                     continue
+                self._close(slot.env)  # the slot moves to another environment
                 self._slots[i] = slot = nxt
             self._start_episode(slot)
 
@@ -266,6 +318,20 @@ class EpisodeScheduler:
     def run(self) -> Iterator[EpisodeResult]:
         """Tick until every episode has ended; yields each episode's result when it ends."""
         self._t_start = now_ns()
+        if self.env_workers > 0:
+            from lmmbench.episodes.env_workers import EnvWorkers
+
+            self._pool = EnvWorkers(self.make_env, min(self.env_workers, self.num_parallel))
+        try:
+            yield from self._run_ticks()
+        finally:
+            for slot in self._slots:  # every environment is closed, also when the run stops early
+                self._close(slot.env)
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+
+    def _run_ticks(self) -> Iterator[EpisodeResult]:
         for i in range(self.num_parallel):
             slot = self._assign_task(i) or self._steal(i)
             if slot is None:
@@ -274,8 +340,7 @@ class EpisodeScheduler:
             self._start_episode(slot)
         while self._live():
             self.totals.ticks += 1
-            self._tick_wait()
-            self._tick_execute()
+            self._tick_steps()
             self._tick_plan()
             self._tick_act()
             yield from self._tick_done()

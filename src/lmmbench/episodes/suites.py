@@ -3,7 +3,8 @@
 Built in: the ``toy-waypoints`` suite (policies ``toy``, ``toy-prefix-cache``), the ``chat``
 suite (policy ``chat``, tiny-llm through ``BatchEngine``), the ``pusht`` physics suite (gym-pusht) and the
 VLA-shaped policies ``pi0`` / ``pi0-small`` / ``pi0-tiny`` (``models.vla``); ``gym:<id>`` wraps any gymnasium
-environment (policy ``random``). Third-party packages add suites and policies through the entry-point groups
+environment (policy ``random``); ``module:Class`` and ``path/to/file.py:Class`` name the user's own
+environment or policy (``episodes.custom``). Third-party packages add suites and policies through the entry-point groups
 ``lmmbench.episode_suites`` and ``lmmbench.episode_policies``.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 from lmmbench.core.errors import UserError
 from lmmbench.core.registry import Registry
+from lmmbench.episodes.custom import close_env, is_object_ref, make_custom_env, make_custom_policy
 from lmmbench.episodes.protocols import Env, EnvSuite, Policy
 
 __all__ = ["POLICIES", "SUITES", "PolicySettings", "make_policy", "resolve_suite"]
@@ -107,8 +109,9 @@ for _shape in ("pi0", "pi0-small", "pi0-tiny"):  # models.vla.VLA_SHAPES: pi0's 
     POLICIES.add(_shape, _vla_factory(_shape))
 
 
-def resolve_suite(name: str) -> EnvSuite:
-    """A registered suite, or ``gym:<id>`` as a one-task-per-index gymnasium suite."""
+def resolve_suite(name: str, render: bool = False) -> EnvSuite:
+    """A registered suite, or ``gym:<id>`` as a one-task-per-index gymnasium suite (made with
+    ``render_mode="rgb_array"`` when ``render``, for replay recording)."""
     if name.startswith("gym:"):
         env_id = name.removeprefix("gym:")
 
@@ -116,13 +119,19 @@ def resolve_suite(name: str) -> EnvSuite:
             from lmmbench.episodes.gym_adapter import make_gym_env
 
             del task  # every task index is the same environment; trials differ by seed
-            return make_gym_env(env_id)
+            return make_gym_env(env_id, "rgb_array" if render else None)
 
-        make(0)  # fail fast with a UserError when gymnasium or the id is missing
+        close_env(make(0))  # fail fast with a UserError when gymnasium or the id is missing
         return EnvSuite(name, make, None, "random", 500, f"gymnasium {env_id}")
+    if is_object_ref(name):
+        make_env = make_custom_env(name)
+        close_env(make_env(0))  # fail fast: the class must build
+        return EnvSuite(name, make_env, None, "random", 500, f"the user's environment {name}")
     return SUITES.get(name)
 
 
 def make_policy(name: str, settings: PolicySettings) -> Policy:
-    """Build the named policy."""
+    """Build the named policy (a registered name, or ``module:Class`` / ``file.py:Class``)."""
+    if is_object_ref(name):
+        return make_custom_policy(name, settings)
     return POLICIES.get(name)(settings)

@@ -80,6 +80,12 @@ class ToyWaypointsEnv:
         self.near_boundary = 0
         return self._observe(), self._info()
 
+    def render(self, scale: int = 8) -> np.ndarray:
+        """An RGB frame (uint8, ``16*scale`` square): robot red, unvisited waypoints green, visited blue."""
+        image = self._observe()["image"]
+        rgb = (np.moveaxis(image, 0, -1) * 255).astype(np.uint8)
+        return np.repeat(np.repeat(rgb, scale, axis=0), scale, axis=1)
+
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """Move by the rounded, clipped action; terminated once every waypoint is visited."""
         move = []

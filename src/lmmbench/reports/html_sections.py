@@ -79,7 +79,10 @@ def episodic_cards(analysis: dict[str, Any]) -> list[str]:
             f"{overall.get('successes')}/{overall.get('episodes')} episodes"
         cards.append(_card("success rate", f"{rate:.1%}", note))
     speed = analysis.get("speedup_vs_serial")
-    if isinstance(speed, dict):
+    if isinstance(speed, dict) and (speed.get("measurement_error") or speed.get("valid") is False):
+        error = str(speed.get("measurement_error") or speed.get("error") or "")
+        cards.append(_card("speed-up vs serial", "not reported", f"measurement error: {error}"[:90]))
+    elif isinstance(speed, dict):
         med, lo, hi = (_num(speed.get(k)) for k in ("median", "min", "max"))
         if med is not None:
             spread = f"min–max {lo:.2f}–{hi:.2f}x" if lo is not None and hi is not None else ""

@@ -118,6 +118,7 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     if weights is not None:
         ctx.environment["model_weights"] = weights
     record = run_record(spec.name, config, ctx.environment, started, run_stats, rows)
+    record.headline.update(spec.headline(analysis))
     write_run_log(spec_dir, record, index=False)
     from lmmbench.reports.html_report import write_reports
     from lmmbench.sessions.previous_run import print_comparison

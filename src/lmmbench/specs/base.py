@@ -120,6 +120,7 @@ class Spec:
     fit_pairs: ClassVar[tuple[tuple[str, str], ...]] = ()  # (y, x): linear fit y = slope * x + intercept
     unattributed_field: ClassVar[str | None] = None
     fit_stat: ClassVar[str] = "median"  # per-sample point of the fits: median | min over repeats
+    not_applicable: ClassVar[frozenset[str]] = frozenset()  # RunOptions fields the CLI does not offer
 
     def setup(self, ctx: SpecContext) -> list[Case]:
         """Load what the spec needs (into ``ctx.state``) and return its cases."""
@@ -138,6 +139,11 @@ class Spec:
     def findings(self, rows: list[dict[str, Any]], analysis: dict[str, Any]) -> dict[str, Any]:
         """Spec-specific additions to the analysis file."""
         del rows, analysis
+        return {}
+
+    def headline(self, analysis: dict[str, Any]) -> dict[str, float | None]:
+        """Headline metrics of the run log besides the medians of the ``*_ms`` columns (default none)."""
+        del analysis
         return {}
 
     def plot(self, rows: list[dict[str, Any]], path: Path) -> bool:

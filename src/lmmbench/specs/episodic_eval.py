@@ -8,9 +8,10 @@ moment it ends, and its CSV row as soon as every episode before it (in task, tri
 ended too, so at most ``--num-parallel`` finished episodes wait in memory. ``--resume`` skips the
 episodes already in the results file (an episode's outcome depends only on its seed).
 
-``--compare-serial`` first runs the same episodes serially (``num_parallel=1``) and the analysis
-reports whether every episode has the same success and step count, the largest action difference
-and the speed-up; ``--reference`` compares with another run's traces file.
+``--compare-serial`` first times the same episodes serially (``num_parallel=1``) and batched,
+interleaved ``--compare-repeats`` times each (``episodes.speedup``), and the analysis reports
+whether every episode has the same success and step count, the largest action difference and the
+median speed-up with its min-max; ``--reference`` compares with another run's traces file.
 """
 
 from __future__ import annotations
@@ -19,24 +20,39 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from lmmbench.specs.base import Case, RunOptions, Spec, SpecContext, register_spec
 
-__all__ = ["EpisodicEvalOptions", "EpisodicEvalSpec", "plot_episodes"]
+__all__ = ["NOT_APPLICABLE", "EpisodicEvalOptions", "EpisodicEvalSpec", "plot_episodes"]
+
+
+# RunOptions fields that mean nothing for episodes (no manifest, no stage hooks, no per-sample repeats, no
+# attention towers): the CLI does not offer them and a config file that sets one is refused.
+NOT_APPLICABLE = frozenset({"manifest", "limit", "hooks", "attn_implementation", "target_ci_pct", "max_repeats",
+                            "profile", "profile_sample", "profile_repeat", "video_fps", "max_frames", "interleave"})
 
 
 class EpisodicEvalOptions(RunOptions):
     """Options of ``lmmbench run episodic-eval`` (the keys of openpi's LIBERO evaluation YAML are fields of the
     same name)."""
 
+    @model_validator(mode="after")
+    def _only_applicable(self) -> EpisodicEvalOptions:
+        given = sorted(NOT_APPLICABLE & self.model_fields_set)
+        if given:
+            raise ValueError(f"{', '.join(given)}: not an option of episodic-eval (episodes are chosen with "
+                             "--num-tasks / --num-trials-per-task); remove it")
+        return self
+
     model: str = Field("tiny-llm", description="Chat model of --env chat (built-in name or local directory).")
     repeats: int = Field(1, ge=1, le=1, description="Always 1: episodes repeat through --num-trials-per-task.")
     warmup: int = Field(1, ge=0, description="Unrecorded warm-up episodes (task 0, serial) before the measured ones.")
-    env: str = Field("toy-waypoints", description="Environment suite: toy-waypoints, chat, or gym:<id> "
-                     "(any gymnasium environment; needs lmmbench[episodes]).")
-    policy: str | None = Field(None, description="Policy: toy, toy-prefix-cache, chat, random (default: the "
-                               "suite's own).")
+    env: str = Field("toy-waypoints", description="Environment suite: toy-waypoints, chat, gym:<id> "
+                     "(any gymnasium environment; needs lmmbench[episodes]), or your own class as "
+                     "module:Class or path/to/file.py:Class.")
+    policy: str | None = Field(None, description="Policy: toy, toy-prefix-cache, chat, random, or your own "
+                               "class as module:Class or path/to/file.py:Class (default: the suite's own).")
     num_tasks: int = Field(8, ge=1, description="Tasks 0..N-1 of the suite.")
     num_trials_per_task: int = Field(2, ge=1, description="Episodes (trials) per task, each with its own seed.")
     num_parallel: int | None = Field(None, ge=1, description="Slots run at once (default: --num-tasks, as the "
@@ -51,8 +67,15 @@ class EpisodicEvalOptions(RunOptions):
                                 "tiny ops, which more threads slow down).")
     steal_trials: bool = Field(True, description="A slot with no task left takes a trial not yet started from "
                                "another slot (outcomes unchanged); off: one task per slot, in order.")
-    compare_serial: bool = Field(False, description="Also run the same episodes serially first and report "
-                                 "equivalence and speed-up.")
+    compare_serial: bool = Field(False, description="Also time the same episodes serially (1 slot) and batched "
+                                 "(--num-parallel slots), interleaved --compare-repeats times each, and report the "
+                                 "median speed-up of batched over serial with its min-max, and whether the "
+                                 "outcomes are equal.")
+    compare_repeats: int = Field(5, ge=5, description="Interleaved serial / batched pairs of --compare-serial.")
+    env_workers: int = Field(0, ge=0, description="Worker processes that hold the environments and step them in "
+                             "parallel each tick (0: in this process); for slow simulators.")
+    record_replay: bool = Field(False, description="Write each episode's frames to <out-dir>/episodic-eval/replay/"
+                                "task<T>_trial<R>.mp4 (the environment needs render() -> RGB array).")
     reference: Path | None = Field(None, description="Another run's episodic-eval_traces.jsonl to compare with.")
 
 
@@ -81,9 +104,10 @@ class EpisodicEvalSpec(Spec):
     help = ("Evaluate a policy on many episodes with cross-episode batching: success per task, "
             "action batch sizes, env / planning / action time, equivalence with the serial run.")
     options_model: ClassVar[type[RunOptions]] = EpisodicEvalOptions
+    not_applicable: ClassVar[frozenset[str]] = NOT_APPLICABLE
     columns = ("seed", "success", "steps", "total_reward", "planning_calls", "action_calls", "action_batch_sizes",
                "mean_action_batch_size", "planning_batch_sizes", "wall_ms", "env_ms", "planning_ms", "action_ms",
-               "slot", "near_rounding_boundary")
+               "slot", "near_rounding_boundary", "warmup_steps", "warmup_reward")
     stage_fields: ClassVar[tuple[str, ...]] = ("env_ms", "planning_ms", "action_ms")
     total_field = "wall_ms"
 
@@ -97,18 +121,21 @@ class EpisodicEvalSpec(Spec):
         self._serial_totals: dict[str, Any] | None = None
         self._reference: Path | None = None
         self._findings: dict[str, Any] | None = None
+        self._speedup: dict[str, Any] | None = None
 
     def setup(self, ctx: SpecContext) -> list[Case]:
         from lmmbench.core.errors import UserError
         from lmmbench.episodes import EpisodeKey, EpisodeScheduler, PolicySettings, make_policy, resolve_suite
         from lmmbench.episodes.compare import TraceFile
+        from lmmbench.episodes.custom import check_fit, close_env
+        from lmmbench.episodes.replay import ReplayRecorder
 
         opts = ctx.options
         assert isinstance(opts, EpisodicEvalOptions)
         from lmmbench.config.limits import check_limit
 
         check_limit("episodes", opts.num_tasks * opts.num_trials_per_task, "--num-tasks x --num-trials-per-task")
-        suite = resolve_suite(opts.env)
+        suite = resolve_suite(opts.env, render=opts.record_replay)
         if suite.num_tasks is not None and opts.num_tasks > suite.num_tasks:
             raise UserError(f"--num-tasks {opts.num_tasks}: {suite.name} has {suite.num_tasks} tasks")
         if opts.threads:
@@ -118,10 +145,13 @@ class EpisodicEvalSpec(Spec):
         device = _device(opts.device)
         settings = PolicySettings(device=device, weight_seed=opts.seed, execute_steps=opts.execute_steps,
                                   model=opts.model, probe_env=suite.make_env(0))
+        policy_name = opts.policy or suite.default_policy
         try:
-            policy = make_policy(opts.policy or suite.default_policy, settings)
+            policy = make_policy(policy_name, settings)
         except ValueError as exc:
-            raise UserError(f"--policy {opts.policy or suite.default_policy}: {exc}") from None
+            raise UserError(f"--policy {policy_name}: {exc}") from None
+        close_env(settings.probe_env)
+        check_fit(policy, suite.make_env(0), policy_name, opts.env, opts.num_steps_wait)
         num_parallel = opts.num_parallel or opts.num_tasks
         max_steps = opts.max_steps or suite.default_max_steps
         episodes = [EpisodeKey(t, r) for t in range(opts.num_tasks) for r in range(opts.num_trials_per_task)]
@@ -132,30 +162,48 @@ class EpisodicEvalSpec(Spec):
         done = _done_ids(results_path) if opts.resume else set()
         todo = [k for k in episodes if k.id not in done]
 
-        def scheduler(keys: list[Any], parallel: int) -> EpisodeScheduler:
+        def scheduler(keys: list[Any], parallel: int, recorder: Any = None) -> EpisodeScheduler:
             return EpisodeScheduler(suite.make_env, policy, keys, num_parallel=parallel,
                                     num_steps_wait=opts.num_steps_wait, max_steps=max_steps, seed=opts.seed,
-                                    steal_trials=opts.steal_trials)
+                                    steal_trials=opts.steal_trials, recorder=recorder,
+                                    env_workers=opts.env_workers if parallel > 1 else 0)
 
         if opts.warmup:
             for _ in scheduler([EpisodeKey(0, -1 - i) for i in range(opts.warmup)], 1).run():
                 pass
         if opts.compare_serial and todo:
-            self._run_serial(scheduler(todo, 1))
-        self._scheduler = scheduler(todo, num_parallel)
+            self._compare_serial(lambda: scheduler(todo, 1), lambda: scheduler(todo, num_parallel),
+                                 opts.compare_repeats, num_parallel, len(todo),
+                                 opts.env_workers if num_parallel > 1 else 0)
+        recorder = ReplayRecorder(ctx.spec_dir / "replay") if opts.record_replay else None
+        self._scheduler = scheduler(todo, num_parallel, recorder)
         self._results = self._scheduler.run()
         self._traces = TraceFile(ctx.spec_dir / f"{self.name}_traces.jsonl", resume=opts.resume)
         ctx.environment["episodic_eval"] = {
             "env": suite.name, "policy": policy.name, "device": device, "num_parallel": num_parallel,
             "max_steps": max_steps, "episodes": len(episodes), "episodes_this_run": len(todo),
-            "batched_planning": policy.batched_planning}
+            "batched_planning": policy.batched_planning, "env_workers": opts.env_workers}
         return [Case(id=k.id, group=f"task{k.task}", extra={"task": k.task, "trial": k.trial}) for k in episodes]
 
-    def _run_serial(self, serial: Any) -> None:
+    def _compare_serial(self, serial: Any, batched: Any, repeats: int, num_parallel: int, episodes: int,
+                        env_workers: int) -> None:
+        """Interleaved serial / batched runs of the same episodes; the first serial run's outcomes are
+        the reference of the equivalence check."""
         from lmmbench.episodes.compare import EpisodeOutcome
+        from lmmbench.episodes.speedup import interleaved_walls, speedup_summary
 
-        self._serial = {r.key.id: EpisodeOutcome(r.success, r.steps, r.trace) for r in serial.run()}
-        self._serial_totals = serial.totals.as_dict()
+        def run_serial() -> None:
+            sched = serial()
+            outcomes = {r.key.id: EpisodeOutcome(r.success, r.steps, r.trace) for r in sched.run()}
+            if self._serial is None:
+                self._serial, self._serial_totals = outcomes, sched.totals.as_dict()
+
+        def run_batched() -> None:
+            for _ in batched().run():
+                pass
+
+        walls = interleaved_walls(run_serial, run_batched, repeats)
+        self._speedup = speedup_summary(*walls, num_parallel, episodes, env_workers)
 
     def _next_result(self) -> Any:
         assert self._results is not None and self._traces is not None
@@ -189,10 +237,13 @@ class EpisodicEvalSpec(Spec):
             "planning_batch_sizes": " ".join(map(str, r.planning_batch_sizes)),
             "wall_ms": r.wall_ms, "env_ms": r.env_ms, "planning_ms": r.planning_ms, "action_ms": r.action_ms,
             "slot": r.slot, "near_rounding_boundary": r.extra.get("stat_near_rounding_boundary"),
+            "warmup_steps": r.extra.get("warmup_steps"), "warmup_reward": r.extra.get("warmup_reward"),
         }
 
     def teardown(self, ctx: SpecContext) -> None:
         del ctx
+        if self._results is not None:  # a run stopped early still closes its environments
+            self._results.close()  # type: ignore[attr-defined]
         if self._traces is not None:
             self._traces.close()
 
@@ -204,11 +255,24 @@ class EpisodicEvalSpec(Spec):
         totals = self._scheduler.totals.as_dict() if self._scheduler is not None else None
         traces = read_traces(self._traces.path) if self._traces is not None else {}
         equivalence = compare_runs(traces, self._serial) if self._serial is not None else None
-        out = episodic_findings(rows, totals, self._serial_totals, equivalence)
+        out = episodic_findings(rows, totals, self._serial_totals, equivalence, self._speedup)
         if self._reference is not None:
             out["reference_equivalence"] = compare_runs(traces, read_traces(self._reference))
         self._findings = out
         return out
+
+    def headline(self, analysis: dict[str, Any]) -> dict[str, float | None]:
+        """Success rate with its 95 % interval, episodes per second, the speed-up's median and spread."""
+        overall = (analysis.get("success") or {}).get("overall") or {}
+        run = analysis.get("run") or {}
+        speed = analysis.get("speedup_vs_serial") or {}
+        wall_s = (run.get("wall_ms") or 0.0) / 1000.0
+        count = self._scheduler.episodes_done if self._scheduler is not None else 0
+        return {"success_rate": overall.get("success_rate"), "success_ci95_low": overall.get("ci95_low"),
+                "success_ci95_high": overall.get("ci95_high"),
+                "episodes_per_s": count / wall_s if wall_s > 0 and count else None,
+                "speedup_vs_serial_median": speed.get("median"), "speedup_vs_serial_min": speed.get("min"),
+                "speedup_vs_serial_max": speed.get("max")}
 
     def plot(self, rows: list[dict[str, Any]], path: Path) -> bool:
         findings = self._findings if self._findings is not None else self.findings(rows, {})
