@@ -65,7 +65,7 @@ class VlaPolicy:
 
     def dummy_action(self) -> np.ndarray:
         """Normalized zeros (the middle of the environment's action range)."""
-        return np.zeros(self.cfg.action_dim, dtype=np.float64)
+        return np.zeros(self.cfg.action_dim, dtype=np.float32)
 
     def _images(self, items: Sequence[ActItem]) -> torch.Tensor:
         frames = np.stack([np.asarray(it.observation["image"]) for it in items])  # (B, H, W, 3) uint8
@@ -100,7 +100,7 @@ class VlaPolicy:
         noise = torch.stack([torch.randn(self.cfg.horizon, self.cfg.action_dim, generator=it.memory.generator,
                                          device=self.device) for it in items])
         with torch.inference_mode():
-            actions = self.model.action_expert(noise, stack_caches(caches)).double().cpu().numpy()
+            actions = self.model.action_expert(noise, stack_caches(caches)).float().cpu().numpy()
         chunks: list[list[Any]] = []
         for i, it in enumerate(items):
             it.memory.trace.append(actions[i])
