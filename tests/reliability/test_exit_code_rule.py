@@ -34,3 +34,26 @@ def test_a_plan_with_one_failing_row_exits_3_and_with_every_row_failing_2(
     failing = tmp_path / "failing.csv"
     failing.write_text(HEAD + bad_row, encoding="utf-8")
     assert main(["batch", str(failing), "--out-dir", str(tmp_path / "f")]) == 2
+
+
+def test_resume_of_a_finished_perf_run_says_so_and_measures_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It used to exit non-zero with "no request succeeded (0 sent)" and rewrite the run's status."""
+    import json
+
+    from lmmbench.config.perf_testserver import TestServerConfig
+    from lmmbench.core.net import free_loopback_port
+    from lmmbench.testing import running_testserver
+
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=2, itl_ms=1)) as url:
+        argv = ["perf", "--url", url, "--model", "test-model", "--num-requests", "6", "--output-tokens", "2",
+                "--no-plots", "--no-progress", "--out-dir", str(tmp_path), "--run-name", "done"]  # fmt: skip
+        assert main(argv) == 0
+        run = tmp_path / "perf" / "done"
+        before = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
+        capsys.readouterr()
+        assert main([*argv, "--resume"]) == 0
+    assert "already finished" in capsys.readouterr().err
+    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir()} == before  # nothing rewritten
+    assert json.loads((run / "run.json").read_text())["run"]["status"] == "complete"

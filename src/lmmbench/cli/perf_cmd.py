@@ -42,6 +42,8 @@ def _run(cfg: PerfConfig) -> None:
     run = run_perf(cfg)
     if run.interrupted:
         raise KeyboardInterrupt  # exit 130 once every file is written
+    if run.already_finished:  # --resume of a finished run: nothing to measure, and nothing failed
+        return
     sent, ok = run.request_counts()
     if ok == 0:  # failed requests are part of a load test's measurement; none succeeding means nothing measured
         from lmmbench.core.exit_codes import NOTHING_MEASURED

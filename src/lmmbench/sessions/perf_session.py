@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import shlex
 import subprocess
 import sys
@@ -67,6 +68,7 @@ class PerfRun:
         return (sum(int(r.summary.get("requests", 0)) for r in self.results),
                 sum(int(r.summary.get("ok", 0)) for r in self.results))
     interrupted: bool = False
+    already_finished: bool = False  # --resume of a run whose every point was measured: nothing was run
 
 
 def _resolve(cfg: PerfConfig) -> tuple[PerfConfig, list[dict[str, Any]]]:
@@ -340,6 +342,10 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
     fresh = not run_dir.exists()
     prepare_out_dir(run_dir, "--out-dir/perf/--run-name")
     done = _previous_points(base, run_dir, points)
+    if done is not None and len(done.done) == len(points) and _previous_status(run_dir) == "complete":
+        print(f"[perf] {run_dir} is already finished: every point was measured; nothing is measured again",
+              file=sys.stderr)  # fmt: skip
+        return PerfRun(run_dir, already_finished=True)
     _keep_crashed_journal(run_dir)
     out = _Outputs(run_dir, base)
     if done is not None:
@@ -431,6 +437,16 @@ def _search(base: PerfConfig, one: Callable[[int, PerfConfig], LoadResult], run:
                            "limited_by": sr.verdict, "verdict": sr.describe(unit)}  # fmt: skip
     print(f"[perf] search: {sr.describe(unit)}", file=sys.stderr)
     return sr
+
+
+def _previous_status(run_dir: Path) -> str | None:
+    """The status the run log of the run in ``run_dir`` records (complete, interrupted, failed)."""
+    try:
+        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    status = (info.get("run") or {}).get("status", info.get("status"))
+    return str(status) if status is not None else None
 
 
 def _previous_points(base: PerfConfig, run_dir: Path, points: list[dict[str, Any]]) -> Previous | None:
