@@ -54,8 +54,9 @@ def test_bad_traces_are_one_line_exit_2_fast(
     (["perf", "--url", "{url}", "--duration-s", "1000000000000"], "limit duration_s"),
     (["perf", "--url", "{url}", "--workload", "{tmp}/w.json"], "limit duration_s"),
     (["run", "episodic-eval", "--num-tasks", "1000000000"], "limit episodes"),
+    (["perf", "--url", "{url}", "--run-name", "../../escape"], "run_name"),  # a name, never a path
 ])  # fmt: skip
-def test_unbounded_schedules_and_episode_counts_are_refused_fast(
+def test_unbounded_schedules_episode_counts_and_path_names_are_refused_fast(
     argv: list[str], words: str, fuzz_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "w.json").write_text(json.dumps({"tp_sizes": [1], "batch_sizes": [1], "input_tokens": [8],

@@ -97,7 +97,9 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
         None, description="Command that starts the server, with {tp}/{batch}/{port}; run per tp size."
     )
     out_dir: Path = Field(Path("lmmbench-results"), description="Results go to <out-dir>/perf/<run-name>/.")
-    run_name: str | None = Field(None, description="Run folder name (default: a timestamp).")
+    run_name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=200,
+                                 description="Run folder name (default: a timestamp): letters, digits, _ . - only, "
+                                 "a name under <out-dir>/perf/, never a path.")
     overwrite: bool = Field(False, description="Replace the run in <out-dir>/perf/<run-name>/ (default: refuse).")
     resume: bool = Field(False, description="Continue the run in <out-dir>/perf/<run-name>/: finished points are kept.")
     wait_for_server: float = Field(
