@@ -49,3 +49,19 @@ def test_a_perf_row_on_python_3_12_runs_in_its_own_venv(write_plan: Any) -> None
     assert status["status"] == "ok" and status["metrics"]["venv_created"] is True
     run_log = json.loads(next((out / "load").rglob("run.json")).read_text())
     assert run_log["environment"]["python"].startswith("3.12")  # measured by the 3.12 interpreter
+
+
+def test_an_unreachable_ray_address_is_one_line_within_30_s(
+    write_plan: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    from lmmbench.core.net import free_loopback_port
+
+    path = write_plan([{"name": "a", "kind": "eval", "model": "tiny-llm",
+                        "options": {"tasks": ["sample_mc"], "limit": 2}}], name="ray_gone")  # fmt: skip
+    start = time.monotonic()
+    code = main(["batch", str(path), "--executor", "ray", "--ray-address", f"127.0.0.1:{free_loopback_port()}"])
+    assert code == 2 and time.monotonic() - start < 30
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no Ray cluster answers there" in err[0]

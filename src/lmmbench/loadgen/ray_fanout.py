@@ -102,6 +102,25 @@ def shift_record(rec: RequestRecord, delta_ns: int) -> None:
             setattr(rec, f.name, [v - delta_ns if v else v for v in value])
 
 
+def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """A ``host:port`` (or ``ray://host:port``) cluster address must answer a TCP connect within ``timeout_s``:
+    ray.init would otherwise wait minutes for a head node that is not there. ``auto`` and ``local`` pass."""
+    import socket
+
+    from lmmbench.core.errors import UserError
+
+    target = address.split("://", 1)[-1]
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        return  # 'auto', 'local' or another form ray resolves itself
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise UserError(f"--ray-address {address}: no Ray cluster answers there ({exc}); start one with "
+                        "`ray start --head`, or leave --ray-address out for a local cluster") from None
+
+
 def init_ray(address: str | None) -> bool:
     """Connect to the cluster at ``address`` or start a local one (its workers get this process's
     ``LMMBENCH_HOME`` and ``PYTHONPATH``); True when this call started or joined it."""
@@ -111,6 +130,7 @@ def init_ray(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     if address:
+        _check_reachable(address)
         ray.init(address=address, log_to_driver=False)
     else:
         env = {k: v for k, v in os.environ.items() if k in ("LMMBENCH_HOME", "PYTHONPATH")}
