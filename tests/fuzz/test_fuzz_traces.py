@@ -68,3 +68,36 @@ def test_unbounded_schedules_episode_counts_and_path_names_are_refused_fast(
     text = capsys.readouterr().err
     err = [line for line in text.splitlines() if line.startswith("error:")]
     assert len(err) == 1 and words in err[0] and "Traceback" not in text, text
+
+
+def test_bad_limit_values_and_dates_are_one_line_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A non-number in LMMBENCH_LIMIT_* (read when lmmbench starts: it used to print a raw traceback for every
+    command), an infinite --limit, and a --since that is not a date (it matched nothing, silently)."""
+    monkeypatch.setenv("LMMBENCH_STORE_URL", f"sqlite:///{tmp_path / 's.sqlite'}")
+    monkeypatch.setenv("LMMBENCH_LIMIT_CSV_FIELD_BYTES", "abc")
+    assert main(["runs", "list"]) == 2
+    assert "LMMBENCH_LIMIT_CSV_FIELD_BYTES='abc'" in capsys.readouterr().err
+    monkeypatch.delenv("LMMBENCH_LIMIT_CSV_FIELD_BYTES")
+    monkeypatch.setenv("LMMBENCH_LIMIT_CONCURRENCY", "1")  # monkeypatch restores what --limit overwrites
+    assert main(["--limit", "concurrency=1e400", "runs", "list"]) == 2
+    assert "finite" in capsys.readouterr().err
+    monkeypatch.delenv("LMMBENCH_LIMIT_CONCURRENCY")
+    assert main(["runs", "list", "--since", "notadate"]) == 2
+    assert "not a date" in capsys.readouterr().err
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column(
+    fuzz_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Spreadsheets save CSV with a UTF-8 BOM: a plan and an Azure trace still read their columns."""
+    plan = tmp_path / "p.csv"
+    plan.write_bytes(b"\xef\xbb\xbfname,kind,model,options,executor,requirements,image\n"
+                     b'a,eval,tiny-llm,tasks=["sample_mc"];limit=1,,,\n')  # fmt: skip
+    assert main(["batch", str(plan), "--dry-run"]) == 0
+    trace = tmp_path / "t.csv"
+    trace.write_bytes(b"\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,8,2\n"
+                      b"2023-11-16 18:15:46.7805900,8,2\n")  # fmt: skip
+    assert main(["perf", "--url", fuzz_url, "--dataset", "trace", "--dataset-path", str(trace), "--num-requests",
+                 "2", "--no-plots", "--no-progress", "--out-dir", str(tmp_path / "o")]) == 0  # fmt: skip

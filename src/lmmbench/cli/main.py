@@ -107,10 +107,12 @@ def _apply_limits(items: list[str]) -> None:
         if not sep or name not in LIMITS:
             raise UserError(f"--limit {item!r}: expected name=value with a name of: {', '.join(LIMITS)}")
         os.environ[LIMITS[name].env_var] = value.strip()
-    if items:
-        from lmmbench.config.input_files import raise_csv_field_limit
+    from lmmbench.config.input_files import raise_csv_field_limit
+    from lmmbench.config.limits import limit_value
 
-        raise_csv_field_limit()
+    for name in LIMITS:  # every bound from --limit and LMMBENCH_LIMIT_*, checked here: one line, exit 2
+        limit_value(name)
+    raise_csv_field_limit()
 
 
 class Terminated(KeyboardInterrupt):

@@ -9,6 +9,7 @@ eating the machine's memory. A bound is raised with the environment variable
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -64,9 +65,12 @@ def limit_value(name: str) -> int:
     if raw is None or not raw.strip():
         return lim.default
     try:
-        value = int(float(raw))
+        number = float(raw)
     except ValueError:
         raise UserError(f"{lim.env_var}={raw!r}: expected a whole number") from None
+    if not math.isfinite(number):
+        raise UserError(f"{lim.env_var}={raw!r}: expected a finite whole number")
+    value = int(number)
     if value < 1:
         raise UserError(f"{lim.env_var}={raw!r}: must be at least 1")
     return value

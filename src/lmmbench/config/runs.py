@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = ["SIDE_SEPARATOR", "RunsCompareConfig", "RunsIndexConfig", "RunsListConfig", "RunsReportConfig",
            "RunsShowConfig"]  # fmt: skip
@@ -25,6 +26,18 @@ class RunsListConfig(BaseModel):
     until: str | None = Field(None, description="Started on or before this date (YYYY-MM-DD or ISO time).")
     limit: int = Field(50, ge=1, description="Show at most this many runs.")
     store: str | None = Field(None, description="Store URL (default: $LMMBENCH_STORE_URL or SQLite in LMMBENCH_HOME).")
+
+    @field_validator("since", "until")
+    @classmethod
+    def _iso_date(cls, value: str | None) -> str | None:
+        """A date or date-time as ISO text (what the store compares): 'notadate' matched nothing, silently."""
+        if value is None:
+            return value
+        try:
+            datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{value!r} is not a date like 2026-11-24 or 2026-11-24T10:00:00") from None
+        return value
 
 
 class RunsShowConfig(BaseModel):

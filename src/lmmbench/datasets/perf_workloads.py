@@ -143,7 +143,7 @@ def read_trace(path: Path, fmt: str, limit: int) -> list[tuple[float, int, int, 
         fmt = "azure" if path.suffix.lower() == ".csv" else "mooncake"
     rows: list[tuple[float, int, int, list[int]]] = []
     if fmt == "azure":
-        with path.open(newline="", encoding="utf-8") as fh:
+        with path.open(newline="", encoding="utf-8-sig") as fh:  # a BOM is not part of the first column's name
             reader = csv.DictReader(fh)
             missing = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} - set(reader.fieldnames or [])
             if missing:

@@ -121,7 +121,7 @@ def _row_error(path: Path, n: int, raw: dict[str, Any], exc: ValidationError | U
 
 def _read_rows(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     if path.suffix.lower() == ".csv":
-        with path.open(newline="", encoding="utf-8") as fh:
+        with path.open(newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's BOM is not part of a column
             reader = csv.DictReader(fh)
             header = [h.strip() for h in reader.fieldnames or []]
             unknown = [h for h in header if h not in (*CSV_COLUMNS, *_OPTIONAL_CSV_COLUMNS)]
