@@ -101,3 +101,23 @@ def test_a_byte_order_mark_is_not_part_of_the_first_column(
                       b"2023-11-16 18:15:46.7805900,8,2\n")  # fmt: skip
     assert main(["perf", "--url", fuzz_url, "--dataset", "trace", "--dataset-path", str(trace), "--num-requests",
                  "2", "--no-plots", "--no-progress", "--out-dir", str(tmp_path / "o")]) == 0  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("words", "expect"), [(40_000, "more than the model's context of 32768"),
+                                               (1_200_000, "cannot fit the model's context")])  # fmt: skip
+def test_a_prompt_longer_than_the_context_is_refused_before_measuring(
+    words: int, expect: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run` checks prompts against the model's context as eval and serve do: a 40k-token prompt on a 32k-context
+    model used to be measured and reported ok; a 5 MB prompt used to hang at 10 GB."""
+    from lmmbench.media.manifest import write_manifest
+
+    manifest = write_manifest(tmp_path / "m.csv", [{"id": "long", "prompt": " ".join(["word"] * words)}])
+    start = time.monotonic()
+    assert main(["run", "ttft-breakdown", "--model", "tiny-llm", "--manifest", str(manifest), "--repeats", "1",
+                 "--warmup", "0", "--no-progress", "--out-dir", str(tmp_path / "o")]) == 2  # fmt: skip
+    assert time.monotonic() - start < 30  # the model load included
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "row long" in err[0] and expect in err[0]
+    assert not (tmp_path / "o" / "ttft-breakdown" / "ttft-breakdown_results.csv").exists()

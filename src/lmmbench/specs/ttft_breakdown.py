@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from lmmbench.core.errors import UserError
 from lmmbench.engines.inprocess_breakdown import BREAKDOWN_FIELDS, InProcessBreakdown, SampleMedia
 from lmmbench.media.manifest import ManifestRow, load_manifest
 from lmmbench.profiling.stages import OTHERS_PARTS
@@ -39,6 +40,24 @@ def synthetic_manifest(seed: int) -> Path:
     if not manifest.is_file():
         synth_media(root, SynthConfig(seed=seed))
     return manifest
+
+
+def check_prompts_fit(rows: list[Any], loaded: Any, manifest: Path) -> None:
+    """Every row's prompt within the model's context (its text tokens alone; media add more), as eval and
+    serve check theirs: a longer prompt is refused with its row before anything is measured. A prompt of more
+    characters than 32 per context token is refused without tokenizing it."""
+    from lmmbench.backends.scoring import resolve_max_length
+
+    context = resolve_max_length(loaded.model.config, loaded.tokenizer)
+    for row in rows:
+        prompt = str(getattr(row, "prompt", "") or "")
+        if len(prompt) > 32 * context:
+            raise UserError(f"{manifest}: row {row.id}: a prompt of {len(prompt)} characters cannot fit the model's "
+                            f"context of {context} tokens")
+        n = len(loaded.tokenizer(prompt, add_special_tokens=False)["input_ids"]) if prompt else 0
+        if n > context:
+            raise UserError(f"{manifest}: row {row.id}: its prompt has {n} tokens, more than the model's context "
+                            f"of {context}; shorten it (the oom-boundary spec is the one that goes past the context)")
 
 
 class InProcessSpec(Spec):
@@ -171,4 +190,5 @@ class TTFTBreakdownSpec(InProcessSpec):
         ref = eng.loaded.ref
         if not synthetic and eng.loaded.processor is None and any(r.modalities != "text" for r in rows):
             log.warning("%s is a text model: rows with media will fail", ref.name)
+        check_prompts_fit(rows, eng.loaded, manifest)
         return [_case(r, ref.is_multimodal, ref.has_audio, synthetic) for r in rows]
