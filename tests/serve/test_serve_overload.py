@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import httpx
+import pytest
 from serve_helpers import free_port
 
 from lmmbench.engines.transformers_engine import process_memory_bytes
@@ -56,3 +58,24 @@ def test_ten_times_the_queue_bound_gets_only_200_and_429() -> None:
             srv.url + "/v1/completions", json={"model": "tiny-llm", "prompt": "x", "max_tokens": 2}, timeout=30
         )
         assert ok.status_code == 200
+
+
+def test_a_client_that_leaves_mid_body_logs_no_unexpected_error(
+    llm_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It sends fewer bytes than its Content-Length and disconnects: the server logged "unexpected error" with two
+    tracebacks (it stayed up). Now it is an ordinary bad request, and the next request is served."""
+    import logging
+    import socket
+    import time
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(llm_server.url)
+    with caplog.at_level(logging.WARNING), socket.create_connection((parts.hostname, parts.port), timeout=5) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n{\"model\": \"tiny")  # fmt: skip
+    time.sleep(0.5)
+    assert not [r for r in caplog.records if "unexpected" in r.getMessage()]
+    with urllib.request.urlopen(f"{llm_server.url}/v1/models", timeout=10) as resp:
+        assert resp.status == 200

@@ -54,13 +54,18 @@ async def _read_json(request: Any, limit: int) -> Any:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    from starlette.requests import ClientDisconnect
+
     size = 0
     parts: list[bytes] = []
-    async for piece in request.stream():
-        size += len(piece)
-        if size > limit:
-            raise ApiError(413, f"request body exceeds the limit of {limit} bytes")
-        parts.append(piece)
+    try:
+        async for piece in request.stream():
+            size += len(piece)
+            if size > limit:
+                raise ApiError(413, f"request body exceeds the limit of {limit} bytes")
+            parts.append(piece)
+    except ClientDisconnect:  # fewer bytes than Content-Length, then gone: nobody to answer, nothing went wrong
+        raise ApiError(400, f"the client left after {size} of {declared} body bytes") from None
     raw = b"".join(parts)
     try:
         return json.loads(raw, parse_constant=_reject_constant)
