@@ -69,7 +69,7 @@ class EpisodeKey:
 
 
 def episode_seed(base_seed: int, key: EpisodeKey) -> int:
-    """The seed of one episode: a function of the run's seed, the task and the trial only, so an
+    """The random seed of one episode: a function of the run's seed, the task and the trial only, so an
     episode gets the same seed whichever slot runs it and whatever runs beside it."""
     import hashlib
 

@@ -10,11 +10,11 @@ only in the tables further down. Built from ``<spec>_results.csv`` rows alone.
 from __future__ import annotations
 
 import html
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lmmbench.core.run_summaries import to_float as _num
 from lmmbench.metrics.noise import median_ci
 
 __all__ = ["BREAKDOWN_SEGMENTS", "breakdown_headline", "is_breakdown", "stage_stack_chart", "stage_summary_chart"]
@@ -42,14 +42,6 @@ _W, _LABEL_W, _BAR_H = 720, 170, 20
 
 def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
-
-
-def _num(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _ok(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
