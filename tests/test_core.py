@@ -94,3 +94,24 @@ def test_missing_optional_library_names_the_extra_to_install() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 2, out.stderr
     assert "lmmbench[models]" in out.stderr and "Traceback" not in out.stderr
+
+
+class _Row(BaseModel):
+    name: str
+    rate: float = Field(gt=0)
+
+
+def test_validation_error_becomes_one_line_naming_where_and_field() -> None:
+    from pydantic import ValidationError
+
+    from lmmbench.core.errors import user_error_from_validation, validation_detail
+
+    with pytest.raises(ValidationError) as info:
+        _Row.model_validate({"rate": -1})
+    exc = info.value
+    assert validation_detail(exc) == ("name", "Field required", 1)
+    err = user_error_from_validation(exc, "plan.csv: row 2", field="options.{}", more=True)
+    assert str(err) == "plan.csv: row 2: options.name: Field required (+1 more)" and err.exit_code == 2
+    with pytest.raises(ValidationError) as info:
+        _Row.model_validate("not a mapping")
+    assert str(user_error_from_validation(info.value, root="(row)")).startswith("(row): Input should be")

@@ -25,11 +25,11 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 import typer
 from pydantic import BaseModel, ValidationError
 
-from lmmbench.core.errors import UserError
+from lmmbench.core.errors import UserError, user_error_from_validation
 
 M = TypeVar("M", bound=BaseModel)
 
-__all__ = ["COMMON_PANELS", "command_from_model", "load_config_file", "panel_of", "parse_model", "validation_message"]
+__all__ = ["COMMON_PANELS", "command_from_model", "load_config_file", "panel_of", "parse_model"]
 
 _SCALARS: tuple[type, ...] = (str, int, float, Path)
 
@@ -121,15 +121,6 @@ def _convert(tp: Any, raw: Any) -> Any:
         return raw
 
 
-def validation_message(exc: ValidationError, source: str = "options") -> str:
-    """One readable line for a pydantic validation error."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
-        parts.append(f"{loc}: {err['msg']}")
-    return f"invalid {source}: " + "; ".join(parts)
-
-
 def load_config_file(path: Path) -> dict[str, Any]:
     """Read a YAML or JSON mapping, with one clear error if it is missing or malformed."""
     from lmmbench.config.input_files import load_yaml, read_text
@@ -147,7 +138,7 @@ def parse_model(model: type[M], data: dict[str, Any], source: str = "options") -
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise UserError(validation_message(exc, source)) from None
+        raise user_error_from_validation(exc, f"invalid {source}", more=True) from None
 
 
 def _alias_options(model: type[BaseModel], fields: dict[str, Any]) -> tuple[dict[str, tuple[str, str]],

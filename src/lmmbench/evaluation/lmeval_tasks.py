@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from lmmbench.core.errors import UserError
+from lmmbench.core.errors import UserError, user_error_from_validation
 from lmmbench.evaluation.lmeval_filters import check_step
 from lmmbench.evaluation.task_config import TaskConfig
 
@@ -317,9 +317,7 @@ def task_from_lmeval(path: Path, raw: dict[str, Any]) -> TaskConfig:
     try:
         cfg = TaskConfig.model_validate(fields)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        raise UserError(f"{path}: cannot read this lm-eval task ('{where}': {err['msg']})") from None
+        raise user_error_from_validation(exc, f"{path}: cannot read this lm-eval task", field="'{}'") from None
     from lmmbench.metrics.accuracy import get_metric
 
     for m in cfg.default_metrics():

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from lmmbench.core.errors import UserError
+from lmmbench.core.errors import UserError, user_error_from_validation
 
 __all__ = [
     "DataSource",
@@ -183,10 +183,8 @@ def load_task_file(path: Path) -> TaskConfig:
     try:
         cfg = TaskConfig.model_validate({**data, "base_dir": path.parent, "source_file": str(path)})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
-        more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise UserError(f"{_yaml_line(path, text, tuple(err['loc']))}: field '{loc}': {err['msg']}{more}") from None
+        where = _yaml_line(path, text, tuple(exc.errors()[0]["loc"]))
+        raise user_error_from_validation(exc, where, field="field '{}'", more=True) from None
     from lmmbench.metrics.accuracy import get_metric
 
     for m in cfg.default_metrics():

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from lmmbench.config.cli_options import parse_model
-from lmmbench.core.errors import UserError
+from lmmbench.core.errors import user_error_from_validation
 from lmmbench.executors.plan import PlanRow
 
 __all__ = ["SERVER_URL_PLACEHOLDER", "Job", "RowResult", "config_model", "execute_job", "resolve_job",
@@ -84,9 +84,7 @@ def validate_options(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise UserError(f"options.{loc}: {err['msg']}" if loc else f"options: {err['msg']}") from None
+        raise user_error_from_validation(exc, field="options.{}", root="options") from None
 
 
 def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | None) -> Job:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from lmmbench.core.errors import UserError
+from lmmbench.core.errors import UserError, user_error_from_validation
 
 __all__ = ["CSV_COLUMNS", "Plan", "PlanRow", "load_plan", "parse_options"]
 
@@ -114,9 +114,7 @@ def _row_error(path: Path, n: int, raw: dict[str, Any], exc: ValidationError | U
     name = raw.get("name") or "?"
     if isinstance(exc, UserError):
         return UserError(f"{path}: row {n} '{name}': {exc}")
-    err = exc.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"]) or "(row)"
-    return UserError(f"{path}: row {n} '{name}': {loc}: {err['msg']}")
+    return user_error_from_validation(exc, f"{path}: row {n} '{name}'", root="(row)")
 
 
 def _read_rows(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -161,8 +159,7 @@ def load_plan(path: Path, overrides: dict[str, Any] | None = None) -> Plan:
     try:
         plan = Plan.model_validate({**head, "rows": rows, "source": str(path)})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise UserError(f"{path}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
+        raise user_error_from_validation(exc, str(path)) from None
     _check_links(path, plan)
     return plan
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from lmmbench.core.errors import validation_detail
 from lmmbench.engines.requests import GenerationRequest, SamplingParams
 
 __all__ = ["ApiError", "ChatCompletionBody", "CompletionBody", "StreamOptions", "error_body", "parse_body"]
@@ -196,7 +197,5 @@ def parse_body(model: type[_SamplingBody], data: Any) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or None
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        raise ApiError(400, f"{loc}: {msg}" if loc else msg, param=loc) from None
+        loc, msg, _ = validation_detail(exc)
+        raise ApiError(400, f"{loc}: {msg}" if loc else msg, param=loc or None) from None
