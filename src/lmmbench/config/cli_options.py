@@ -6,6 +6,8 @@ description, defaults from the model). Values the user did not give are left out
 model's defaults (or a config file given with ``--config``) decide. Lists take
 comma-separated values; dicts take ``key=value,key=value``; ``Literal`` fields list their
 choices in the help. A validation error becomes one ``UserError`` line naming the field.
+The loaders (``load_config_file``, ``parse_model``) live in the typer-free ``config.loaders``;
+they are re-exported here for the commands.
 
 A model may name extra flags for a field in ``CLI_ALIASES`` (a class attribute mapping a
 field name to flags, e.g. ``{"rate": ("--request-rate",)}``): each alias is its own option
@@ -23,9 +25,10 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from lmmbench.core.errors import UserError, user_error_from_validation
+from lmmbench.config.loaders import load_config_file, parse_model
+from lmmbench.core.errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -121,26 +124,6 @@ def _convert(tp: Any, raw: Any) -> Any:
         return raw
 
 
-def load_config_file(path: Path) -> dict[str, Any]:
-    """Read a YAML or JSON mapping, with one clear error if it is missing or malformed."""
-    from lmmbench.config.input_files import load_yaml, read_text
-
-    data = load_yaml(read_text(path, "config file"), path)
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping at the top level")
-    return data
-
-
-def parse_model(model: type[M], data: dict[str, Any], source: str = "options") -> M:
-    """Validate ``data`` into ``model``; errors become a ``UserError`` naming the field."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise user_error_from_validation(exc, f"invalid {source}", more=True) from None
-
-
 def _alias_options(model: type[BaseModel], fields: dict[str, Any]) -> tuple[dict[str, tuple[str, str]],
                                                                            list[inspect.Parameter]]:  # fmt: skip
     """One option per flag of the model's ``CLI_ALIASES``: {parameter name: (field, flag)} and the parameters."""
@@ -169,6 +152,73 @@ def _register_secrets(cfg: BaseModel) -> None:
                 register_secret(str(v) if v is not None else None)
 
 
+def _shown_default(field: Any) -> str:
+    """A field's default as the help shows it (lists and dicts comma-joined; ``""`` for none)."""
+    if field.is_required():
+        return ""
+    default_val = field.get_default(call_default_factory=True)
+    if isinstance(default_val, (list, tuple)) and default_val:
+        return ",".join(str(x) for x in default_val)
+    if isinstance(default_val, dict) and default_val:
+        return ",".join(f"{k}={v}" for k, v in default_val.items())
+    if isinstance(default_val, BaseModel) or default_val is None:
+        return ""
+    return str(default_val)
+
+
+def _field_param(model: type[BaseModel], fname: str, field: Any, positional: tuple[str, ...]) -> inspect.Parameter:
+    """The typer parameter of one model field: its flag (or argument), help text, panel and type."""
+    cli_tp, hint = _cli_type(field.annotation)
+    desc = (field.description or "").strip()
+    if hint:
+        desc = f"{desc} ({hint})" if desc else hint
+    shown = _shown_default(field)
+    if shown:
+        desc = f"{desc} \\[default: {shown}]"  # escaped: rich markup would eat it
+    opt_name = "--" + fname.replace("_", "-")
+    panel = panel_of(model, fname)
+    if fname in positional:
+        if get_origin(_unwrap_optional(field.annotation)) in (list, tuple, set):
+            cli_tp = list[str]  # any number of values
+        info: Any = typer.Argument(None, help=desc, show_default=False)
+    elif cli_tp is bool:
+        flags = f"{opt_name}/--no-{fname.replace('_', '-')}"
+        info = typer.Option(None, flags, help=desc, show_default=False, rich_help_panel=panel)
+    else:
+        info = typer.Option(None, opt_name, help=desc, show_default=False, rich_help_panel=panel)
+    return inspect.Parameter(fname, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=cli_tp | None)
+
+
+def _config_file_param() -> inspect.Parameter:
+    """The ``--config`` option every derived command takes unless told not to."""
+    return inspect.Parameter(
+        "config_file",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(None, "--config", help="YAML/JSON file with any of these options."),
+        annotation=Path | None,
+    )
+
+
+def _collect_options(
+    kwargs: dict[str, Any], fields: dict[str, Any], aliases: dict[str, tuple[str, str]]
+) -> tuple[dict[str, Any], list[str]]:
+    """The config mapping from a call's keyword arguments (config file first, given options over it),
+    and the alias flags that were used."""
+    data: dict[str, Any] = {}
+    cfg_path = kwargs.pop("config_file", None)
+    if cfg_path is not None:
+        data.update(load_config_file(Path(cfg_path)))
+    used: list[str] = []
+    for key, raw in kwargs.items():
+        if raw is None or (isinstance(raw, (list, tuple)) and not raw):
+            continue
+        if key in aliases:
+            key, flag = aliases[key]
+            used.append(flag)
+        data[key] = _convert(fields[key].annotation, raw)
+    return data, used
+
+
 def command_from_model(
     app: typer.Typer,
     name: str,
@@ -182,66 +232,17 @@ def command_from_model(
     on_aliases: Callable[[list[str]], None] | None = None,
 ) -> None:
     """Add command ``name`` to ``app`` with one option per field of ``model`` (and per alias)."""
-    params: list[inspect.Parameter] = []
     own = getattr(model, "__annotations__", {})  # the model's own fields first, inherited ones after
     ordered = sorted(model.model_fields.items(), key=lambda kv: kv[0] not in own)
     fields = {k: f for k, f in ordered if k not in exclude}
     aliases, alias_params = _alias_options(model, fields)
-    for fname, field in fields.items():
-        cli_tp, hint = _cli_type(field.annotation)
-        desc = (field.description or "").strip()
-        if hint:
-            desc = f"{desc} ({hint})" if desc else hint
-        if not field.is_required():
-            default_val = field.get_default(call_default_factory=True)
-            if isinstance(default_val, (list, tuple)) and default_val:
-                shown = ",".join(str(x) for x in default_val)
-            elif isinstance(default_val, dict) and default_val:
-                shown = ",".join(f"{k}={v}" for k, v in default_val.items())
-            elif isinstance(default_val, BaseModel):
-                shown = ""
-            else:
-                shown = "" if default_val is None else str(default_val)
-            if shown:
-                desc = f"{desc} \\[default: {shown}]"  # escaped: rich markup would eat it
-        opt_name = "--" + fname.replace("_", "-")
-        panel = panel_of(model, fname)
-        if fname in positional:
-            if get_origin(_unwrap_optional(field.annotation)) in (list, tuple, set):
-                cli_tp = list[str]  # any number of values
-            info: Any = typer.Argument(None, help=desc, show_default=False)
-        elif cli_tp is bool:
-            flags = f"{opt_name}/--no-{fname.replace('_', '-')}"
-            info = typer.Option(None, flags, help=desc, show_default=False, rich_help_panel=panel)
-        else:
-            info = typer.Option(None, opt_name, help=desc, show_default=False, rich_help_panel=panel)
-        params.append(
-            inspect.Parameter(fname, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=cli_tp | None)
-        )
+    params = [_field_param(model, fname, field, positional) for fname, field in fields.items()]
     params += alias_params
     if with_config_file:
-        params.append(
-            inspect.Parameter(
-                "config_file",
-                inspect.Parameter.KEYWORD_ONLY,
-                default=typer.Option(None, "--config", help="YAML/JSON file with any of these options."),
-                annotation=Path | None,
-            )
-        )
+        params.append(_config_file_param())
 
     def _cmd(**kwargs: Any) -> Any:
-        data: dict[str, Any] = {}
-        cfg_path = kwargs.pop("config_file", None)
-        if cfg_path is not None:
-            data.update(load_config_file(Path(cfg_path)))
-        used: list[str] = []
-        for key, raw in kwargs.items():
-            if raw is None or (isinstance(raw, (list, tuple)) and not raw):
-                continue
-            if key in aliases:
-                key, flag = aliases[key]
-                used.append(flag)
-            data[key] = _convert(fields[key].annotation, raw)
+        data, used = _collect_options(kwargs, fields, aliases)
         if on_aliases is not None:
             on_aliases(used)
         cfg = parse_model(model, data, source=f"'{name}' options")

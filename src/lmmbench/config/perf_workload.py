@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lmmbench.config.cli_options import load_config_file
 from lmmbench.config.limits import check_limit
+from lmmbench.config.loaders import load_config_file
 from lmmbench.config.perf import PerfConfig
 from lmmbench.core.errors import UserError
 

@@ -199,4 +199,7 @@ def load_run_log(target: Path) -> RunLog:
     data = _read_json(path)
     from lmmbench.core.run_log_legacy import upgrade
 
-    return upgrade(data, path)
+    fields, measured_from = upgrade(data, path)
+    if measured_from is not None:
+        fields = {**fields, "measurement": measurement_from(*measured_from)}
+    return RunLog.model_validate(fields)

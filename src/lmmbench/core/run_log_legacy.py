@@ -7,6 +7,9 @@
 
 Older layouts get a stable id derived from their folder (``legacy-<kind>-<hash>``), and counts and
 headline metrics read from the files the run wrote beside them where those exist.
+
+This module returns the fields of a ``RunLog`` (and the mappings its ``Measurement`` is read from);
+``core.run_log.load_run_log`` builds the model, so this module never imports the one that calls it.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
-from lmmbench.core.run_log import Outcome, RunLog, measurement_from
 from lmmbench.core.run_summaries import eval_headline, perf_headline, spec_headline
 
-__all__ = ["upgrade"]
+__all__ = ["LegacyFields", "upgrade"]
+
+#: The fields of a ``RunLog``, and the mappings its ``Measurement`` is read from (``None``: already in the fields).
+LegacyFields = tuple[dict[str, Any], tuple[dict[str, Any], ...] | None]
 
 
 def _legacy_id(kind: str, folder: Path) -> str:
@@ -40,25 +45,24 @@ def _files(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
 
-def _spec_v1(data: dict[str, Any], folder: Path) -> RunLog:
+def _spec_v1(data: dict[str, Any], folder: Path) -> LegacyFields:
     spec = str(data.get("spec") or folder.name)
     stats = data.get("stats") or {}
     extra = data.get("run") or {}
     config = data.get("config") or {}
     model_rec: dict[str, Any] = extra["model"] if isinstance(extra.get("model"), dict) else {}
     rows = _csv_rows(folder / f"{spec}_results.csv")
-    return RunLog(
+    return dict(
         run_id=_legacy_id("spec", folder), kind="spec", name=spec, model=config.get("model"),
         started_at=data.get("started_at"), finished_at=data.get("finished_at"), config=config,
-        environment=data.get("environment") or {}, measurement=measurement_from(extra, model_rec, config),
-        outcome=Outcome.model_validate({"ok": stats.get("ok"), "failed": stats.get("failed"),
-                                        "skipped": stats.get("skipped_already_done"),
-                                        "interrupted": bool(stats.get("interrupted"))}),
+        environment=data.get("environment") or {},
+        outcome={"ok": stats.get("ok"), "failed": stats.get("failed"), "skipped": stats.get("skipped_already_done"),
+                 "interrupted": bool(stats.get("interrupted"))},
         headline=spec_headline(rows), run=extra, files=_files(folder), legacy_layout="spec-v1",
-    )  # fmt: skip
+    ), (extra, model_rec, config)  # fmt: skip
 
 
-def _perf_v0(data: dict[str, Any], folder: Path) -> RunLog:
+def _perf_v0(data: dict[str, Any], folder: Path) -> LegacyFields:
     config = data.get("config") or {}
     env = dict(data.get("environment") or {})
     env.setdefault("libraries", env.get("versions"))
@@ -67,18 +71,17 @@ def _perf_v0(data: dict[str, Any], folder: Path) -> RunLog:
     ok = sum(int(r.get("ok") or 0) for r in rows)
     errors = sum(int(r.get("errors") or 0) for r in rows)
     report = json.loads((folder / "report.json").read_text()) if (folder / "report.json").is_file() else {}
-    return RunLog(
+    return dict(
         run_id=_legacy_id("perf", folder), kind="perf", name=folder.name,
         model=report.get("Model") or config.get("model"), labels=config.get("labels") or {},
         started_at=env.get("time_utc"), finished_at=env.get("time_utc"), config=config, environment=env,
-        measurement=measurement_from({"event_loop": config.get("loop")}),
-        outcome=Outcome.model_validate({"ok": ok if rows else None, "failed": errors if rows else None}),
+        outcome={"ok": ok if rows else None, "failed": errors if rows else None},
         headline=perf_headline(rows), run={"points": data.get("points") or []}, files=_files(folder),
         legacy_layout="perf-v0",
-    )  # fmt: skip
+    ), ({"event_loop": config.get("loop")},)  # fmt: skip
 
 
-def _eval_config(data: dict[str, Any], path: Path) -> RunLog:
+def _eval_config(data: dict[str, Any], path: Path) -> LegacyFields:
     folder = path.parent.parent if path.parent.name == "logs" else path.parent
     config = data.get("config") or {}
     results = []
@@ -89,21 +92,21 @@ def _eval_config(data: dict[str, Any], path: Path) -> RunLog:
             continue
     n_ok = sum(int(r.get("n_samples") or 0) for r in results)
     n_err = sum(int(r.get("n_errors") or 0) for r in results)
-    return RunLog(
+    return dict(
         run_id=_legacy_id("eval", folder), kind="eval", name=folder.name, model=config.get("model"),
-        config=config, environment=data.get("environment") or {}, measurement=measurement_from(config),
-        outcome=Outcome.model_validate({"ok": n_ok if results else None, "failed": n_err if results else None}),
+        config=config, environment=data.get("environment") or {},
+        outcome={"ok": n_ok if results else None, "failed": n_err if results else None},
         headline=eval_headline(results), files=_files(folder), legacy_layout="eval-config",
         finished_at=None,
-    )  # fmt: skip
+    ), (config,)  # fmt: skip
 
 
-def upgrade(data: dict[str, Any], path: Path) -> RunLog:
-    """A ``RunLog`` from the JSON at ``path``, whichever layout wrote it."""
+def upgrade(data: dict[str, Any], path: Path) -> LegacyFields:
+    """The ``RunLog`` fields of the JSON at ``path``, whichever layout wrote it."""
     folder = path.parent
     version = data.get("schema_version")
     if version == 2 or (isinstance(version, int) and version > 2 and "kind" in data):
-        return RunLog.model_validate(data)
+        return data, None
     if version == 1 and "spec" in data:
         return _spec_v1(data, folder)
     if path.name.startswith("config_") and "config" in data:

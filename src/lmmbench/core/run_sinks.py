@@ -13,10 +13,12 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lmmbench.core.registry import Registry
-from lmmbench.core.run_log import RunLog
+
+if TYPE_CHECKING:  # only a type here: run_log calls the sinks, so importing it would close a circle
+    from lmmbench.core.run_log import RunLog
 
 __all__ = ["RUN_SINKS", "RunSink", "flat_config", "log_to_sinks"]
 

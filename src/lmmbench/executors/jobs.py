@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from lmmbench.config.cli_options import parse_model
+from lmmbench.config.loaders import parse_model
 from lmmbench.core.errors import user_error_from_validation
 from lmmbench.executors.plan import PlanRow
 

@@ -128,7 +128,7 @@ def _read_rows(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                                 f"{', '.join(_OPTIONAL_CSV_COLUMNS)}); got {', '.join(header)}")
             rows = [{k.strip(): (v or "").strip() for k, v in r.items() if k} for r in reader]
         return {"name": path.stem.replace(" ", "-")}, rows
-    from lmmbench.config.cli_options import load_config_file
+    from lmmbench.config.loaders import load_config_file
 
     data = load_config_file(path)
     rows = data.pop("rows", None)

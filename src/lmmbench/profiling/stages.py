@@ -20,28 +20,10 @@
 
 from __future__ import annotations
 
+from lmmbench.profiling.categories import CATEGORY_FIELD, field_of_category
 from lmmbench.profiling.timeline import ResolvedSpan
 
 __all__ = ["OTHERS_PARTS", "STAGE_FIELDS", "TTFT_STAGES", "field_of_category", "stage_breakdown", "unmeasured_fields"]
-
-# span category -> field its exclusive time is added to
-_CATEGORY_FIELD = {
-    "input_transfer": "others_input_transfer_ms",
-    "generate_setup": "others_generate_setup_ms",
-    "input_prep": "others_input_prep_ms",
-    "position_ids": "others_position_ids_ms",
-    "encoder_dispatch": "others_encoder_dispatch_ms",
-    "cache_setup": "others_cache_setup_ms",
-    "wrapper": "others_embedding_merge_ms",
-    "lm_head": "others_lm_head_ms",
-    "first_token": "others_first_token_ms",
-    "generate": "others_unattributed_ms",
-    "ttft": "others_unattributed_ms",
-    "visual": "visual_encoder_ms",
-    "audio": "audio_encoder_ms",
-    "llm": "llm_prefill_ms",
-    "forward": "prefill_glue_ms",
-}
 
 OTHERS_PARTS = (
     "others_input_transfer_ms",
@@ -73,24 +55,15 @@ STAGE_FIELDS = (
 )
 
 
-def field_of_category(category: str) -> str:
-    """The breakdown field a span of ``category`` adds its exclusive time to (the forward's own glue
-    is part of ``prefill_ms``; the root span of a measurement is ``ttft_ms``)."""
-    if category == "ttft":
-        return "ttft_ms"
-    field = _CATEGORY_FIELD.get(category, "others_unattributed_ms")
-    return "prefill_ms" if field == "prefill_glue_ms" else field
-
-
 def stage_breakdown(spans: list[ResolvedSpan], merge_in_forward: bool = False) -> dict[str, float]:
     """Fold spans into the breakdown; ``merge_in_forward`` when the model has no separate
     multimodal wrapper (transformers 4.x), so the forward's own time is the embedding merge."""
-    acc = dict.fromkeys((*_CATEGORY_FIELD.values(), *OTHERS_PARTS), 0.0)
+    acc = dict.fromkeys((*CATEGORY_FIELD.values(), *OTHERS_PARTS), 0.0)
     ttft = 0.0
     for span in spans:
         if span.depth == 0:
             ttft += span.duration_ms
-        field = _CATEGORY_FIELD.get(span.category, "others_unattributed_ms")
+        field = CATEGORY_FIELD.get(span.category, "others_unattributed_ms")
         if field == "prefill_glue_ms" and merge_in_forward:
             field = "others_embedding_merge_ms"
         acc[field] += span.exclusive_ms
@@ -124,7 +97,7 @@ def unmeasured_fields(categories: list[str]) -> tuple[str, ...]:
     each category's own field and the fields computed from it (a dropped stage is empty, not 0)."""
     out: list[str] = []
     for category in categories:
-        own = _CATEGORY_FIELD.get(category)
+        own = CATEGORY_FIELD.get(category)
         if own is None:
             continue
         out.extend(f for f in (own, *_DERIVED.get(own, ())) if f != "prefill_glue_ms")

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lmmbench.profiling.stages import field_of_category
+from lmmbench.profiling.categories import field_of_category
 
 __all__ = ["RANGE_PREFIX", "TraceRanges", "current_ranges", "profile_capture", "range_name"]
 

@@ -1,0 +1,72 @@
+"""The layout keeps its promises: no import circle inside a package, and a library caller imports no typer."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+_ROOT = Path(__file__).resolve().parents[1]
+
+#: Import circles still open, each in files other work was editing when the rest were untied; the
+#: next change to those files unties them and empties this set (see benchmarks/import_cycles.py).
+KNOWN_PENDING_CIRCLES: frozenset[str] = frozenset({
+    "lmmbench.backends: scoring <-> scoring_media",
+    "lmmbench.core: run_log <-> run_store",
+    "lmmbench.datasets: perf_datasets <-> perf_workloads",
+    "lmmbench.evaluation: lmeval_filters <-> lmeval_tasks <-> task_config",
+})  # fmt: skip
+
+#: Library modules that must load without typer (the CLI's library), and those that still pull it in
+#: through a file other work was editing (sessions.perf_session imports parse_model from config.cli_options).
+TYPER_FREE = ("lmmbench.config.loaders", "lmmbench.sessions.spec_session", "lmmbench.sessions.eval_session",
+              "lmmbench.sessions.runs_session", "lmmbench.loadgen", "lmmbench.executors.plan",
+              "lmmbench.config.perf_workload")  # fmt: skip
+KNOWN_PENDING_TYPER = ("lmmbench.sessions.perf_session",)
+
+
+@pytest.fixture(scope="module")
+def import_cycles() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("import_cycles", _ROOT / "benchmarks" / "import_cycles.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_import_circle_inside_a_package_but_the_known_pending(import_cycles: ModuleType) -> None:
+    found = {f"{pkg}: " + " <-> ".join(m.rpartition(".")[2] for m in comp)
+             for pkg, circles in import_cycles.package_circles(_ROOT / "src").items() for comp in circles}  # fmt: skip
+    assert found <= KNOWN_PENDING_CIRCLES, f"new import circles: {sorted(found - KNOWN_PENDING_CIRCLES)}"
+
+
+def test_the_checker_finds_a_circle_a_deferred_import_hides(import_cycles: ModuleType, tmp_path: Path) -> None:
+    pkg = tmp_path / "lmmbench" / "demo"
+    pkg.mkdir(parents=True)
+    for init in (tmp_path / "lmmbench" / "__init__.py", pkg / "__init__.py"):
+        init.write_text("")
+    (pkg / "a.py").write_text("from lmmbench.demo.b import x\n")
+    (pkg / "b.py").write_text("x = 1\n\ndef late():\n    from lmmbench.demo import a\n    return a\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from lmmbench.demo import a\n")
+    assert import_cycles.package_circles(tmp_path) == {"lmmbench.demo": [["lmmbench.demo.a", "lmmbench.demo.b"]]}
+
+
+def _typer_loaded(module: str) -> bool:
+    code = f"import sys, {module}; print('typer' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(_ROOT / "src"), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    return out.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize("module", TYPER_FREE)
+def test_a_library_caller_imports_no_typer(module: str) -> None:
+    assert not _typer_loaded(module)
+
+
+def test_the_known_pending_typer_importers_are_still_pending() -> None:
+    # when this fails, the module no longer imports typer: move it from KNOWN_PENDING_TYPER to TYPER_FREE
+    assert all(_typer_loaded(m) for m in KNOWN_PENDING_TYPER)
