@@ -97,17 +97,9 @@ def finalize_record(rec: RequestRecord, tokenizer: Any | None = None, keep_text:
         if not choices or not isinstance(choices[0], dict):
             continue
         ch = choices[0]
-        delta = ch.get("delta") or ch.get("message") or {}
-        if not isinstance(delta, dict):
-            delta = {}
-        content = delta.get("content") or ch.get("text") or ""
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+        content, reasoning = _choice_text(ch)
         if ch.get("finish_reason"):
             rec.finish_reason = str(ch["finish_reason"])
-        if not isinstance(content, str):
-            content = json.dumps(content)
-        if not isinstance(reasoning, str):
-            reasoning = str(reasoning)
         if not content and not reasoning:
             continue  # role-only, empty or usage-only chunks are not tokens
         if not rec.first_token_ns:
@@ -128,24 +120,7 @@ def finalize_record(rec: RequestRecord, tokenizer: Any | None = None, keep_text:
         rec.prompt_tokens = pt if isinstance(pt, int) else None
     final_total = usage.get("completion_tokens") if usage is not None else None
     n = len(texts)
-    counts: list[int]
-    if n and all(c is not None for c in cum_usage):
-        prev = 0
-        counts = []
-        for c in cum_usage:
-            assert c is not None
-            counts.append(max(c - prev, 0))
-            prev = max(prev, c)
-        rec.token_source = "continuous_usage"
-    elif n and tokenizer is not None:
-        counts = _tokenizer_counts(tokenizer, texts)
-        rec.token_source = "tokenizer"
-    elif n and isinstance(final_total, int):
-        counts = split_proportional(final_total, [len(x) for x in texts])
-        rec.token_source = "usage"
-    else:
-        counts = [1] * n
-        rec.token_source = "chunks"
+    counts, rec.token_source = _chunk_token_counts(texts, cum_usage, tokenizer, final_total)
     rec.chunk_tokens = counts
     rec.output_tokens = final_total if isinstance(final_total, int) else sum(counts)
     rec.reasoning_tokens = sum(c for c, r in zip(counts, reasoning_flags, strict=False) if r)
@@ -154,6 +129,41 @@ def finalize_record(rec: RequestRecord, tokenizer: Any | None = None, keep_text:
     rec.event_data = []
     rec.error_body = b""
     return rec
+
+
+def _choice_text(ch: dict[str, Any]) -> tuple[str, str]:
+    """The generated text and reasoning text of one choice of a chunk (streamed ``delta`` or whole ``message``)."""
+    delta = ch.get("delta") or ch.get("message") or {}
+    if not isinstance(delta, dict):
+        delta = {}
+    content = delta.get("content") or ch.get("text") or ""
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+    if not isinstance(content, str):
+        content = json.dumps(content)
+    if not isinstance(reasoning, str):
+        reasoning = str(reasoning)
+    return content, reasoning
+
+
+def _chunk_token_counts(
+    texts: list[str], cum_usage: list[int | None], tokenizer: Any | None, final_total: Any
+) -> tuple[list[int], str]:
+    """Tokens per chunk and where the counts came from, best source first: the server's cumulative
+    usage on every chunk, the tokenizer, the final usage split by characters, else one per chunk."""
+    n = len(texts)
+    if n and all(c is not None for c in cum_usage):
+        prev = 0
+        counts: list[int] = []
+        for c in cum_usage:
+            assert c is not None
+            counts.append(max(c - prev, 0))
+            prev = max(prev, c)
+        return counts, "continuous_usage"
+    if n and tokenizer is not None:
+        return _tokenizer_counts(tokenizer, texts), "tokenizer"
+    if n and isinstance(final_total, int):
+        return split_proportional(final_total, [len(x) for x in texts]), "usage"
+    return [1] * n, "chunks"
 
 
 def _tokenizer_counts(tokenizer: Any, texts: list[str]) -> list[int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -142,13 +143,21 @@ def _histogram(values: Any, path: Path, title: str, xlabel: str) -> None:
     plt.close(fig)
 
 
-def compare_reference(cfg: CompareConfig) -> dict[str, Any]:
-    """Replay the reference here; write report.json, logits_diff.png, token_diff.png, per-prompt CSVs."""
+@dataclass
+class _Comparison:
+    """The per-prompt differences between this stack and the reference."""
+
+    logit_diffs: list[Any] = field(default_factory=list)  # first-token logits, here - reference
+    token_diffs: list[list[float]] = field(default_factory=list)  # per generated token, top logit here - reference
+    ppls: list[float] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)  # per_prompt.csv
+    cosine: float = float("nan")  # of all first-token logits, here vs reference
+
+
+def _read_reference(cfg: CompareConfig) -> tuple[dict[str, Any], Any]:
+    """``reference.json`` and the reference's first-token logits, or one clear error."""
     import numpy as np
 
-    from lmmbench.core.clock import wall_label
-
-    started = wall_label()
     meta_path = cfg.reference / "reference.json"
     npz_path = cfg.reference / "reference.npz"
     if not meta_path.is_file() or not npz_path.is_file():
@@ -158,28 +167,28 @@ def compare_reference(cfg: CompareConfig) -> dict[str, Any]:
         ref_first = np.load(npz_path)["first_token_logits"]
     except (json.JSONDecodeError, KeyError, ValueError, OSError) as exc:
         raise UserError(f"{cfg.reference}: unreadable reference ({exc})") from None
-    loaded = _load(cfg.model, cfg.device, cfg.dtype, cfg.threads)
-    vocab = int(loaded.model.get_output_embeddings().weight.shape[0])
-    if ref_first.shape[1] != vocab:
-        raise UserError(
-            f"{cfg.reference}: reference vocabulary {ref_first.shape[1]} != model's {vocab}; not the same model"
-        )
-    cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    logit_diffs, token_diffs, ppls, rows = [], [], [], []
+    return meta, ref_first
+
+
+def _compare_prompts(loaded: Any, meta: dict[str, Any], ref_first: Any) -> _Comparison:
+    """Teacher-force every reference prompt here and diff its logits against the reference's."""
+    import numpy as np
+
+    out = _Comparison()
     cos_num = cos_a = cos_b = 0.0
     for i, rec in enumerate(meta["prompts"]):
         first, tops, ppl = _teacher_forced(loaded, rec["prompt_ids"], rec["generated_ids"])
         here = first.numpy().astype("float64")
         ref = ref_first[i].astype("float64")
         d = here - ref
-        logit_diffs.append(d)
+        out.logit_diffs.append(d)
         cos_num += float((here * ref).sum())
         cos_a += float((here * here).sum())
         cos_b += float((ref * ref).sum())
         td = [a - b for a, b in zip(tops, rec["top_logits"], strict=True)]
-        token_diffs.append(td)
-        ppls.append(ppl)
-        rows.append(
+        out.token_diffs.append(td)
+        out.ppls.append(ppl)
+        out.rows.append(
             {
                 "prompt": i,
                 "ppl": ppl,
@@ -188,25 +197,73 @@ def compare_reference(cfg: CompareConfig) -> dict[str, Any]:
                 "token_max_abs_diff": max(abs(x) for x in td),
             }
         )
-    all_d = np.concatenate(logit_diffs)
-    all_t = np.array([x for td in token_diffs for x in td])
-    _histogram(all_d, cfg.out_dir / "logits_diff.png", "first-token logits diff", "diff value")
-    _histogram(all_t, cfg.out_dir / "token_diff.png", "per-token top-logit diff", "diff value")
-    with (cfg.out_dir / "token_diff.csv").open("w", encoding="utf-8") as fh:
+    out.cosine = cos_num / math.sqrt(cos_a * cos_b) if cos_a > 0 and cos_b > 0 else float("nan")
+    return out
+
+
+def _write_diff_files(out_dir: Path, cmp: _Comparison, all_d: Any, all_t: Any) -> None:
+    """The two histograms, token_diff.csv and per_prompt.csv."""
+    _histogram(all_d, out_dir / "logits_diff.png", "first-token logits diff", "diff value")
+    _histogram(all_t, out_dir / "token_diff.png", "per-token top-logit diff", "diff value")
+    with (out_dir / "token_diff.csv").open("w", encoding="utf-8") as fh:
         fh.write("prompt,step,diff\n")
-        for i, td in enumerate(token_diffs):
+        for i, td in enumerate(cmp.token_diffs):
             for s, x in enumerate(td):
                 fh.write(f"{i},{s},{x!r}\n")
-    with (cfg.out_dir / "per_prompt.csv").open("w", encoding="utf-8") as fh:
+    with (out_dir / "per_prompt.csv").open("w", encoding="utf-8") as fh:
         fh.write("prompt,ppl,ref_ppl,first_logits_max_abs_diff,token_max_abs_diff\n")
-        for r in rows:
+        for r in cmp.rows:
             fh.write(
                 ",".join(
                     repr(r[k]) for k in ("prompt", "ppl", "ref_ppl", "first_logits_max_abs_diff", "token_max_abs_diff")
                 )
                 + "\n"
             )
-    cosine = cos_num / math.sqrt(cos_a * cos_b) if cos_a > 0 and cos_b > 0 else float("nan")
+
+
+def _accuracy_section(cfg: CompareConfig, meta: dict[str, Any], cmp: _Comparison, all_d: Any, all_t: Any
+                      ) -> dict[str, Any]:  # fmt: skip
+    """The report's ``Accuracy`` section (ByteMLPerf's layout)."""
+    import numpy as np
+
+    return {
+        "PPL": cmp.ppls,
+        "Reference PPL": [r["ppl"] for r in meta["prompts"]],
+        "Token Diff": {
+            "Prompt Num": len(cmp.token_diffs),
+            "Max Difference": float(np.abs(all_t).max()) if all_t.size else 0.0,
+            "Png": str(cfg.out_dir / "token_diff.png"),
+        },
+        "Logits Diff": {
+            "Prompt Num": len(cmp.logit_diffs),
+            "Max Difference": float(np.abs(all_d).max()),
+            "Mean Squared(MSE)": float((all_d**2).mean()),
+            "Mean Absolute(MAE)": float(np.abs(all_d).mean()),
+            "Cosine Similarity": cmp.cosine,
+            "Png": str(cfg.out_dir / "logits_diff.png"),
+        },
+    }
+
+
+def compare_reference(cfg: CompareConfig) -> dict[str, Any]:
+    """Replay the reference here; write report.json, logits_diff.png, token_diff.png, per-prompt CSVs."""
+    import numpy as np
+
+    from lmmbench.core.clock import wall_label
+
+    started = wall_label()
+    meta, ref_first = _read_reference(cfg)
+    loaded = _load(cfg.model, cfg.device, cfg.dtype, cfg.threads)
+    vocab = int(loaded.model.get_output_embeddings().weight.shape[0])
+    if ref_first.shape[1] != vocab:
+        raise UserError(
+            f"{cfg.reference}: reference vocabulary {ref_first.shape[1]} != model's {vocab}; not the same model"
+        )
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    cmp = _compare_prompts(loaded, meta, ref_first)
+    all_d = np.concatenate(cmp.logit_diffs)
+    all_t = np.array([x for td in cmp.token_diffs for x in td])
+    _write_diff_files(cfg.out_dir, cmp, all_d, all_t)
     report: dict[str, Any] = {
         "Model": cfg.model,
         "Backend": cfg.backend_name or f"{loaded.device}/{str(loaded.dtype).removeprefix('torch.')}",
@@ -214,23 +271,7 @@ def compare_reference(cfg: CompareConfig) -> dict[str, Any]:
         "Host Info": cpu_name(),
         "Min New Tokens": meta["max_new_tokens"],
         "Max New Tokens": meta["max_new_tokens"],
-        "Accuracy": {
-            "PPL": ppls,
-            "Reference PPL": [r["ppl"] for r in meta["prompts"]],
-            "Token Diff": {
-                "Prompt Num": len(token_diffs),
-                "Max Difference": float(np.abs(all_t).max()) if all_t.size else 0.0,
-                "Png": str(cfg.out_dir / "token_diff.png"),
-            },
-            "Logits Diff": {
-                "Prompt Num": len(logit_diffs),
-                "Max Difference": float(np.abs(all_d).max()),
-                "Mean Squared(MSE)": float((all_d**2).mean()),
-                "Mean Absolute(MAE)": float(np.abs(all_d).mean()),
-                "Cosine Similarity": cosine,
-                "Png": str(cfg.out_dir / "logits_diff.png"),
-            },
-        },
+        "Accuracy": _accuracy_section(cfg, meta, cmp, all_d, all_t),
     }
     path = cfg.out_dir / "report.json"
     path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
