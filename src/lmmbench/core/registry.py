@@ -76,6 +76,12 @@ class Registry(Generic[T]):
             known = ", ".join(sorted(self._items)) or "(none)"
             raise RegistryError(f"unknown {self.kind} '{name}'; known: {known}") from None
 
+    @property
+    def entries(self) -> dict[str, T]:
+        """The live name -> entry mapping (entry-point plugins join it on first lookup); tests swap an
+        entry in for a while with ``monkeypatch.setitem(registry.entries, name, item)``."""
+        return self._items
+
     def names(self) -> list[str]:
         """All registered names, sorted."""
         self._load_plugins()

@@ -2,9 +2,12 @@
 
 A ``ModelFamily`` says how a family is detected from ``config.json`` (its ``model_type``), which
 transformers class loads it, which media it takes, how its processor is assembled from parts
-(``models.processor_build``), and which hook layout (``profiling.families.HOOK_LAYOUTS``, by
-name: ``models`` and ``profiling`` are sibling layers) finds its stage modules. Third-party
-packages add families through the ``lmmbench.model_families`` entry-point group.
+(``models.processor_build.PROCESSOR_PARTS``, by name), and which hook layout
+(``profiling.families.HOOK_LAYOUTS``, by name: ``models`` and ``profiling`` are sibling layers)
+finds its stage modules. Everything else (shapes, loading) reads these fields, so a new family is
+this one registration plus, where it needs them, a parts builder and a hook layout under the names
+it gives. Third-party packages add families through the ``lmmbench.model_families`` entry-point
+group (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 from lmmbench.core.errors import UserError
 from lmmbench.core.registry import Registry
 
-__all__ = ["MODEL_FAMILIES", "ModelFamily", "family_from_config", "get_family"]
+__all__ = ["MODEL_FAMILIES", "ModelFamily", "family_from_config", "family_of_model_type", "get_family"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class ModelFamily:
     model_types: tuple[str, ...] = ()  # config.json ``model_type`` values that select this family
     vision: bool = False
     audio: bool = False
-    parts: str = ""  # processor assembled from parts: a key of processor_build.PARTS_BUILDERS ("" = text model)
+    parts: str = ""  # processor assembled from parts: a processor_build.PROCESSOR_PARTS name ("" = text model)
     processor_class: str = ""  # the transformers processor class the parts go into
     hook_layout: str = "causal_lm"  # a profiling.families.HOOK_LAYOUTS name
     submodel: str = ""  # the attribute generate() runs on (the Omni thinker), "" = the model itself
@@ -88,6 +91,15 @@ def get_family(name: str) -> ModelFamily:
     return MODEL_FAMILIES.get(name)
 
 
+def family_of_model_type(model_type: str) -> ModelFamily | None:
+    """The registered family whose ``model_types`` include ``model_type`` (None when none does)."""
+    for name in MODEL_FAMILIES.names():
+        family = MODEL_FAMILIES.get(name)
+        if model_type and model_type in family.model_types:
+            return family
+    return None
+
+
 def family_from_config(path: Path) -> ModelFamily:
     """The family of the model directory ``path``, from its ``config.json``."""
     cfg_path = path / "config.json"
@@ -96,10 +108,9 @@ def family_from_config(path: Path) -> ModelFamily:
     except json.JSONDecodeError as exc:
         raise UserError(f"{cfg_path}: not valid JSON ({exc}); is this a model directory?") from None
     model_type = str(cfg.get("model_type", ""))
-    for name in MODEL_FAMILIES.names():
-        family = MODEL_FAMILIES.get(name)
-        if model_type and model_type in family.model_types:
-            return family
+    family = family_of_model_type(model_type)
+    if family is not None:
+        return family
     archs = [str(a) for a in cfg.get("architectures") or []]
     if any(a.endswith("ForCausalLM") for a in archs) or ("text_config" not in cfg and model_type):
         return MODEL_FAMILIES.get("causal_lm")

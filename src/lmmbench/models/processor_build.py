@@ -22,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
+from lmmbench.core.registry import Registry
 from lmmbench.models.families import ModelFamily
 from lmmbench.models.media_check import media_shortfall, media_token_counts
 
 __all__ = [
     "PARTS_BUILDERS",
+    "PROCESSOR_PARTS",
+    "PartsBuilder",
     "ProcessorBuild",
     "ProcessorCheckError",
     "build_family_processor",
@@ -127,11 +130,15 @@ def _qwen_omni_parts(family: ModelFamily, path: Path, tokenizer: Any) -> Any:
                     chat_template=getattr(tokenizer, "chat_template", None))
 
 
-# ModelFamily.parts -> builder(family, model dir, tokenizer) -> processor
-PARTS_BUILDERS: dict[str, Callable[[ModelFamily, Path, Any], Any]] = {
-    "qwen_vl": _qwen_vl_parts,
-    "qwen_omni": _qwen_omni_parts,
-}
+#: builder(family, model dir, tokenizer) -> processor, assembled from the parts a model directory holds
+PartsBuilder = Callable[[ModelFamily, Path, Any], Any]
+
+#: ``ModelFamily.parts`` -> its processor builder; plugins add builders through ``lmmbench.processor_parts``.
+PROCESSOR_PARTS: Registry[PartsBuilder] = Registry("processor_parts")
+PROCESSOR_PARTS.add("qwen_vl", _qwen_vl_parts)
+PROCESSOR_PARTS.add("qwen_omni", _qwen_omni_parts)
+#: The registry's live mapping (tests swap a builder in with ``monkeypatch.setitem``).
+PARTS_BUILDERS: dict[str, PartsBuilder] = PROCESSOR_PARTS.entries
 
 
 def _classes(processor: Any) -> dict[str, str]:
@@ -212,9 +219,10 @@ def build_family_processor(family: ModelFamily, path: Path, tokenizer: Any) -> P
         stock = _try_stock(family, path, tokenizer, rejected)
         if stock is not None:
             return stock
-    builder = PARTS_BUILDERS.get(family.parts)
-    if builder is None:
-        raise UserError(f"{family.name}: no processor builder '{family.parts}' (known: {', '.join(PARTS_BUILDERS)})")
+    if family.parts not in PROCESSOR_PARTS:
+        raise UserError(f"{family.name}: no processor builder '{family.parts}' (known: "
+                        f"{', '.join(PROCESSOR_PARTS.names())})")  # fmt: skip
+    builder = PROCESSOR_PARTS.get(family.parts)
     processor = builder(family, path, tokenizer)
     probe = probe_processor(processor, tokenizer, family)
     return ProcessorBuild(processor, PARTS, _classes(processor), probe, rejected)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
+from lmmbench.models.families import MODEL_FAMILIES, ModelFamily, family_of_model_type
 from lmmbench.models.tiny import MARKER, SEED, lmmbench_home
 
 __all__ = [
@@ -72,8 +73,14 @@ class ShapeSpec:
 
     @property
     def family(self) -> str:
-        return {"qwen2_5_vl": "qwen2_5_vl", "qwen2_5_omni_thinker": "qwen2_5_omni_thinker"}.get(
-            self.model_type, "causal_lm")
+        """The registered model family of this shape's ``model_type`` (any other is a causal LM)."""
+        found = family_of_model_type(self.model_type)
+        return found.name if found is not None else "causal_lm"
+
+    @property
+    def family_record(self) -> ModelFamily:
+        """The ``ModelFamily`` of this shape: its model class and media say how to build it."""
+        return MODEL_FAMILIES.get(self.family)
 
 
 def _data_dir() -> Any:
@@ -141,9 +148,7 @@ def shape_config(spec: ShapeSpec, num_layers: int | None = None) -> Any:
 def _model_class(spec: ShapeSpec) -> Any:
     import transformers as tf
 
-    return {"qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration,
-            "qwen2_5_omni_thinker": tf.Qwen2_5OmniThinkerForConditionalGeneration}.get(
-        spec.model_type, tf.AutoModelForCausalLM)
+    return getattr(tf, spec.family_record.model_class)
 
 
 def _instantiate(spec: ShapeSpec, cfg: Any, dtype: Any) -> Any:
@@ -278,7 +283,7 @@ def _save_tokenizer(spec: ShapeSpec, out: Path) -> None:
     from lmmbench.models.shape_tokenizer import build_shape_tokenizer, chat_template_for
 
     names = set(spec.special_tokens.values())
-    named = _OMNI_NAMED if "<|IMAGE|>" in names else _VL_NAMED if spec.family == "qwen2_5_vl" else {}
+    named = _OMNI_NAMED if "<|IMAGE|>" in names else _VL_NAMED if spec.family_record.vision else {}
     bos = "<|begin_of_text|>" if spec.chat_tokens == "llama3" else None
     build_shape_tokenizer(out, spec.special_tokens, named, spec.eos_token, spec.pad_token,
                           chat_template_for(spec.chat_tokens, spec.special_tokens), bos=bos)
@@ -286,7 +291,7 @@ def _save_tokenizer(spec: ShapeSpec, out: Path) -> None:
 
 def _save_processor_parts(spec: ShapeSpec, out: Path) -> None:
     """The published preprocessing settings: image and video patching, and Whisper mel features."""
-    if spec.family == "causal_lm":
+    if not spec.family_record.multimodal:
         return
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -294,7 +299,7 @@ def _save_processor_parts(spec: ShapeSpec, out: Path) -> None:
     video = {"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
              "min_pixels": 128 * 28 * 28, "max_pixels": 768 * 28 * 28, "fps": 2.0}
     (out / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2))
-    if spec.family == "qwen2_5_omni_thinker":
+    if spec.family_record.audio:
         from transformers import WhisperFeatureExtractor
 
         fe = WhisperFeatureExtractor(feature_size=128, sampling_rate=16000, chunk_length=300, hop_length=160)

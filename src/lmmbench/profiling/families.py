@@ -29,6 +29,7 @@ class ModuleLayout:
     lm_head: tuple[str, ...] = ("lm_head",)
     generation_model: tuple[str, ...] = ()  # e.g. "thinker" for a full Omni model
     multimodal: bool = False
+    class_markers: tuple[str, ...] = ()  # all in a model's class name: this layout (the most markers win)
 
 
 HOOK_LAYOUTS: Registry[ModuleLayout] = Registry("hook_layouts")
@@ -39,15 +40,17 @@ _OMNI = ModuleLayout(
     audio=("model.audio_tower", "audio_tower"),
     llm=("model.language_model", "model"),
     multimodal=True,
+    class_markers=("Omni", "Thinker"),
 )
 HOOK_LAYOUTS.add(_OMNI.family, _OMNI)
 HOOK_LAYOUTS.add("qwen2_5_omni", ModuleLayout(
     family="qwen2_5_omni", visual=_OMNI.visual, audio=_OMNI.audio, llm=_OMNI.llm,
-    generation_model=("thinker",), multimodal=True,
+    generation_model=("thinker",), multimodal=True, class_markers=("Omni",),
 ))
-for _name in ("qwen2_5_vl", "qwen2_vl"):
+for _name, _marker in (("qwen2_5_vl", "Qwen2_5_VL"), ("qwen2_vl", "Qwen2VL")):
     HOOK_LAYOUTS.add(_name, ModuleLayout(
         family=_name, visual=("model.visual", "visual"), llm=("model.language_model", "model"), multimodal=True,
+        class_markers=(_marker,),
     ))
 HOOK_LAYOUTS.add("causal_lm", ModuleLayout(family="causal_lm"))
 # any other multimodal model: the usual attribute names of vision / audio towers (LLaVA, Gemma 3, ...)
@@ -93,14 +96,14 @@ def _first(root: Any, candidates: tuple[str, ...]) -> tuple[Any | None, str]:
 
 
 def detect_family(model: Any) -> str:
-    """A layout name from the model's class name (used when the caller does not know the family)."""
+    """A layout name from the model's class name (used when the caller does not know the family): the
+    layout with the most ``class_markers`` all in it, else the generic multimodal one if the model has
+    a vision or audio tower, else ``causal_lm``."""
     name = type(model).__name__
-    if "Omni" in name:
-        return "qwen2_5_omni_thinker" if "Thinker" in name else "qwen2_5_omni"
-    if "Qwen2_5_VL" in name:
-        return "qwen2_5_vl"
-    if "Qwen2VL" in name:
-        return "qwen2_vl"
+    marked = [(len(lay.class_markers), n) for n in HOOK_LAYOUTS.names()
+              if (lay := HOOK_LAYOUTS.get(n)).class_markers and all(m in name for m in lay.class_markers)]  # fmt: skip
+    if marked:
+        return max(marked)[1]
     generic = HOOK_LAYOUTS.get("generic_multimodal")
     if _first(model, generic.visual)[0] is not None or _first(model, generic.audio)[0] is not None:
         return "generic_multimodal"

@@ -1,0 +1,50 @@
+"""A config field whose value must be a registered name, checked against the registry at validation time.
+
+``config`` sits below the layers that hold most registries (``loadgen.arrivals.ARRIVALS``,
+``datasets.perf_datasets.PERF_DATASETS``, ...), so the registry is named by a dotted path and
+imported only when a value is validated::
+
+    arrival: Annotated[str, registered_in("lmmbench.loadgen.arrivals:ARRIVALS")] = "poisson"
+
+A name a plugin registers (entry points included) is valid the moment it is registered: there is no
+``Literal`` copy of the names to keep in step. An unknown name fails validation with the known ones
+listed, which ``core.errors.user_error_from_validation`` turns into the usual one-line error.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pydantic import AfterValidator
+
+from lmmbench.core.registry import Registry
+
+__all__ = ["registered_in", "registry_at"]
+
+
+def registry_at(path: str) -> Registry[Any]:
+    """The registry at ``"package.module:NAME"``."""
+    module_name, _, attr = path.partition(":")
+    if not attr:
+        raise ValueError(f"registry path '{path}' must be 'package.module:NAME'")
+    registry = getattr(importlib.import_module(module_name), attr)
+    if not isinstance(registry, Registry):
+        raise TypeError(f"{path} is a {type(registry).__name__}, not a Registry")
+    return registry
+
+
+def registered_in(path: str) -> AfterValidator:
+    """A validator (for ``Annotated[str, ...]`` or ``Annotated[str | None, ...]``) that accepts only names
+    registered in the registry at ``path`` (``"package.module:NAME"``), imported on first use."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return value
+        registry = registry_at(path)
+        if value not in registry:
+            known = ", ".join(registry.names()) or "(none)"
+            raise ValueError(f"unknown {registry.kind} '{value}'; known: {known}")
+        return value
+
+    return AfterValidator(check)
