@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -115,3 +116,24 @@ def test_validation_error_becomes_one_line_naming_where_and_field() -> None:
     with pytest.raises(ValidationError) as info:
         _Row.model_validate("not a mapping")
     assert str(user_error_from_validation(info.value, root="(row)")).startswith("(row): Input should be")
+
+
+def test_a_plugin_that_failed_to_load_is_tried_again_when_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a plugin module that is still being imported when a registry first loads its group fails; asked for
+    # by name later, it loads (a real EntryPoint, a real module on sys.path)
+    from importlib.metadata import EntryPoint
+
+    import lmmbench.core.registry as registry_module
+
+    (tmp_path / "late_plugin.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ep = EntryPoint("late", "late_plugin:VALUE", "lmmbench.numbers")
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: [ep] if group == "lmmbench.numbers" else [])
+    reg: Registry[int] = Registry("numbers")
+    assert reg.names() == [] and "late" not in reg
+    import late_plugin
+
+    late_plugin.VALUE = 7  # type: ignore[attr-defined]
+    assert reg.get("late") == 7 and reg.names() == ["late"]

@@ -33,6 +33,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self._items: dict[str, T] = {}
         self._plugins_loaded = False
+        self._failed: set[str] = set()  # plugins whose loading failed: tried again when asked for by name
 
     @property
     def entry_point_group(self) -> str:
@@ -54,22 +55,27 @@ class Registry(Generic[T]):
 
         return deco
 
-    def _load_plugins(self) -> None:
-        if self._plugins_loaded:
+    def _load_plugins(self, name: str | None = None) -> None:
+        """Load every plugin of the group once; later, only ``name`` again if it failed before (a plugin
+        module that was still being imported when first asked for loads fine the second time)."""
+        first = not self._plugins_loaded
+        if not first and (name is None or name not in self._failed):
             return
         self._plugins_loaded = True
         for ep in entry_points(group=self.entry_point_group):
-            if ep.name in self._items:
+            if ep.name in self._items or (not first and ep.name != name):
                 continue
             try:
                 self.add(ep.name, ep.load())
+                self._failed.discard(ep.name)
             except Exception as exc:  # a broken plugin must not break the tool
+                self._failed.add(ep.name)
                 log.warning("could not load %s plugin %r: %s", self.kind, ep.name, exc)
 
     def get(self, name: str) -> T:
         """The entry named ``name``; an unknown name raises with the known names listed."""
         if name not in self._items:
-            self._load_plugins()
+            self._load_plugins(name)
         try:
             return self._items[name]
         except KeyError:
@@ -91,7 +97,7 @@ class Registry(Generic[T]):
         if not isinstance(name, str):
             return False
         if name not in self._items:
-            self._load_plugins()
+            self._load_plugins(name)
         return name in self._items
 
     def __iter__(self) -> Iterator[str]:

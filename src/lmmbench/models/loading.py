@@ -21,10 +21,12 @@ from lmmbench.models.families import MODEL_FAMILIES, ModelFamily, family_from_co
 from lmmbench.models.processor_build import ProcessorBuild, build_family_processor
 from lmmbench.models.tiny import MARKER, TINY_MODEL_NAMES, build_tiny_model
 
-__all__ = ["FAMILIES", "LoadedModel", "ModelRef", "build_processor", "load_model", "resolve_model"]
+__all__ = ["LoadedModel", "ModelRef", "build_processor", "family_descriptions", "load_model", "resolve_model"]
 
-# family -> human description (the records themselves: models.families.MODEL_FAMILIES)
-FAMILIES: dict[str, str] = {n: MODEL_FAMILIES.get(n).description for n in MODEL_FAMILIES.names()}
+
+def family_descriptions() -> dict[str, str]:
+    """Family name -> description, read from ``models.families.MODEL_FAMILIES`` when called (plugins included)."""
+    return {n: MODEL_FAMILIES.get(n).description for n in MODEL_FAMILIES.names()}
 
 
 @dataclass(frozen=True)
