@@ -184,7 +184,7 @@ def load_task_file(path: Path) -> TaskConfig:
         cfg = TaskConfig.model_validate({**data, "base_dir": path.parent, "source_file": str(path)})
     except ValidationError as exc:
         where = _yaml_line(path, text, tuple(exc.errors()[0]["loc"]))
-        raise user_error_from_validation(exc, where, field="field '{}'", more=True) from None
+        raise user_error_from_validation(exc, where, field="field '{}'", root="field '(root)'", more=True) from None
     from lmmbench.metrics.accuracy import get_metric
 
     for m in cfg.default_metrics():
