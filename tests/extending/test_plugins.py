@@ -15,6 +15,8 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +96,32 @@ def test_the_library_uses_every_other_plugin_by_name(library_uses: dict[str, Any
     assert u["hook_layouts"] == ["demo_vlm", "the vision tower", "the text model"]  # detected by class name
     assert len(u["perf_dataset"]) == 3 and all(set(t.split()) == {"word"} for t in u["perf_dataset"])
     assert u["episode_suites"] == "demo-suite" and u["episode_policies"] == ["demo-policy", 3, True]
-    assert u["engines"] == "TransformersEngine"
+
+
+def test_serve_runs_the_model_on_the_plugin_engine(plugin_site: Path, port: int) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "lmmbench.cli.main", "serve", "--model", "tiny-llm",
+                             "--engine", "demo-engine", "--port", str(port)], env=_env(plugin_site),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                assert time.monotonic() < deadline, "serve did not come up"
+                time.sleep(0.3)
+        body = json.dumps({"model": "tiny-llm", "prompt": "hello", "max_tokens": 2}).encode()
+        req = urllib.request.Request(f"{base}/v1/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            out = json.loads(r.read())
+        assert out["usage"]["completion_tokens"] == 2 and out["choices"][0]["finish_reason"] == "length"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
 
 
 def test_perf_cannot_select_a_plugin_arrival_or_data_set_until_the_literals_go(library_uses: dict[str, Any]) -> None:
