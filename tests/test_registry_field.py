@@ -61,3 +61,21 @@ def test_the_registry_module_is_imported_only_when_a_value_is_validated() -> Non
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})  # fmt: skip
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_the_cli_help_lists_the_registered_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from lmmbench.config.cli_options import command_from_model
+
+    monkeypatch.setenv("COLUMNS", "200")
+    app = typer.Typer()
+    command_from_model(app, "load", _Load, lambda cfg: print(cfg.arrival))
+    command_from_model(app, "other", _Load, lambda cfg: None)  # two commands: typer keeps the name
+    runner = CliRunner()
+    helped = runner.invoke(app, ["load", "--help"])
+    assert "one of: constant, gamma, poisson, or a plugin's" in " ".join(helped.output.split())
+    ran = runner.invoke(app, ["load", "--arrival", "no-such"])
+    assert ran.exit_code != 0 and "unknown arrivals 'no-such'" in str(ran.exception)
+    assert runner.invoke(app, ["load", "--arrival", "gamma"]).output.strip() == "gamma"

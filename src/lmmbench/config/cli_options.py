@@ -28,6 +28,7 @@ import typer
 from pydantic import BaseModel
 
 from lmmbench.config.loaders import load_config_file, parse_model
+from lmmbench.config.registry_field import registry_hint
 from lmmbench.core.errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
@@ -169,6 +170,7 @@ def _shown_default(field: Any) -> str:
 def _field_param(model: type[BaseModel], fname: str, field: Any, positional: tuple[str, ...]) -> inspect.Parameter:
     """The typer parameter of one model field: its flag (or argument), help text, panel and type."""
     cli_tp, hint = _cli_type(field.annotation)
+    hint = registry_hint(field.metadata) or hint
     desc = (field.description or "").strip()
     if hint:
         desc = f"{desc} ({hint})" if desc else hint

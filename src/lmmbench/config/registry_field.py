@@ -20,7 +20,7 @@ from pydantic import AfterValidator
 
 from lmmbench.core.registry import Registry
 
-__all__ = ["registered_in", "registry_at"]
+__all__ = ["registered_in", "registry_at", "registry_hint"]
 
 
 def registry_at(path: str) -> Registry[Any]:
@@ -34,17 +34,34 @@ def registry_at(path: str) -> Registry[Any]:
     return registry
 
 
-def registered_in(path: str) -> AfterValidator:
-    """A validator (for ``Annotated[str, ...]`` or ``Annotated[str | None, ...]``) that accepts only names
-    registered in the registry at ``path`` (``"package.module:NAME"``), imported on first use."""
+class _RegisteredName:
+    """The check of one registry field; ``registry_path`` lets the CLI list the names in its help."""
 
-    def check(value: Any) -> Any:
+    def __init__(self, path: str) -> None:
+        self.registry_path = path
+
+    def __call__(self, value: Any) -> Any:
         if value is None:
             return value
-        registry = registry_at(path)
+        registry = registry_at(self.registry_path)
         if value not in registry:
             known = ", ".join(registry.names()) or "(none)"
             raise ValueError(f"unknown {registry.kind} '{value}'; known: {known}")
         return value
 
-    return AfterValidator(check)
+
+def registered_in(path: str) -> AfterValidator:
+    """A validator (for ``Annotated[str, ...]`` or ``Annotated[str | None, ...]``) that accepts only names
+    registered in the registry at ``path`` (``"package.module:NAME"``), imported on first use."""
+    return AfterValidator(_RegisteredName(path))
+
+
+def registry_hint(metadata: list[Any]) -> str:
+    """The help hint of a field whose ``metadata`` holds a ``registered_in`` check ("" for any other):
+    the names registered so far (plugins are not imported for a help text) and that plugins add more."""
+    for meta in metadata:
+        check = getattr(meta, "func", None)
+        if isinstance(check, _RegisteredName):
+            names = ", ".join(sorted(registry_at(check.registry_path).entries))
+            return f"one of: {names}, or a plugin's"
+    return ""
