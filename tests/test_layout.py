@@ -12,7 +12,7 @@ import pytest
 
 _ROOT = Path(__file__).resolve().parents[1]
 
-#: Packages whose import circles are still open (package -> the circle when they were untied elsewhere),
+#: Packages whose import circles are still open (package -> the circle found there when the others were untied),
 #: in files other work was editing at the time; a circle in any other package fails the test. Untie
 #: them and empty this dict (benchmarks/import_cycles.py lists what is left).
 KNOWN_PENDING_CIRCLES: dict[str, str] = {
