@@ -320,7 +320,8 @@ class OpenAIHttpClient:
             body["stream_options"] = opts
         return body
 
-    def encode_raw(self, method: str, path: str, body: bytes | None = None) -> bytes:
+    def encode_raw(self, method: str, path: str, body: bytes | None = None,
+                   headers: dict[str, str] | None = None) -> bytes:  # fmt: skip
         """HTTP/1.1 request bytes."""
         ep = self.endpoint
         host = ep.host if ep.port in (80, 443) else f"{ep.host}:{ep.port}"
@@ -330,13 +331,13 @@ class OpenAIHttpClient:
         lines.append("Accept: text/event-stream, application/json")
         if self.api_key:
             lines.append(f"Authorization: Bearer {self.api_key}")
-        lines += [f"{k}: {v}" for k, v in self.headers.items()]
+        lines += [f"{k}: {v}" for k, v in {**self.headers, **(headers or {})}.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
 
     def encode(self, req: PerfRequest, stream: bool = True) -> bytes:
         """Request bytes of ``req``, encoded once before the load."""
         data = json.dumps(self.body(req, stream), separators=(",", ":"), ensure_ascii=False).encode()
-        return self.encode_raw("POST", self.endpoint.path(req.endpoint), data)
+        return self.encode_raw("POST", self.endpoint.path(req.endpoint), data, req.headers)
 
     # connections -------------------------------------------------------------------------
     async def _connect(self) -> _Conn:

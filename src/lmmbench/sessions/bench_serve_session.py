@@ -29,8 +29,8 @@ class BenchServeRun:
     run_dir: Path
 
 
-def _post(url: str, path: str) -> None:
-    """POST ``path`` on the server (vLLM's /start_profile, /stop_profile); a refusal is one line."""
+def _post(url: str, path: str, hdrs: dict[str, str]) -> None:
+    """POST ``path`` on the server (vLLM's /start_profile, /stop_profile, with --header); a refusal is one line."""
     import urllib.error
     import urllib.request
 
@@ -38,7 +38,8 @@ def _post(url: str, path: str) -> None:
 
     base = url.rstrip("/").removesuffix("/v1")
     try:
-        with urllib.request.urlopen(urllib.request.Request(base + path, data=b"", method="POST"), timeout=60):
+        with urllib.request.urlopen(urllib.request.Request(base + path, data=b"", method="POST", headers=hdrs),
+                                    timeout=60):  # fmt: skip
             pass
     except (urllib.error.URLError, OSError) as exc:
         raise UserError(f"--profile: {base + path} failed ({exc}); start the server with its profiler enabled "
@@ -50,7 +51,11 @@ def _file_name(ns: Any, model: str, date: str) -> str:
     if ns.result_filename:
         return str(ns.result_filename)
     conc = f"-concurrency{ns.max_concurrency}" if ns.max_concurrency is not None else ""
-    return f"{ns.label or ns.backend}-{ns.request_rate}qps{conc}-{model.split('/')[-1]}-{date}.json"
+    label, base = ns.label or ns.backend, model.split("/")[-1]
+    if ns.ramp_up_strategy is not None:
+        return (f"{label}-ramp-up-{ns.ramp_up_strategy}-{ns.ramp_up_start_rps}qps-{ns.ramp_up_end_rps}qps{conc}-"
+                f"{base}-{date}.json")
+    return f"{label}-{ns.request_rate}qps{conc}-{base}-{date}.json"
 
 
 def _place_result(ns: Any, written: Path, model: str, date: str) -> Path | None:
@@ -60,7 +65,15 @@ def _place_result(ns: Any, written: Path, model: str, date: str) -> Path | None:
     folder = Path(ns.result_dir) if ns.result_dir else Path.cwd()
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / _file_name(ns, model, date)
-    compact = json.dumps(json.loads(written.read_text(encoding="utf-8")))  # one line, as vLLM's json.dump writes
+    result = json.loads(written.read_text(encoding="utf-8"))
+    if ns.ramp_up_strategy is not None:  # vLLM's traffic keys of a ramp-up run
+        result["request_rate"] = "inf"
+        keys = list(result)
+        at = keys.index("max_concurrency") + 1
+        ramp = {"ramp_up_strategy": ns.ramp_up_strategy, "ramp_up_start_rps": ns.ramp_up_start_rps,
+                "ramp_up_end_rps": ns.ramp_up_end_rps}  # fmt: skip
+        result = {**{k: result[k] for k in keys[:at]}, **ramp, **{k: result[k] for k in keys[at:]}}
+    compact = json.dumps(result)  # one line, as vLLM's json.dump writes
     if ns.append_result and target.is_file() and target.stat().st_size:
         with target.open("a", encoding="utf-8") as fh:
             fh.write("\n" + compact)
@@ -69,25 +82,62 @@ def _place_result(ns: Any, written: Path, model: str, date: str) -> Path | None:
     return target
 
 
+def _tokenizer(ns: Any) -> tuple[Any, Path | None]:
+    """vLLM's tokenizer choice (--tokenizer, else the model's), read as tokenizer.json (a local dir or hub id)."""
+    from lmmbench.core.errors import UserError
+    from lmmbench.core.hub import looks_like_hub_id, resolve_hub_snapshot
+    from lmmbench.datasets.vllm_samplers import VllmTokenizer
+
+    name = ns.tokenizer or ns.model
+    if not name:
+        raise UserError("give --tokenizer (a tokenizer directory or hub id) or --model: vLLM's samplers need the "
+                        "model's tokenizer")  # fmt: skip
+    path = Path(name)
+    if not path.exists() and looks_like_hub_id(str(name)):
+        path = Path(resolve_hub_snapshot(str(name), "--tokenizer", ["tokenizer*", "*.json", "*.txt"]).path)
+    if not path.exists():
+        raise UserError(f"--tokenizer {name}: no such tokenizer directory or hub id in the local cache")
+    return VllmTokenizer.load(path), path
+
+
+def build_bench_requests(ns: Any) -> tuple[list[Any], Path | None]:
+    """The drawn requests of a parsed (and translated) command line, as vLLM sends them, with send times."""
+    from lmmbench.config.vllm_bench_serve import headers, sampling_body
+    from lmmbench.datasets.vllm_bench_requests import build_vllm_requests, draw_samples
+    from lmmbench.datasets.vllm_samplers import VllmRng
+
+    tok, tok_path = _tokenizer(ns)
+    rngs = VllmRng(ns.seed)
+    samples = draw_samples(ns, tok, rngs, tok_path)
+    if not samples:
+        from lmmbench.core.errors import UserError
+
+        raise UserError(f"--dataset-name {ns.dataset_name}: no request was drawn")
+    model = ns.served_model_name or ns.model
+    return build_vllm_requests(ns, samples, model, rngs, sampling_body(ns), headers(ns)), tok_path
+
+
 def run_bench_serve(argv: list[str]) -> BenchServeRun:
     """Parse ``argv`` as ``vllm bench serve`` does, run the load, return the table and the result file."""
     from lmmbench.config.perf import PerfConfig
-    from lmmbench.config.vllm_bench_serve import build_parser, translate
+    from lmmbench.config.vllm_bench_serve import build_parser, headers, translate
     from lmmbench.reports.vllm_table import format_result_table
     from lmmbench.sessions.perf_session import run_perf
 
     ns = build_parser().parse_args(argv)
     options = translate(ns)
-    cfg = PerfConfig.model_validate({**options, "save_result": True, "result_filename": "vllm_result.json",
-                                     "plots": False})  # fmt: skip
+    requests, tok_path = build_bench_requests(ns)
+    options.update(num_requests=len(requests), tokenizer=str(tok_path) if tok_path else None)
+    cfg = PerfConfig.model_validate({**{k: v for k, v in options.items() if v is not None}, "save_result": True,
+                                     "result_filename": "vllm_result.json", "plots": False})  # fmt: skip
     date = datetime.now().strftime("%Y%m%d-%H%M%S")
     if ns.profile:  # as vLLM: the server's profiler on around the benchmark
-        _post(cfg.url, "/start_profile")
+        _post(cfg.url, "/start_profile", headers(ns))
     try:
-        run = run_perf(cfg)
+        run = run_perf(cfg, requests)
     finally:
         if ns.profile:
-            _post(cfg.url, "/stop_profile")
+            _post(cfg.url, "/stop_profile", headers(ns))
     written = run.run_dir / "vllm_result.json"
     sent, ok = run.request_counts()
     result: dict[str, Any] = json.loads(written.read_text(encoding="utf-8")) if written.is_file() else {}
