@@ -270,3 +270,21 @@ def test_refusals_say_why(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "serve", "--backend", "openai-embeddings"]) == 2
     assert "embeddings" in capsys.readouterr().err
     assert set(IN_VLLM_ONLY) <= {f["dest"] for f in VLLM_FLAGS}
+
+
+def test_result_keys_measure_lmmbench_way_under_vllm_names() -> None:
+    """vLLM's itls are per chunk and its TTFT starts after the wait for a slot; the result file keeps the names
+    and measures per token, from the scheduled time (from the slot when every request is due at once)."""
+    from lmmbench.metrics.vllm_result import vllm_benchmark_result
+    from lmmbench.testing import make_record
+
+    rec = make_record(ttft_ms=20.0, chunk_gaps_ms=[6.0, 2.0], chunk_tokens=[1, 3, 1])  # 3 tokens in one chunk
+    rec.slot_ns = rec.scheduled_ns + 50_000_000  # waited 50 ms for a concurrency slot
+    rec.first_token_ns += 50_000_000
+    rec.chunk_times_ns = [t + 50_000_000 for t in rec.chunk_times_ns]
+    rec.end_ns += 50_000_000
+    res = vllm_benchmark_result([rec], duration_s=1.0, detailed=True, percentile_metrics=("ttft", "itl", "e2el"))
+    assert res["itls"][0] == pytest.approx([0.002, 0.002, 0.002, 0.002])  # vLLM: [0.006, 0.002]
+    assert res["ttfts"][0] == pytest.approx(0.070) and res["mean_e2el_ms"] == pytest.approx(78.0)
+    closed = vllm_benchmark_result([rec], duration_s=1.0, detailed=True, from_scheduled=False)
+    assert closed["ttfts"][0] == pytest.approx(0.020)

@@ -8,7 +8,7 @@ comma-separated values; dicts take ``key=value,key=value``; ``Literal`` fields l
 choices in the help. A validation error becomes one ``UserError`` line naming the field.
 
 A model may name extra flags for a field in ``CLI_ALIASES`` (a class attribute mapping a
-field name to flags, e.g. ``{"rate": ("--request-rate",)}``): each alias is its own option
+field name to flags, e.g. ``{"num_requests": ("--num-prompts",)}``): each alias is its own option
 (so its help says whose alias it is) and ``on_aliases`` is told which aliases were used (on every call).
 """
 
