@@ -128,6 +128,9 @@ DOCS = {  # the `vllm bench serve` lines of docs/benchmarking/cli.md (commit in 
     "sampling": "--backend vllm --model NousResearch/Hermes-3-Llama-3.1-8B --endpoint /v1/completions "
     "--dataset-name sharegpt --dataset-path <your data path>/ShareGPT_V3_unfiltered_cleaned_split.json "
     "--top-k 10 --top-p 0.9 --temperature 0.5 --num-prompts 10",
+    "plots": "--backend vllm --model meta-llama/Llama-3.1-8B-Instruct --endpoint /v1/completions "
+    "--dataset-name sharegpt --dataset-path <your data path>/ShareGPT_V3_unfiltered_cleaned_split.json "
+    "--num-prompts 100 --plot-timeline --timeline-itl-thresholds 2,5 --plot-dataset-stats --save-result",
     "prefix-repetition": "--backend openai --model meta-llama/Llama-2-7b-chat-hf --dataset-name prefix_repetition "
     "--num-prompts 100 --prefix-repetition-prefix-len 512 --prefix-repetition-suffix-len 128 "
     "--prefix-repetition-num-prefixes 5 --prefix-repetition-output-len 128",
@@ -140,7 +143,7 @@ DOCS = {  # the `vllm bench serve` lines of docs/benchmarking/cli.md (commit in 
     """--random-mm-limit-mm-per-prompt '{"image": 3, "video": 0}' --random-mm-bucket-config '{(224, 224, 1): 1.0}' """
     "--request-rate inf --ignore-eos --seed 42",
 }  # fmt: skip
-DOC_TTFT_MS, DOC_ITL_MS = 5.0, 0.1
+DOC_TTFT_MS, DOC_ITL_MS = 5.0, 0.2
 
 
 @pytest.fixture(scope="module")
@@ -195,16 +198,20 @@ def test_docs_command_lines_run_unchanged(name: str, doc_servers: dict[str, int]
     n = int(argv[argv.index("--num-prompts") + 1])
     assert _grep(out, "Successful requests:") == n and _grep(out, "Failed requests:") == 0
     ttft, itl, tpot = _grep(out, "Mean TTFT (ms):"), _grep(out, "Mean ITL (ms):"), _grep(out, "Mean TPOT (ms):")
-    assert ttft >= DOC_TTFT_MS and tpot >= DOC_ITL_MS * 0.9 and itl >= DOC_ITL_MS * 0.5
+    assert ttft >= DOC_TTFT_MS and tpot > 0 and itl > 0  # the injected TTFT is a floor
     if "--max-concurrency 1 " in line:  # one request at a time: the injected truth, loosely on a busy box
-        assert ttft < DOC_TTFT_MS + 10 and tpot < DOC_ITL_MS + 0.5
+        assert ttft < DOC_TTFT_MS + 10 and DOC_ITL_MS * 0.5 < tpot < DOC_ITL_MS + 0.5
     if "--save-result" in argv:
-        folder = Path(argv[argv.index("--result-dir") + 1])
+        folder = Path(argv[argv.index("--result-dir") + 1]) if "--result-dir" in argv else tmp_path
         conc = f"-concurrency{argv[argv.index('--max-concurrency') + 1]}" if "--max-concurrency" in argv else ""
         backend = argv[argv.index("--backend") + 1]
         [path] = list(folder.glob(f"{backend}-infqps{conc}-{model.split('/')[-1]}-*.json"))  # vLLM's file name
         result = json.loads(path.read_text())
-        assert result["completed"] == n and len(result["ttfts"]) == n and result["model_id"] == model
+        assert result["completed"] == n and result["model_id"] == model
+        if "--plot-timeline" in argv:  # vLLM's figures beside the file
+            assert path.with_suffix(".timeline.html").is_file() and path.with_suffix(".dataset_stats.png").is_file()
+            return
+        assert len(result["ttfts"]) == n
         e2e = [t + sum(i) for t, i in zip(result["ttfts"], result["itls"], strict=True)]
         assert statistics.fmean(e2e) <= statistics.fmean(result["ttfts"]) + 256 * 0.002 + 0.05  # seconds
 
@@ -223,3 +230,20 @@ def test_auto_tune_greps_find_their_lines(server: tuple[str, int], tok: Path, tm
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^Request throughput \(req/s\):\s+[0-9.]+", proc.stdout, re.M)
     assert re.search(r"^P99 E2EL \(ms\):\s+[0-9.]+", proc.stdout, re.M)
+
+
+def test_plots_and_detailed_lists_beside_the_result_file(server: tuple[str, int], tok: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """--plot-timeline, --timeline-itl-thresholds and --plot-dataset-stats (vLLM's docs' line) write vLLM's two
+    figures beside the result file; without --save-detailed the file has no per-request lists, as vLLM's."""
+    _, port = server
+    monkeypatch.chdir(tmp_path)
+    base = ["--model", "test-model", "--port", str(port), "--num-prompts", "12", "--random-input-len", "16",
+            "--random-output-len", "5", "--tokenizer", str(tok), "--result-filename", "r.json"]  # fmt: skip
+    assert main(["bench", "serve", *base, "--plot-timeline", "--timeline-itl-thresholds", "2,5",
+                 "--plot-dataset-stats", "--save-result"]) == 0  # fmt: skip
+    page = (tmp_path / "r.timeline.html").read_text()
+    assert page.count("<title>request ") == 12 and "green &lt; 2 ms" in page
+    assert (tmp_path / "r.dataset_stats.png").read_bytes()[:4] == b"\x89PNG"
+    assert "ttfts" not in json.loads((tmp_path / "r.json").read_text())
+    assert main(["bench", "serve", *base, "--plot-dataset-stats"]) == 2  # vLLM needs a result file for it

@@ -265,7 +265,7 @@ def test_every_flag_not_carried_is_refused_by_name(flag: dict[str, Any]) -> None
 def test_refusals_say_why(capsys: pytest.CaptureFixture[str]) -> None:
     from lmmbench.cli.main import main
 
-    assert main(["bench", "serve", "--plot-timeline"]) == 2
+    assert main(["bench", "serve", "--tokenizer-mode", "slow"]) == 2
     assert "inside vLLM's own process" in capsys.readouterr().err
     assert main(["bench", "serve", "--backend", "openai-embeddings"]) == 2
     assert "embeddings" in capsys.readouterr().err
@@ -288,3 +288,17 @@ def test_result_keys_measure_lmmbench_way_under_vllm_names() -> None:
     assert res["ttfts"][0] == pytest.approx(0.070) and res["mean_e2el_ms"] == pytest.approx(78.0)
     closed = vllm_benchmark_result([rec], duration_s=1.0, detailed=True, from_scheduled=False)
     assert closed["ttfts"][0] == pytest.approx(0.020)
+
+
+def test_insecure_turns_the_certificate_check_off() -> None:
+    import ssl
+
+    from lmmbench.config.perf import PerfConfig
+    from lmmbench.loadgen.api import _client_kwargs
+    from lmmbench.loadgen.protocol import make_client
+
+    for flag, mode in (([], ssl.CERT_REQUIRED), (["--insecure"], ssl.CERT_NONE)):
+        opts = translate(build_parser().parse_args(["--base-url", "https://h:8443", "--model", "m", *flag]))
+        cfg = PerfConfig.model_validate(opts)
+        client = make_client("openai-http", **_client_kwargs(cfg, "m", True))
+        assert client._ssl is not None and client._ssl.verify_mode == mode  # type: ignore[attr-defined]

@@ -292,6 +292,7 @@ class OpenAIHttpClient:
         extra_body: dict[str, Any] | None = None,
         continuous_usage: bool = True,
         headers: dict[str, str] | None = None,
+        insecure: bool = False,
     ) -> None:
         self.endpoint = parse_base_url(url)
         self.model = model
@@ -304,6 +305,9 @@ class OpenAIHttpClient:
         self.busy: set[_Conn] = set()
         self.connections_opened = 0
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self.endpoint.tls else None
+        if self._ssl is not None and insecure:  # vLLM's --insecure: no certificate check
+            self._ssl.check_hostname = False
+            self._ssl.verify_mode = ssl.CERT_NONE
         self._pending_connects: set[asyncio.Task[None]] = set()
 
     # encoding ----------------------------------------------------------------------------

@@ -77,6 +77,7 @@ class VllmBenchFlags(BaseModel):
     top_k: int | None = Field(None, description="top_k sent with every request.")
     min_p: float | None = Field(None, ge=0, le=1, description="min_p sent with every request.")
     disable_tqdm: bool = Field(False, description="vLLM compatibility: no live progress line (as --no-progress).")
+    insecure: bool = Field(False, description="https without checking the server's certificate (vLLM's --insecure).")
 
     @field_validator("percentiles")
     @classmethod

@@ -39,9 +39,6 @@ IN_VLLM_ONLY = {
     "skip_tokenizer_init": "vLLM's switch to run its client without its tokenizer classes; lmmbench's samplers "
                            "need the tokenizer.json, as vLLM's random datasets need a tokenizer",
     "self_timed": "vLLM's timed_trace dataset (pre-tokenized prompts with their own timestamps)",
-    "plot_timeline": "vLLM's own plotly timeline; lmmbench writes its plots and report.html in the run folder",
-    "timeline_itl_thresholds": "colours of vLLM's own timeline plot (--plot-timeline)",
-    "plot_dataset_stats": "vLLM's own matplotlib figure; lmmbench writes its plots and report.html in the run folder",
 }  # fmt: skip
 #: flags of datasets, backends and options that belong to features lmmbench does not measure, with why
 _OTHER_FEATURES = {
@@ -62,7 +59,8 @@ _CARRIED = {
     "sharegpt_output_len", "prefix_repetition_prefix_len", "prefix_repetition_suffix_len",
     "prefix_repetition_num_prefixes", "prefix_repetition_output_len", "random_mm_base_items_per_request",
     "random_mm_num_mm_items_range_ratio", "random_mm_limit_mm_per_prompt", "random_mm_bucket_config",
-    "enable_multimodal_chat", "trust_remote_code", "use_beam_search",
+    "enable_multimodal_chat", "trust_remote_code", "use_beam_search", "plot_timeline", "timeline_itl_thresholds",
+    "plot_dataset_stats", "insecure",
 }  # fmt: skip
 
 
@@ -187,8 +185,11 @@ def translate(ns: argparse.Namespace) -> dict[str, Any]:
         "percentile_metrics": (ns.percentile_metrics or "ttft,tpot,itl").split(","),
         "percentiles": [float(p) for p in str(ns.metric_percentiles).split(",")], "slo": slo,
         "progress": not ns.disable_tqdm, "wait_for_server": float(ns.ready_check_timeout_sec),
-        "continuous_usage": True,
+        "continuous_usage": True, "insecure": bool(ns.insecure),
     }  # fmt: skip
+    if ns.dataset_name in ("random", "random-mm"):  # the asked lengths, for perf's progress line and run log
+        out["input_tokens"] = ns.input_len if ns.input_len is not None else ns.random_input_len
+        out["output_tokens"] = ns.output_len if ns.output_len is not None else ns.random_output_len
     if ns.tokenizer:
         out["tokenizer"] = ns.tokenizer
     return {k: v for k, v in out.items() if v is not None}

@@ -68,6 +68,7 @@ def _client_kwargs(cfg: PerfConfig, model: str, continuous: bool) -> dict[str, A
         "timeout_s": cfg.timeout_s,
         "extra_body": cfg.extra_body,
         "continuous_usage": continuous,
+        **({"insecure": True} if cfg.insecure else {}),
     }
 
 

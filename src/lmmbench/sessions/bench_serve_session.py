@@ -58,27 +58,56 @@ def _file_name(ns: Any, model: str, date: str) -> str:
     return f"{label}-{ns.request_rate}qps{conc}-{base}-{date}.json"
 
 
-def _place_result(ns: Any, written: Path, model: str, date: str) -> Path | None:
-    """Copy (or append) the vLLM-format result to where vLLM writes it, when asked for."""
-    if not (ns.save_result or ns.append_result):
+def _result_path(ns: Any, model: str, date: str) -> Path | None:
+    """Where vLLM writes its result file (and its figures beside it); None when nothing asks for one."""
+    if not (ns.plot_timeline or ns.save_result or ns.append_result):
         return None
     folder = Path(ns.result_dir) if ns.result_dir else Path.cwd()
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / _file_name(ns, model, date)
-    result = json.loads(written.read_text(encoding="utf-8"))
+    return folder / _file_name(ns, model, date)
+
+
+def _vllm_json(ns: Any, result: dict[str, Any]) -> str:
+    """The result as vLLM writes it: its traffic keys, the per-request lists only with --save-detailed."""
+    from lmmbench.metrics.vllm_result import DETAILED_KEYS
+
+    out = {k: v for k, v in result.items() if ns.save_detailed or k not in DETAILED_KEYS}
     if ns.ramp_up_strategy is not None:  # vLLM's traffic keys of a ramp-up run
-        result["request_rate"] = "inf"
-        keys = list(result)
+        out["request_rate"] = "inf"
+        keys = list(out)
         at = keys.index("max_concurrency") + 1
         ramp = {"ramp_up_strategy": ns.ramp_up_strategy, "ramp_up_start_rps": ns.ramp_up_start_rps,
                 "ramp_up_end_rps": ns.ramp_up_end_rps}  # fmt: skip
-        result = {**{k: result[k] for k in keys[:at]}, **ramp, **{k: result[k] for k in keys[at:]}}
-    compact = json.dumps(result)  # one line, as vLLM's json.dump writes
+        out = {**{k: out[k] for k in keys[:at]}, **ramp, **{k: out[k] for k in keys[at:]}}
+    return json.dumps(out)  # one line, as vLLM's json.dump writes
+
+
+def _place_result(ns: Any, result: dict[str, Any], target: Path | None) -> Path | None:
+    """Write (or append) the vLLM-format result and the figures asked for where vLLM writes them."""
+    from lmmbench.core.errors import UserError
+    from lmmbench.reports.vllm_plots import write_dataset_stats, write_timeline
+
+    if ns.plot_dataset_stats and target is None:
+        raise UserError("--plot-dataset-stats writes beside the result file: add --save-result (as vLLM needs)")
+    if target is None:
+        return None
+    if ns.plot_timeline:
+        try:
+            limits = [float(t) for t in str(ns.timeline_itl_thresholds).split(",")]
+        except ValueError:
+            limits = []
+        if len(limits) != 2:
+            raise UserError(f"--timeline-itl-thresholds {ns.timeline_itl_thresholds}: two numbers, e.g. 25,50 (ms)")
+        write_timeline(result, target.with_suffix(".timeline.html"), limits)
+    if ns.plot_dataset_stats:
+        write_dataset_stats(result, target.with_suffix(".dataset_stats.png"))
+    if not (ns.save_result or ns.append_result):
+        return None
     if ns.append_result and target.is_file() and target.stat().st_size:
         with target.open("a", encoding="utf-8") as fh:
-            fh.write("\n" + compact)
+            fh.write("\n" + _vllm_json(ns, result))
     else:
-        target.write_text(compact, encoding="utf-8")
+        target.write_text(_vllm_json(ns, result), encoding="utf-8")
     return target
 
 
@@ -129,7 +158,8 @@ def run_bench_serve(argv: list[str]) -> BenchServeRun:
     requests, tok_path = build_bench_requests(ns)
     options.update(num_requests=len(requests), tokenizer=str(tok_path) if tok_path else None)
     cfg = PerfConfig.model_validate({**{k: v for k, v in options.items() if v is not None}, "save_result": True,
-                                     "result_filename": "vllm_result.json", "plots": False})  # fmt: skip
+                                     "save_detailed": True, "result_filename": "vllm_result.json",
+                                     "plots": False})  # fmt: skip
     date = datetime.now().strftime("%Y%m%d-%H%M%S")
     if ns.profile:  # as vLLM: the server's profiler on around the benchmark
         _post(cfg.url, "/start_profile", headers(ns))
@@ -143,5 +173,5 @@ def run_bench_serve(argv: list[str]) -> BenchServeRun:
     result: dict[str, Any] = json.loads(written.read_text(encoding="utf-8")) if written.is_file() else {}
     table = format_result_table(result, cfg.percentile_metrics, cfg.percentiles, float(ns.request_rate),
                                 ns.max_concurrency, bool(cfg.slo)) if result else ""  # fmt: skip
-    placed = _place_result(ns, written, str(ns.model or cfg.model), date) if result else None
+    placed = _place_result(ns, result, _result_path(ns, str(ns.model or cfg.model), date)) if result else None
     return BenchServeRun(table, placed, sent, ok, run.run_dir)
