@@ -247,3 +247,26 @@ def test_plots_and_detailed_lists_beside_the_result_file(server: tuple[str, int]
     assert (tmp_path / "r.dataset_stats.png").read_bytes()[:4] == b"\x89PNG"
     assert "ttfts" not in json.loads((tmp_path / "r.json").read_text())
     assert main(["bench", "serve", *base, "--plot-dataset-stats"]) == 2  # vLLM needs a result file for it
+
+
+def test_probe_requests_run_beside_the_load(server: tuple[str, int], tok: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """--probe-request-rate (vLLM's docs' probe line, smaller: its 1000 prompts of 2048x2048 images at 4 req/s
+    take minutes): one-token probes beside the load, their latency in the table and the result file."""
+    url, port = server
+    monkeypatch.chdir(tmp_path)
+    before = json.loads(urllib.request.urlopen(f"{url}/stats").read())["requests"]
+    argv = ["--model", "test-model", "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--port",
+            str(port), "--dataset-name", "random-mm", "--random-mm-bucket-config", "{(64, 64, 1): 1.0}",
+            "--num-prompts", "20", "--random-input-len", "16", "--random-output-len", "20", "--request-rate", "20",
+            "--probe-request-rate", "20", "--tokenizer", str(tok), "--save-result", "--result-filename", "p.json"]
+    assert main(["bench", "serve", *argv]) == 0
+    out = capsys.readouterr().out
+    done = _grep(out, "Probe requests completed:")
+    assert done >= 5 and _grep(out, "Probe requests failed:") == 0
+    assert TTFT_MS <= _grep(out, "Median probe E2EL (ms):") <= _grep(out, "Max probe E2EL (ms):")
+    result = json.loads((tmp_path / "p.json").read_text())
+    assert result["probe_completed"] == done and result["completed"] == 20
+    after = json.loads(urllib.request.urlopen(f"{url}/stats").read())["requests"]
+    assert after - before >= 20 + done  # the probes reached the server beside the 20 requests

@@ -38,7 +38,6 @@ IN_VLLM_ONLY = {
                       "tokenizer.json with the tokenizers library",
     "skip_tokenizer_init": "vLLM's switch to run its client without its tokenizer classes; lmmbench's samplers "
                            "need the tokenizer.json, as vLLM's random datasets need a tokenizer",
-    "self_timed": "vLLM's timed_trace dataset (pre-tokenized prompts with their own timestamps)",
 }  # fmt: skip
 #: flags of datasets, backends and options that belong to features lmmbench does not measure, with why
 _OTHER_FEATURES = {
@@ -60,7 +59,7 @@ _CARRIED = {
     "prefix_repetition_num_prefixes", "prefix_repetition_output_len", "random_mm_base_items_per_request",
     "random_mm_num_mm_items_range_ratio", "random_mm_limit_mm_per_prompt", "random_mm_bucket_config",
     "enable_multimodal_chat", "trust_remote_code", "use_beam_search", "plot_timeline", "timeline_itl_thresholds",
-    "plot_dataset_stats", "insecure",
+    "plot_dataset_stats", "insecure", "probe_request_rate",
 }  # fmt: skip
 
 

@@ -37,6 +37,13 @@ def format_result_table(result: dict[str, Any], metrics: Sequence[str], percenti
               _line("Peak output token throughput (tok/s):", result.get("max_output_tokens_per_s") or 0.0),
               _line("Peak concurrent requests:", result.get("max_concurrent_requests") or 0.0),
               _line("Total token throughput (tok/s):", result["total_token_throughput"])]  # fmt: skip
+    if "probe_completed" in result:  # --probe-request-rate
+        lines += ["{s:{c}^{n}}".format(s="Probe Requests", n=50, c="-"),
+                  _line("Probe requests completed:", result["probe_completed"], False),
+                  _line("Probe requests failed:", result["probe_failed"], False),
+                  _line("Median probe E2EL (ms):", result["probe_median_e2el_ms"]),
+                  _line("P99 probe E2EL (ms):", result["probe_p99_e2el_ms"]),
+                  _line("Max probe E2EL (ms):", result["probe_max_e2el_ms"])]  # fmt: skip
     for key, name, header in _METRICS:
         if key not in metrics or f"mean_{key}_ms" not in result:
             continue

@@ -146,6 +146,39 @@ def build_bench_requests(ns: Any) -> tuple[list[Any], Path | None]:
     return build_vllm_requests(ns, samples, model, rngs, sampling_body(ns), headers(ns)), tok_path
 
 
+def _start_probes(ns: Any, url: str, first: Any) -> Any:
+    """vLLM's probe loop (--probe-request-rate): the first request's body, its text "Hi", one output token."""
+    if not ns.probe_request_rate or ns.probe_request_rate <= 0:
+        return None
+    import os
+
+    from lmmbench.sessions.bench_serve_probes import ProbeLoop
+
+    body = dict(first.payload)
+    if "messages" in body:
+        body.update(messages=[{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+                    max_completion_tokens=1)  # fmt: skip
+    else:
+        body.update(prompt="Hi", max_tokens=1)
+    body.update(stream=True, stream_options={"include_usage": True})
+    hdrs = dict(first.headers)
+    if os.environ.get("OPENAI_API_KEY"):
+        hdrs["Authorization"] = f"Bearer {os.environ['OPENAI_API_KEY']}"
+    return ProbeLoop(url, ns.endpoint, body, hdrs, float(ns.probe_request_rate)).start()
+
+
+def _with_probes(result: dict[str, Any], probes: Any) -> dict[str, Any]:
+    """vLLM's probe_* keys, after the benchmark's counts and before the metric summaries."""
+    from lmmbench.sessions.bench_serve_probes import probe_stats
+
+    stats = probe_stats(probes) if probes is not None else None
+    if not stats or not result:
+        return result
+    keys = list(result)
+    at = next((i for i, k in enumerate(keys) if k.startswith("mean_")), len(keys))
+    return {**{k: result[k] for k in keys[:at]}, **stats, **{k: result[k] for k in keys[at:]}}
+
+
 def run_bench_serve(argv: list[str]) -> BenchServeRun:
     """Parse ``argv`` as ``vllm bench serve`` does, run the load, return the table and the result file."""
     from lmmbench.config.perf import PerfConfig
@@ -163,14 +196,18 @@ def run_bench_serve(argv: list[str]) -> BenchServeRun:
     date = datetime.now().strftime("%Y%m%d-%H%M%S")
     if ns.profile:  # as vLLM: the server's profiler on around the benchmark
         _post(cfg.url, "/start_profile", headers(ns))
+    probes = _start_probes(ns, cfg.url, requests[0])
     try:
         run = run_perf(cfg, requests)
     finally:
+        if probes is not None:
+            probes.stop()
         if ns.profile:
             _post(cfg.url, "/stop_profile", headers(ns))
     written = run.run_dir / "vllm_result.json"
     sent, ok = run.request_counts()
     result: dict[str, Any] = json.loads(written.read_text(encoding="utf-8")) if written.is_file() else {}
+    result = _with_probes(result, probes)
     table = format_result_table(result, cfg.percentile_metrics, cfg.percentiles, float(ns.request_rate),
                                 ns.max_concurrency, bool(cfg.slo)) if result else ""  # fmt: skip
     placed = _place_result(ns, result, _result_path(ns, str(ns.model or cfg.model), date)) if result else None
