@@ -302,3 +302,58 @@ def test_insecure_turns_the_certificate_check_off() -> None:
         cfg = PerfConfig.model_validate(opts)
         client = make_client("openai-http", **_client_kwargs(cfg, "m", True))
         assert client._ssl is not None and client._ssl.verify_mode == mode  # type: ignore[attr-defined]
+
+
+def test_custom_image_rows_and_client_side_data(tok: Path, tmp_path: Path) -> None:
+    from PIL import Image
+
+    Image.new("RGB", (12, 8), (200, 10, 10)).save(tmp_path / "a.jpg")
+    rows = [{"prompt": "how many?", "image_files": [str(tmp_path / "a.jpg"), "http://h/b.png"]},
+            {"content": [{"type": "text", "text": "compare "}, {"type": "image", "image": str(tmp_path / "a.jpg")},
+                         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}}]}]
+    data = tmp_path / "img.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    line = ("--backend openai-chat --endpoint /v1/chat/completions --model m --dataset-name custom_image "
+            f"--dataset-path {data} --num-prompts 2 --disable-shuffle --custom-output-len 7")
+    _, reqs = _build(line, tok)
+    first, second = (_wire(r)[2]["messages"][0]["content"] for r in reqs)
+    assert first[0] == {"type": "text", "text": "how many?"}
+    assert [p["image_url"]["url"] for p in first[1:]] == [f"file://{tmp_path / 'a.jpg'}", "http://h/b.png"]
+    assert [p["type"] for p in second] == ["text", "image_url", "image_url"] and second[2]["image_url"]["detail"] == "low"
+    assert {r.payload["max_completion_tokens"] for r in reqs} == {7}
+    only_local = tmp_path / "local.jsonl"
+    only_local.write_text(json.dumps({"prompt": "p", "image_files": [str(tmp_path / "a.jpg")]}) + "\n")
+    _, local = _build(line.replace(str(data), str(only_local)).replace("--num-prompts 2", "--num-prompts 1")
+                      + " --custom-ensure-client-side-data", tok)  # fmt: skip
+    url = _wire(local[0])[2]["messages"][0]["content"][1]["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")  # loaded here and sent as data, as vLLM's flag does
+    assert Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).size == (12, 8)
+    with pytest.raises(UserError, match="openai-chat"):
+        _build(f"--model m --dataset-name custom_image --dataset-path {data}", tok)
+
+
+def test_timed_trace_replays_its_timestamps(tok: Path, tmp_path: Path) -> None:
+    rows = [{"timestamp": 0, "input_length": 20, "output_length": 3, "hash_ids": [1, 2]},
+            {"timestamp": 250, "input_length": 12, "output_length": 4, "hash_ids": [1, 7]},
+            {"timestamp": 900, "input_length": 8, "output_length": 5, "hash_ids": [9]}]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    _, reqs = _build(f"--model m --dataset-name=timed_trace --dataset-path {trace} --num-prompts 3 "
+                     "--timed-trace-chunk-hash-size 10 --timed-trace-sec-multiplier 0.001", tok)  # fmt: skip
+    assert [r.arrival_ns for r in reqs] == [0, 250_000_000, 900_000_000]  # the trace's times, scaled
+    bodies = [_wire(r)[2] for r in reqs]
+    assert [len(b["prompt"]) for b in bodies] == [20, 12, 8] and all(b["ignore_eos"] for b in bodies)
+    assert bodies[0]["prompt"][:10] == bodies[1]["prompt"][:10]  # hash id 1: the same block of tokens
+    assert bodies[0]["prompt"][10:] != bodies[1]["prompt"][10:12]
+    assert [b["max_tokens"] for b in bodies] == [3, 4, 5]
+    _, again = _build(f"--model m --dataset-name timed_trace --dataset-path {trace} --num-prompts 3 "
+                      "--timed-trace-chunk-hash-size 10", tok)  # fmt: skip
+    assert [r.payload["prompt"] for r in again] == [b["prompt"] for b in bodies]  # the same prompts every run
+    _, paced = _build(f"--model m --dataset-name timed_trace --dataset-path {trace} --num-prompts 3 "
+                      "--no-self-timed --request-rate 3 --burstiness inf", tok)  # fmt: skip
+    assert [r.arrival_ns for r in paced] == [round(1e9 / 3), round(2e9 / 3), 1_000_000_000]  # vLLM's pacing
+    with pytest.raises(UserError, match="vllm or openai"):
+        _build(f"--backend openai-chat --endpoint /v1/chat/completions --model m --dataset-name timed_trace "
+               f"--dataset-path {trace}", tok)  # fmt: skip
+    with pytest.raises(UserError, match="only with --dataset-name timed_trace"):
+        _build("--model m --self-timed", tok)

@@ -28,7 +28,8 @@ VLLM_FLAGS: list[dict[str, Any]] = json.loads(
 _BACKENDS = {"openai": "completions", "vllm": "completions", "openai-chat": "chat"}
 #: --dataset-name values this drop-in draws (datasets.vllm_bench_requests.VLLM_SAMPLERS holds their samplers)
 _DATASETS = {"random": "random", "random-mm": "random-mm", "sharegpt": "sharegpt", "custom": "custom",
-             "prefix_repetition": "prefix_repetition"}  # fmt: skip
+             "prefix_repetition": "prefix_repetition", "custom_image": "custom_image",
+             "timed_trace": "timed_trace"}  # fmt: skip
 _ENDPOINTS = {"/v1/completions": "completions", "/completions": "completions", "/v1/chat/completions": "chat",
               "/chat/completions": "chat"}  # fmt: skip
 _SAMPLING = ("top_p", "top_k", "min_p", "temperature", "frequency_penalty", "presence_penalty", "repetition_penalty")
@@ -59,7 +60,9 @@ _CARRIED = {
     "prefix_repetition_num_prefixes", "prefix_repetition_output_len", "random_mm_base_items_per_request",
     "random_mm_num_mm_items_range_ratio", "random_mm_limit_mm_per_prompt", "random_mm_bucket_config",
     "enable_multimodal_chat", "trust_remote_code", "use_beam_search", "plot_timeline", "timeline_itl_thresholds",
-    "plot_dataset_stats", "insecure", "probe_request_rate",
+    "plot_dataset_stats", "insecure", "probe_request_rate", "custom_ensure_client_side_data", "self_timed",
+    "timed_trace_chunk_hash_size", "timed_trace_sec_multiplier", "timed_trace_label_timestamp",
+    "timed_trace_label_input_length", "timed_trace_label_output_length", "timed_trace_label_hash_ids",
 }  # fmt: skip
 
 
@@ -128,9 +131,16 @@ def _check(ns: argparse.Namespace) -> str:
         want = "/v1/chat/completions" if api == "chat" else "/v1/completions"
         raise UserError(f"--backend {ns.backend} --endpoint {ns.endpoint}: this backend calls {want}; give "
                         f"--endpoint {want}")
-    if ns.dataset_name == "random-mm" and api != "chat":
-        raise UserError("--dataset-name random-mm sends images: use --backend openai-chat --endpoint "
+    if ns.dataset_name in ("random-mm", "custom_image") and api != "chat":
+        raise UserError(f"--dataset-name {ns.dataset_name} sends images: use --backend openai-chat --endpoint "
                         "/v1/chat/completions (as vLLM)")  # fmt: skip
+    if ns.dataset_name == "timed_trace":  # vLLM: pre-tokenized prompts, generated to length, at their timestamps
+        if api != "completions":
+            raise UserError("--dataset-name timed_trace sends token ids: use --backend vllm or openai (as vLLM)")
+        ns.ignore_eos = True
+        ns.self_timed = True if ns.self_timed is None else ns.self_timed
+    elif ns.self_timed is not None:
+        raise UserError("--self-timed / --no-self-timed: only with --dataset-name timed_trace (as vLLM)")
     if ns.max_concurrency is not None and ns.max_concurrency <= 0:
         raise UserError("--max-concurrency must be greater than 0")
     if ns.ramp_up_strategy is not None:
@@ -173,7 +183,7 @@ def translate(ns: argparse.Namespace) -> dict[str, Any]:
         slo = {f"{k}_ms" if k != "e2el" else "e2e_ms": float(v) for k, v in goodput.items()}
     except ValueError:
         raise UserError(f"--goodput {' '.join(ns.goodput)}: each value is milliseconds, e.g. ttft:500") from None
-    ramp = ns.ramp_up_strategy is not None
+    ramp = ns.ramp_up_strategy is not None or bool(ns.self_timed)  # the schedule is not one rate's
     out: dict[str, Any] = {
         "url": ns.base_url or f"http://{ns.host}:{ns.port}", "endpoint": api,
         "model": ns.served_model_name or ns.model, "backend": ns.backend, "label": ns.label,

@@ -93,12 +93,28 @@ def draw_samples(ns: argparse.Namespace, tok: vs.VllmTokenizer, rngs: vs.VllmRng
     path = Path(ns.dataset_path)
     if not path.is_file():
         raise UserError(f"--dataset-path {path}: file not found")
+    if name in ("custom_image", "timed_trace"):
+        return _draw_media_or_trace(ns, tok, rngs, path)
     if name == "sharegpt":
         out = ns.output_len if ns.output_len is not None else ns.sharegpt_output_len
         return vs.sample_sharegpt(tok, rngs, path, n, out, pre, shuffle, over)
     out = ns.output_len if ns.output_len is not None else ns.custom_output_len
     template = None if ns.skip_chat_template else _chat_template(tokenizer_dir, ns.chat_template_kwargs)
     return vs.sample_custom(tok, rngs, path, n, out, pre, shuffle, over, template)
+
+
+def _draw_media_or_trace(ns: argparse.Namespace, tok: vs.VllmTokenizer, rngs: vs.VllmRng,
+                         path: Path) -> list[vs.VllmSample]:  # fmt: skip
+    from lmmbench.datasets import vllm_trace_image_samplers as ts
+
+    if ns.dataset_name == "custom_image":
+        out = ns.output_len if ns.output_len is not None else ns.custom_output_len
+        return ts.sample_custom_image(tok, rngs, path, ns.num_prompts, out, ns.request_id_prefix,
+                                      not ns.disable_shuffle, ns.no_oversample, ns.custom_ensure_client_side_data)
+    labels = ts.TraceLabels(ns.timed_trace_chunk_hash_size, ns.timed_trace_sec_multiplier,
+                            ns.timed_trace_label_timestamp, ns.timed_trace_label_input_length,
+                            ns.timed_trace_label_output_length, ns.timed_trace_label_hash_ids)  # fmt: skip
+    return ts.sample_timed_trace(tok, rngs, path, ns.num_prompts, labels, ns.request_id_prefix)
 
 
 def vllm_schedule_s(n: int, ns: argparse.Namespace, np_rng: Any) -> list[float]:
@@ -129,7 +145,9 @@ def vllm_schedule_s(n: int, ns: argparse.Namespace, np_rng: Any) -> list[float]:
 
 def _body(ns: argparse.Namespace, s: vs.VllmSample, model: str, extra: dict[str, Any]) -> dict[str, Any]:
     if ns.backend in CHAT_BACKENDS:
-        if ns.enable_multimodal_chat:
+        if isinstance(s.prompt, list):  # OpenAI content parts (custom_image), then any media
+            content = [*s.prompt, *(s.mm or [])]
+        elif ns.enable_multimodal_chat:
             content = [{"text": s.prompt, "type": "text"}, *(s.mm or [])]
         else:
             content = [{"type": "text", "text": s.prompt}, *(s.mm or [])]
@@ -157,7 +175,10 @@ def build_vllm_requests(ns: argparse.Namespace, samples: list[vs.VllmSample], mo
                         extra_body: dict[str, Any], headers: dict[str, str]) -> list[PerfRequest]:  # fmt: skip
     """The requests of the run, bodies and headers as vLLM sends them, each with its send time."""
     lora = _lora(ns, len(samples), rngs)
-    times = vllm_schedule_s(len(samples), ns, rngs.np)
+    if ns.self_timed:  # timed_trace: each request at its own timestamp
+        times = [s.timestamp or 0.0 for s in samples]
+    else:
+        times = vllm_schedule_s(len(samples), ns, rngs.np)
     endpoint = "chat" if ns.backend in CHAT_BACKENDS else "completions"
     out = []
     for i, s in enumerate(samples):

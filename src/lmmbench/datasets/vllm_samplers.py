@@ -41,11 +41,12 @@ def _np() -> Any:
 class VllmSample:
     """One drawn request: vLLM's ``SampleRequest`` fields that reach the request."""
 
-    prompt: str
+    prompt: Any  # text; token ids (timed_trace); OpenAI content parts (custom_image rows with "content")
     prompt_len: int
     output_len: int
     mm: list[dict[str, Any]] | None = None
     request_id: str | None = None
+    timestamp: float | None = None  # seconds from the start (timed_trace)
 
 
 class VllmRng:

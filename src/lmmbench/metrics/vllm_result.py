@@ -81,7 +81,9 @@ def vllm_benchmark_result(
     refs = [(r.scheduled_ns if from_scheduled else r.slot_ns) or r.sent_ns for r in recs]
     ttfts = [(r.first_token_ns - t0) / _S if r.ok and r.first_token_ns else 0.0 for r, t0 in zip(recs, refs,
                                                                                                   strict=True)]
-    lat = [(r.end_ns - t0) / _S if r.ok else 0.0 for r, t0 in zip(recs, refs, strict=True)]
+    # vLLM's request ends with its last token chunk (the usage chunk and [DONE] after it are not counted)
+    lat = [((r.chunk_times_ns[-1] if r.chunk_times_ns else r.end_ns) - t0) / _S if r.ok else 0.0
+           for r, t0 in zip(recs, refs, strict=True)]  # fmt: skip
     itls = [[x / 1e3 for x in itl_ms(r)] for r in recs]
     out_lens = [r.output_tokens if r.ok else 0 for r in recs]
     in_total = sum(r.input_tokens or r.prompt_tokens or 0 for r in ok)
