@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import statistics
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
