@@ -98,9 +98,12 @@ def test_result_file_in_vllms_place_with_vllms_keys(server: tuple[str, int], tmp
     base = ["--model", "test-model", "--port", str(port), "--num-prompts", "20", "--random-input-len", "16",
             "--random-output-len", "4", "--request-rate", "50", "--max-concurrency", "4", "--metadata", "tp=1",
             "version=x", "--tokenizer", str(tok)]  # fmt: skip
-    assert main(["bench", "serve", *base, "--save-result"]) == 0
+    assert main(["bench", "serve", *base, "--save-result", "--percentile-metrics",
+                 "ttft,tpot,itl,e2el,client_queue_time,e2el_including_client_queue"]) == 0  # fmt: skip
     [path] = list(tmp_path.glob("openai-50.0qps-concurrency4-test-model-*.json"))  # vLLM's name, in the cwd
     result = json.loads(path.read_text())
+    assert result["p99_client_queue_time_ms"] >= 0  # vLLM's --max-concurrency sections
+    assert result["mean_e2el_including_client_queue_ms"] >= result["mean_e2el_ms"] - 1e-9
     for key in ("date", "backend", "model_id", "num_prompts", "request_rate", "burstiness", "max_concurrency",
                 "duration", "completed", "total_input_tokens", "total_output_tokens", "request_throughput",
                 "output_throughput", "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",

@@ -319,7 +319,8 @@ def test_custom_image_rows_and_client_side_data(tok: Path, tmp_path: Path) -> No
     first, second = (_wire(r)[2]["messages"][0]["content"] for r in reqs)
     assert first[0] == {"type": "text", "text": "how many?"}
     assert [p["image_url"]["url"] for p in first[1:]] == [f"file://{tmp_path / 'a.jpg'}", "http://h/b.png"]
-    assert [p["type"] for p in second] == ["text", "image_url", "image_url"] and second[2]["image_url"]["detail"] == "low"
+    assert [p["type"] for p in second] == ["text", "image_url", "image_url"]
+    assert second[2]["image_url"]["detail"] == "low"
     assert {r.payload["max_completion_tokens"] for r in reqs} == {7}
     only_local = tmp_path / "local.jsonl"
     only_local.write_text(json.dumps({"prompt": "p", "image_files": [str(tmp_path / "a.jpg")]}) + "\n")

@@ -24,7 +24,7 @@ _ENDPOINT_PATHS = {
 _GOODPUT_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2e_ms", "itl": "itl_ms"}
 _SAMPLING = ("temperature", "top_p", "top_k", "min_p")
 #: Metrics a vLLM-format result can summarise (vLLM's --percentile-metrics names).
-PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "e2el_including_client_queue")
 
 #: Fields that exist only for vLLM compatibility (using one prints the compatibility note).
 VLLM_ONLY_FIELDS = frozenset({

@@ -25,7 +25,8 @@ from lmmbench.metrics.stats import percentile, percentile_key
 __all__ = ["DETAILED_KEYS", "vllm_benchmark_result"]
 
 #: Per-request lists vLLM keeps only with --save-detailed.
-DETAILED_KEYS = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors")
+DETAILED_KEYS = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors",
+                 "server_queue_times", "server_ttfts")
 
 _S = 1e9
 
@@ -109,14 +110,19 @@ def vllm_benchmark_result(
         "queue_times": [max(r.slot_ns - r.scheduled_ns, 0) / _S if r.slot_ns else 0.0 for r in recs],
         "generated_texts": [r.output_text for r in recs], "errors": [r.error_message for r in recs],
         "max_output_tokens_per_s": peak_tokens, "max_concurrent_requests": peak_conc, "rtfx": 0.0,
+        # the server's own queue time and TTFT, which vLLM reads from a final chunk's "metrics": not read here
+        "server_queue_times": [None] * len(recs), "server_ttfts": [None] * len(recs),
     }  # fmt: skip
     ok_idx = [i for i, r in enumerate(recs) if r.ok]
     series = {
         "ttft": [ttfts[i] for i in ok_idx], "tpot": tpots,
         "itl": [x for i in ok_idx for x in itls[i]], "e2el": [lat[i] for i in ok_idx],
     }  # fmt: skip
-    if queue_metrics:
+    if queue_metrics:  # with --max-concurrency, as vLLM
         series["client_queue_time"] = [res["queue_times"][i] for i in ok_idx]
+        if from_scheduled:  # a finite rate: end-to-end from the scheduled time, the queue included
+            series["e2el_including_client_queue"] = [lat[i] if refs[i] == recs[i].scheduled_ns else
+                                                     lat[i] + res["queue_times"][i] for i in ok_idx]  # fmt: skip
     for name, values in series.items():
         if name not in percentile_metrics:
             continue

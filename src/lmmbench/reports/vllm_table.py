@@ -10,7 +10,10 @@ from typing import Any
 __all__ = ["format_result_table"]
 
 _METRICS = (("ttft", "TTFT", "Time to First Token"), ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
-            ("itl", "ITL", "Inter-token Latency"), ("e2el", "E2EL", "End-to-end Latency"))  # fmt: skip
+            ("itl", "ITL", "Inter-token Latency"), ("e2el", "E2EL", "End-to-end Latency"),
+            ("client_queue_time", "Client Queue Time", "Client-side Queueing"),
+            ("e2el_including_client_queue", "E2EL incl. Client Queue",
+             "Queue-inclusive End-to-end Latency"))  # fmt: skip
 
 
 def _line(name: str, value: Any, decimals: bool = True) -> str:
