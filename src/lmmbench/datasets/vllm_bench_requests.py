@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,14 @@ from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest
 from lmmbench.datasets import vllm_samplers as vs
 
-__all__ = ["CHAT_BACKENDS", "build_vllm_requests", "draw_samples", "vllm_schedule_s"]
+__all__ = ["CHAT_BACKENDS", "MORE_SAMPLERS", "build_vllm_requests", "draw_samples", "vllm_schedule_s"]
 
 #: vLLM's backends whose requests go to the chat API (and may carry images / videos)
 CHAT_BACKENDS = ("openai-chat",)
+#: further --dataset-name samplers, registered by their modules: (command line, tokenizer, generators,
+#: tokenizer path) -> drawn requests (the name must also be in config.vllm_bench_serve's _DATASETS)
+MORE_SAMPLERS: dict[str, Callable[[argparse.Namespace, vs.VllmTokenizer, vs.VllmRng, Path | None],
+                                  list[vs.VllmSample]]] = {}  # fmt: skip
 
 
 def _chat_template(tokenizer_dir: Path | None, kwargs: dict[str, Any] | None) -> Any:
@@ -66,6 +71,8 @@ def draw_samples(ns: argparse.Namespace, tok: vs.VllmTokenizer, rngs: vs.VllmRng
                  tokenizer_dir: Path | None) -> list[vs.VllmSample]:  # fmt: skip
     """The requests vLLM's sampler of ``--dataset-name`` draws for this command line."""
     name, n, seed, pre = ns.dataset_name, ns.num_prompts, ns.seed, ns.request_id_prefix
+    if name in MORE_SAMPLERS:
+        return MORE_SAMPLERS[name](ns, tok, rngs, tokenizer_dir)
     in_len = ns.input_len if ns.input_len is not None else ns.random_input_len
     out_len = ns.output_len if ns.output_len is not None else ns.random_output_len
     ratio = ns.random_range_ratio
