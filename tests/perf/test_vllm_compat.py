@@ -77,7 +77,8 @@ def test_vllm_docs_command_runs_unchanged_and_writes_vllm_result(
     assert set(res["output_lens"]) == {32} and all(len(x) == 31 for x in res["itls"])
     assert res["total_output_tokens"] == 80 * 32
     # injected: TTFT 3 ms, ITL 0.5 ms (seconds in the lists, ms in the summaries)
-    assert 2.9 <= res["median_ttft_ms"] < 30 and 0.45 <= res["median_itl_ms"] < 5
+    assert 2.9 <= res["median_ttft_ms"] < 30 and 0.3 <= res["median_itl_ms"] < 5  # per token: a server catching up
+    # after a stall sends its late tokens closer together
     assert res["median_ttft_ms"] == pytest.approx(sorted(res["ttfts"])[39] * 500 + sorted(res["ttfts"])[40] * 500)
     assert all(t.startswith(" alpha bravo") for t in res["generated_texts"])
     assert res["request_throughput"] == pytest.approx(80 / res["duration"])
