@@ -358,3 +358,51 @@ def test_timed_trace_replays_its_timestamps(tok: Path, tmp_path: Path) -> None:
                f"--dataset-path {trace}", tok)  # fmt: skip
     with pytest.raises(UserError, match="only with --dataset-name timed_trace"):
         _build("--model m --self-timed", tok)
+
+
+def test_prompts_realigned_to_the_servers_tokenizer(tok: Path) -> None:
+    """vLLM re-aligns random / prefix_repetition prompts when the server's /tokenize counts otherwise: a prompt the
+    server counts longer than drawn is cut to the drawn length through /detokenize. A server here that counts
+    four tokens per character (a real HTTP server on a loopback port, stopped at the end)."""
+    import http.server
+    import threading
+
+    from lmmbench.core.net import free_loopback_port
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/tokenize":
+                out = {"tokens": [t for c in body["prompt"] for t in (ord(c), 0, 0, 0)]}  # 4 tokens a character
+            else:
+                out = {"prompt": "".join(chr(t) for t in body["tokens"] if t)}
+            data = json.dumps(out).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    port = free_loopback_port()
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        ns = build_parser().parse_args(shlex.split(f"--model m --num-prompts 4 --random-input-len 9 --port {port} "
+                                                   f"--tokenizer {tok}"))  # fmt: skip
+        cfg = translate(ns)
+        reqs = build_bench_requests(ns, cfg["url"])[0]
+        drawn = build_bench_requests(ns)[0]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(5)
+    cut = 0
+    for got, plain in zip(reqs, drawn, strict=True):
+        n, text = plain.input_tokens or 0, plain.payload["prompt"]
+        want = text[: (n + 3) // 4] if 4 * len(text) > n else text  # longer at the server: its first n tokens
+        assert got.payload["prompt"] == want
+        cut += want != text
+    assert cut

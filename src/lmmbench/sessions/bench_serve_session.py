@@ -129,8 +129,9 @@ def _tokenizer(ns: Any) -> tuple[Any, Path | None]:
     return VllmTokenizer.load(path), path
 
 
-def build_bench_requests(ns: Any) -> tuple[list[Any], Path | None]:
-    """The drawn requests of a parsed (and translated) command line, as vLLM sends them, with send times."""
+def build_bench_requests(ns: Any, align_url: str | None = None) -> tuple[list[Any], Path | None]:
+    """The drawn requests of a parsed (and translated) command line, as vLLM sends them, with send times;
+    ``align_url``: the server whose tokenizer random / prefix_repetition prompts are re-aligned to (as vLLM)."""
     from lmmbench.config.vllm_bench_serve import headers, sampling_body
     from lmmbench.datasets.vllm_bench_requests import build_vllm_requests, draw_samples
     from lmmbench.datasets.vllm_samplers import VllmRng
@@ -138,6 +139,10 @@ def build_bench_requests(ns: Any) -> tuple[list[Any], Path | None]:
     tok, tok_path = _tokenizer(ns)
     rngs = VllmRng(ns.seed)
     samples = draw_samples(ns, tok, rngs, tok_path)
+    if align_url is not None and ns.dataset_name in ("random", "prefix_repetition"):
+        from lmmbench.sessions.bench_serve_align import align_to_server_tokenizer
+
+        samples = align_to_server_tokenizer(samples, align_url, str(ns.model or ns.served_model_name or ""))
     if not samples:
         from lmmbench.core.errors import UserError
 
@@ -188,7 +193,7 @@ def run_bench_serve(argv: list[str]) -> BenchServeRun:
 
     ns = build_parser().parse_args(argv)
     options = translate(ns)
-    requests, tok_path = build_bench_requests(ns)
+    requests, tok_path = build_bench_requests(ns, options["url"])
     options.update(num_requests=len(requests), tokenizer=str(tok_path) if tok_path else None)
     cfg = PerfConfig.model_validate({**{k: v for k, v in options.items() if v is not None}, "save_result": True,
                                      "save_detailed": True, "result_filename": "vllm_result.json",
