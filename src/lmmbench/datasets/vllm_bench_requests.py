@@ -81,6 +81,8 @@ def draw_samples(ns: argparse.Namespace, tok: vs.VllmTokenizer, rngs: vs.VllmRng
             ratio = json.loads(ratio)
         except ValueError:
             raise UserError(f"--random-range-ratio {ratio!r}: a number, or {{\"input\": r, \"output\": r}}") from None
+    if name in ("random", "random-mm", "prefix_repetition") and n < 1:
+        raise UserError(f"--num-prompts {n}: {name} draws at least one prompt")
     if name in ("random", "random-mm", "prefix_repetition") and ns.dataset_path is not None:
         raise UserError(f"--dataset-name {name} takes no --dataset-path (as vLLM)")
     if name in ("sharegpt", "custom") and ns.dataset_path is None:
