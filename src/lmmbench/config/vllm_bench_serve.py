@@ -141,6 +141,8 @@ def _check(ns: argparse.Namespace) -> str:
         ns.self_timed = True if ns.self_timed is None else ns.self_timed
     elif ns.self_timed is not None:
         raise UserError("--self-timed / --no-self-timed: only with --dataset-name timed_trace (as vLLM)")
+    if ns.plot_dataset_stats and not (ns.save_result or ns.append_result or ns.plot_timeline):
+        raise UserError("--plot-dataset-stats writes beside the result file: add --save-result (as vLLM needs)")
     if ns.max_concurrency is not None and ns.max_concurrency <= 0:
         raise UserError("--max-concurrency must be greater than 0")
     if ns.ramp_up_strategy is not None:

@@ -62,9 +62,15 @@ def _result_path(ns: Any, model: str, date: str) -> Path | None:
     """Where vLLM writes its result file (and its figures beside it); None when nothing asks for one."""
     if not (ns.plot_timeline or ns.save_result or ns.append_result):
         return None
+    from lmmbench.core.errors import UserError
+
     folder = Path(ns.result_dir) if ns.result_dir else Path.cwd()
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / _file_name(ns, model, date)
+    target = folder / _file_name(ns, model, date)  # an absolute --result-filename wins, as os.path.join's
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--result-dir / --result-filename: cannot create {target.parent} ({exc})") from None
+    return target
 
 
 def _vllm_json(ns: Any, result: dict[str, Any]) -> str:
