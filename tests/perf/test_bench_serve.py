@@ -289,3 +289,18 @@ def test_probe_requests_run_beside_the_load(server: tuple[str, int], tok: Path, 
     assert result["probe_completed"] == done and result["completed"] == 20
     after = json.loads(urllib.request.urlopen(f"{url}/stats").read())["requests"]
     assert after - before >= 20 + done  # the probes reached the server beside the 20 requests
+
+
+def test_ramp_up_run_writes_vllms_ramp_keys_and_name(server: tuple[str, int], tok: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    _, port = server
+    monkeypatch.chdir(tmp_path)
+    argv = ["--model", "test-model", "--port", str(port), "--num-prompts", "30", "--random-input-len", "8",
+            "--random-output-len", "3", "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "10",
+            "--ramp-up-end-rps", "40", "--tokenizer", str(tok), "--save-result"]  # fmt: skip
+    assert main(["bench", "serve", *argv]) == 0
+    [path] = list(tmp_path.glob("openai-ramp-up-linear-10qps-40qps-test-model-*.json"))  # vLLM's ramp-up name
+    result = json.loads(path.read_text())
+    assert (result["ramp_up_strategy"], result["ramp_up_start_rps"], result["ramp_up_end_rps"]) == ("linear", 10, 40)
+    assert result["request_rate"] == "inf" and result["completed"] == 30
+    assert [e["rps"] for e in result["rps_change_events"]] == list(range(10, 41))

@@ -22,7 +22,8 @@ from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest
 from lmmbench.datasets import vllm_samplers as vs
 
-__all__ = ["CHAT_BACKENDS", "MORE_SAMPLERS", "build_vllm_requests", "draw_samples", "vllm_schedule_s"]
+__all__ = ["CHAT_BACKENDS", "MORE_SAMPLERS", "build_vllm_requests", "draw_samples", "request_rates",
+           "vllm_schedule_s"]
 
 #: vLLM's backends whose requests go to the chat API (and may carry images / videos)
 CHAT_BACKENDS = ("openai-chat",)
@@ -126,16 +127,21 @@ def _draw_media_or_trace(ns: argparse.Namespace, tok: vs.VllmTokenizer, rngs: vs
     return ts.sample_timed_trace(tok, rngs, path, ns.num_prompts, labels, ns.request_id_prefix)
 
 
+def request_rates(n: int, ns: argparse.Namespace) -> list[float]:
+    """The rate in force at each of ``n`` requests: --request-rate, or the --ramp-up-* ramp (vLLM's)."""
+    ramp, rate = ns.ramp_up_strategy, float(ns.request_rate)
+    if ramp is None:
+        return [rate] * n
+    lo, hi = float(ns.ramp_up_start_rps), float(ns.ramp_up_end_rps)
+    steps = [i / max(n - 1, 1) for i in range(n)]
+    return [lo + (hi - lo) * p if ramp == "linear" else lo * (hi / lo) ** p for p in steps]
+
+
 def vllm_schedule_s(n: int, ns: argparse.Namespace, np_rng: Any) -> list[float]:
     """Send times (seconds from the start) of ``n`` requests, as vLLM's ``get_request`` computes them."""
     ramp, rate, shape = ns.ramp_up_strategy, float(ns.request_rate), float(ns.burstiness)
     delays: list[float] = []
-    for i in range(n):
-        r = rate
-        if ramp is not None:
-            progress = i / max(n - 1, 1)
-            lo, hi = float(ns.ramp_up_start_rps), float(ns.ramp_up_end_rps)
-            r = lo + (hi - lo) * progress if ramp == "linear" else lo * (hi / lo) ** progress
+    for i, r in enumerate(request_rates(n, ns)):
         if r <= 0:
             raise UserError(f"request {i}: a request rate of {r} req/s; --ramp-up-start-rps must be above 0")
         if math.isinf(r):

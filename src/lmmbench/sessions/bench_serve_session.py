@@ -190,6 +190,22 @@ def _with_probes(result: dict[str, Any], probes: Any) -> dict[str, Any]:
     return {**{k: result[k] for k in keys[:at]}, **stats, **{k: result[k] for k in keys[at:]}}
 
 
+def _rps_events(ns: Any, requests: list[Any], start: datetime) -> list[dict[str, Any]]:
+    """vLLM's ``rps_change_events`` of a ramp-up: each whole rate reached, with the wall time it was reached."""
+    from datetime import timedelta
+
+    from lmmbench.datasets.vllm_bench_requests import request_rates
+
+    last = int(ns.ramp_up_start_rps)
+    events = [{"rps": last, "timestamp": start.isoformat()}]
+    for req, rate in zip(requests, request_rates(len(requests), ns), strict=True):
+        if int(rate) > last:
+            at = (start + timedelta(microseconds=(req.arrival_ns or 0) / 1e3)).isoformat()
+            events += [{"rps": v, "timestamp": at} for v in range(last + 1, int(rate) + 1)]
+            last = int(rate)
+    return events
+
+
 def run_bench_serve(argv: list[str]) -> BenchServeRun:
     """Parse ``argv`` as ``vllm bench serve`` does, run the load, return the table and the result file."""
     from lmmbench.config.perf import PerfConfig
@@ -208,6 +224,7 @@ def run_bench_serve(argv: list[str]) -> BenchServeRun:
     if ns.profile:  # as vLLM: the server's profiler on around the benchmark
         _post(cfg.url, "/start_profile", headers(ns))
     probes = _start_probes(ns, cfg.url, requests[0])
+    started = datetime.now()
     try:
         run = run_perf(cfg, requests)
     finally:
@@ -219,6 +236,11 @@ def run_bench_serve(argv: list[str]) -> BenchServeRun:
     sent, ok = run.request_counts()
     result: dict[str, Any] = json.loads(written.read_text(encoding="utf-8")) if written.is_file() else {}
     result = _with_probes(result, probes)
+    if result and ns.ramp_up_strategy is not None:
+        keys = list(result)
+        at = next((i for i, k in enumerate(keys) if k.startswith("mean_")), len(keys))
+        events = {"rps_change_events": _rps_events(ns, requests, started)}
+        result = {**{k: result[k] for k in keys[:at]}, **events, **{k: result[k] for k in keys[at:]}}
     table = format_result_table(result, cfg.percentile_metrics, cfg.percentiles, float(ns.request_rate),
                                 ns.max_concurrency, bool(cfg.slo)) if result else ""  # fmt: skip
     placed = _place_result(ns, result, _result_path(ns, str(ns.model or cfg.model), date)) if result else None
