@@ -27,6 +27,7 @@ class BenchServeRun:
     sent: int
     ok: int
     run_dir: Path
+    interrupted: bool = False
 
 
 def _post(url: str, path: str, hdrs: dict[str, str]) -> None:
@@ -178,16 +179,13 @@ def _start_probes(ns: Any, url: str, first: Any) -> Any:
     return ProbeLoop(url, ns.endpoint, body, hdrs, float(ns.probe_request_rate)).start()
 
 
-def _with_probes(result: dict[str, Any], probes: Any) -> dict[str, Any]:
-    """vLLM's probe_* keys, after the benchmark's counts and before the metric summaries."""
-    from lmmbench.sessions.bench_serve_probes import probe_stats
-
-    stats = probe_stats(probes) if probes is not None else None
-    if not stats or not result:
+def _before_metrics(result: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
+    """``extra`` keys after the benchmark's counts and before the metric summaries (where vLLM puts them)."""
+    if not extra or not result:
         return result
     keys = list(result)
     at = next((i for i, k in enumerate(keys) if k.startswith("mean_")), len(keys))
-    return {**{k: result[k] for k in keys[:at]}, **stats, **{k: result[k] for k in keys[at:]}}
+    return {**{k: result[k] for k in keys[:at]}, **extra, **{k: result[k] for k in keys[at:]}}
 
 
 def _rps_events(ns: Any, requests: list[Any], start: datetime) -> list[dict[str, Any]]:
@@ -235,13 +233,13 @@ def run_bench_serve(argv: list[str]) -> BenchServeRun:
     written = run.run_dir / "vllm_result.json"
     sent, ok = run.request_counts()
     result: dict[str, Any] = json.loads(written.read_text(encoding="utf-8")) if written.is_file() else {}
-    result = _with_probes(result, probes)
-    if result and ns.ramp_up_strategy is not None:
-        keys = list(result)
-        at = next((i for i, k in enumerate(keys) if k.startswith("mean_")), len(keys))
-        events = {"rps_change_events": _rps_events(ns, requests, started)}
-        result = {**{k: result[k] for k in keys[:at]}, **events, **{k: result[k] for k in keys[at:]}}
+    from lmmbench.sessions.bench_serve_probes import probe_stats
+
+    result = _before_metrics(result, probe_stats(probes) if probes is not None else None)
+    if ns.ramp_up_strategy is not None:
+        result = _before_metrics(result, {"rps_change_events": _rps_events(ns, requests, started)})
     table = format_result_table(result, cfg.percentile_metrics, cfg.percentiles, float(ns.request_rate),
                                 ns.max_concurrency, bool(cfg.slo)) if result else ""  # fmt: skip
-    placed = _place_result(ns, result, _result_path(ns, str(ns.model or cfg.model), date)) if result else None
-    return BenchServeRun(table, placed, sent, ok, run.run_dir)
+    model = ns.model or (run.results[0].model if run.results else cfg.model) or ""  # vLLM: the server's first
+    placed = _place_result(ns, result, _result_path(ns, str(model), date)) if result else None
+    return BenchServeRun(table, placed, sent, ok, run.run_dir, run.interrupted)
