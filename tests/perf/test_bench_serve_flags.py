@@ -406,3 +406,8 @@ def test_prompts_realigned_to_the_servers_tokenizer(tok: Path) -> None:
         assert got.payload["prompt"] == want
         cut += want != text
     assert cut
+
+
+def test_without_model_the_servers_first_model_is_sent(tok: Path) -> None:
+    _, reqs = _build("--num-prompts 1 --random-input-len 6", tok)
+    assert "model" not in reqs[0].payload and _wire(reqs[0])[2]["model"] == "default-model"  # the client's model

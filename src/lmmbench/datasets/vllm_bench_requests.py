@@ -158,7 +158,7 @@ def vllm_schedule_s(n: int, ns: argparse.Namespace, np_rng: Any) -> list[float]:
     return delays
 
 
-def _body(ns: argparse.Namespace, s: vs.VllmSample, model: str, extra: dict[str, Any]) -> dict[str, Any]:
+def _body(ns: argparse.Namespace, s: vs.VllmSample, model: str | None, extra: dict[str, Any]) -> dict[str, Any]:
     if ns.backend in CHAT_BACKENDS:
         if isinstance(s.prompt, list):  # OpenAI content parts (custom_image), then any media
             content = [*s.prompt, *(s.mm or [])]
@@ -171,6 +171,8 @@ def _body(ns: argparse.Namespace, s: vs.VllmSample, model: str, extra: dict[str,
     else:  # vLLM's completions request leaves a sample's images out (random-mm is refused before)
         body = {"model": model, "prompt": s.prompt, "repetition_penalty": 1.0, "max_tokens": s.output_len,
                 "logprobs": ns.logprobs}  # fmt: skip
+    if model is None:  # no --model: the client sends the server's first model, as vLLM asks /v1/models for it
+        del body["model"]
     if ns.ignore_eos:
         body["ignore_eos"] = True
     body.update(extra)
@@ -186,7 +188,7 @@ def _lora(ns: argparse.Namespace, n: int, rngs: vs.VllmRng) -> list[str] | None:
     return [rngs.py.choice(mods) for _ in range(n)]
 
 
-def build_vllm_requests(ns: argparse.Namespace, samples: list[vs.VllmSample], model: str, rngs: vs.VllmRng,
+def build_vllm_requests(ns: argparse.Namespace, samples: list[vs.VllmSample], model: str | None, rngs: vs.VllmRng,
                         extra_body: dict[str, Any], headers: dict[str, str]) -> list[PerfRequest]:  # fmt: skip
     """The requests of the run, bodies and headers as vLLM sends them, each with its send time."""
     lora = _lora(ns, len(samples), rngs)
