@@ -56,5 +56,23 @@ def format_result_table(result: dict[str, Any], metrics: Sequence[str], percenti
             word = str(int(p)) if int(p) == p else str(p)
             if f"p{word}_{key}_ms" in result:
                 lines.append(_line(f"P{word} {name} (ms):", result[f"p{word}_{key}_ms"]))
+    lines += _spec_lines(result)
     lines.append("=" * 50)
     return "\n".join(lines)
+
+
+def _spec_lines(result: dict[str, Any]) -> list[str]:
+    """vLLM's "Speculative Decoding" section (when the server's counters moved during the run)."""
+    if "spec_decode_acceptance_rate" not in result:
+        return []
+    lines = ["{s:{c}^{n}}".format(s="Speculative Decoding", n=50, c="-"),
+             _line("Acceptance rate (%):", result["spec_decode_acceptance_rate"]),
+             _line("Acceptance length:", result["spec_decode_acceptance_length"]),
+             _line("Drafts:", int(result["spec_decode_num_drafts"]), False),
+             _line("Draft tokens:", int(result["spec_decode_draft_tokens"]), False),
+             _line("Accepted tokens:", int(result["spec_decode_accepted_tokens"]), False)]  # fmt: skip
+    per_pos = result.get("spec_decode_per_position_acceptance_rates") or []
+    if per_pos:
+        lines.append("Per-position acceptance (%):")
+        lines += [_line(f"  Position {i}:", rate * 100) for i, rate in enumerate(per_pos)]
+    return lines
