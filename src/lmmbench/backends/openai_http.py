@@ -292,6 +292,7 @@ class OpenAIHttpClient:
         extra_body: dict[str, Any] | None = None,
         continuous_usage: bool = True,
         headers: dict[str, str] | None = None,
+        insecure: bool = False,
     ) -> None:
         self.endpoint = parse_base_url(url)
         self.model = model
@@ -304,6 +305,9 @@ class OpenAIHttpClient:
         self.busy: set[_Conn] = set()
         self.connections_opened = 0
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self.endpoint.tls else None
+        if self._ssl is not None and insecure:  # vLLM's --insecure: no certificate check
+            self._ssl.check_hostname = False
+            self._ssl.verify_mode = ssl.CERT_NONE
         self._pending_connects: set[asyncio.Task[None]] = set()
 
     # encoding ----------------------------------------------------------------------------
@@ -320,7 +324,8 @@ class OpenAIHttpClient:
             body["stream_options"] = opts
         return body
 
-    def encode_raw(self, method: str, path: str, body: bytes | None = None) -> bytes:
+    def encode_raw(self, method: str, path: str, body: bytes | None = None,
+                   headers: dict[str, str] | None = None) -> bytes:  # fmt: skip
         """HTTP/1.1 request bytes."""
         ep = self.endpoint
         host = ep.host if ep.port in (80, 443) else f"{ep.host}:{ep.port}"
@@ -330,13 +335,13 @@ class OpenAIHttpClient:
         lines.append("Accept: text/event-stream, application/json")
         if self.api_key:
             lines.append(f"Authorization: Bearer {self.api_key}")
-        lines += [f"{k}: {v}" for k, v in self.headers.items()]
+        lines += [f"{k}: {v}" for k, v in {**self.headers, **(headers or {})}.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
 
     def encode(self, req: PerfRequest, stream: bool = True) -> bytes:
         """Request bytes of ``req``, encoded once before the load."""
         data = json.dumps(self.body(req, stream), separators=(",", ":"), ensure_ascii=False).encode()
-        return self.encode_raw("POST", self.endpoint.path(req.endpoint), data)
+        return self.encode_raw("POST", self.endpoint.path(req.endpoint), data, req.headers)
 
     # connections -------------------------------------------------------------------------
     async def _connect(self) -> _Conn:

@@ -25,6 +25,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(run.table)
         if run.result_file is not None:
             typer.echo(f"result file: {run.result_file}", err=True)
+        if run.interrupted:
+            raise KeyboardInterrupt  # exit 130 once what was measured is written
         if run.ok == 0:
             typer.echo(f"error: no request succeeded ({run.sent} sent) -> {run.run_dir}", err=True)
             raise typer.Exit(NOTHING_MEASURED)

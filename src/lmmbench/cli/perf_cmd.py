@@ -13,9 +13,9 @@ from lmmbench.config.perf_vllm import VLLM_ONLY_FIELDS
 _vllm_flags_used: list[str] = []
 
 VLLM_NOTE = (
-    "[perf] note: vLLM-style flags ({flags}): lmmbench keeps --ignore-eos on (every request asks for "
-    "exactly the output length; --no-ignore-eos for vLLM's default off), and without --request-rate or "
-    "--max-concurrency it runs its own default load (vLLM sends every prompt at once); see docs/perf.md"
+    "[perf] note: vLLM-style flags ({flags}): perf keeps its own defaults (--ignore-eos on, 100 requests, one "
+    "client without --rate or --max-concurrency); to run a vllm bench serve command line as vLLM runs it, use "
+    "lmmbench bench serve (docs/perf.md, 'Coming from vLLM')"
 )
 
 

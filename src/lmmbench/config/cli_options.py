@@ -10,7 +10,7 @@ The loaders (``load_config_file``, ``parse_model``) live in the typer-free ``con
 they are re-exported here for the commands.
 
 A model may name extra flags for a field in ``CLI_ALIASES`` (a class attribute mapping a
-field name to flags, e.g. ``{"rate": ("--request-rate",)}``): each alias is its own option
+field name to flags, e.g. ``{"num_requests": ("--num-prompts",)}``): each alias is its own option
 (so its help says whose alias it is) and ``on_aliases`` is told which aliases were used (on every call).
 """
 

@@ -13,12 +13,8 @@ __all__ = ["TelemetryOptions", "WorkloadShapeOptions"]
 class WorkloadShapeOptions(BaseModel):
     """Knobs of the multiturn, shared_prefix and trace datasets."""
 
-    #: vLLM's names of the shared-prefix knobs (its ``prefix_repetition`` dataset).
-    CLI_ALIASES: ClassVar[dict[str, tuple[str, ...]]] = {
-        "prefix_groups": ("--prefix-repetition-num-prefixes",),
-        "prefix_tokens": ("--prefix-repetition-prefix-len",),
-        "suffix_tokens": ("--prefix-repetition-suffix-len",),
-    }
+    #: none: vLLM's --prefix-repetition-* draw vLLM's own prompts, which ``lmmbench bench serve`` does
+    CLI_ALIASES: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     turns: int = Field(4, ge=1, le=1000, description="multiturn without --dataset-path: turns per conversation.")
     think_time_ms: float = Field(0.0, ge=0, description="multiturn: pause between a reply and the next turn.")

@@ -1,11 +1,11 @@
-"""The flags of ``vllm bench serve`` on ``lmmbench perf``: aliases of lmmbench's own options, and
-the few vLLM-only ones (result file, percentiles, sampling parameters), translated before validation.
+"""vLLM's result file and its options on ``lmmbench perf``, and the few vLLM spellings that mean exactly what
+they mean in ``vllm bench serve`` (and in ``lmmbench bench serve``, which runs whole vLLM command lines).
 
-``PerfConfig`` inherits ``VllmBenchFlags``; ``CLI_ALIASES`` gives the vLLM spelling of options
-lmmbench already has (``--request-rate`` is ``--rate``), and ``_translate`` maps vLLM's values
-(``--endpoint /v1/completions``, ``--dataset-name random``, ``--goodput ttft:500``, ``--host/--port``)
-onto lmmbench's. Flags that only steer vLLM's own client (``--backend``, ``--disable-tqdm``,
-``--custom-skip-chat-template``) are accepted; see docs/perf.md "vLLM compatibility".
+``PerfConfig`` inherits ``VllmBenchFlags``; ``CLI_ALIASES`` gives the vLLM spelling of options whose meaning is
+the same (``--num-prompts`` is ``--num-requests``), and ``_translate`` maps vLLM's values (``--endpoint
+/v1/completions``, ``--goodput ttft:500``, ``--host/--port``, ``--backend``) onto lmmbench's. vLLM spellings
+whose effect differs in perf (``--request-rate``: vLLM rescales its gaps; ``--dataset-name`` and the
+``--random-*`` lengths: vLLM's samplers) are not perf flags: ``lmmbench bench serve`` takes them as vLLM does.
 """
 
 from __future__ import annotations
@@ -21,19 +21,16 @@ _ENDPOINT_PATHS = {
     "/v1/completions": "completions", "/completions": "completions",
     "/v1/chat/completions": "chat", "/chat/completions": "chat",
 }  # fmt: skip
-_DATASET_NAMES = {
-    "random": "synthetic", "custom": "jsonl", "sharegpt": "sharegpt", "prefix_repetition": "shared_prefix",
-}  # fmt: skip
 _GOODPUT_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2e_ms", "itl": "itl_ms"}
 _SAMPLING = ("temperature", "top_p", "top_k", "min_p")
 #: Metrics a vLLM-format result can summarise (vLLM's --percentile-metrics names).
-PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "e2el_including_client_queue")
 
 #: Fields that exist only for vLLM compatibility (using one prints the compatibility note).
 VLLM_ONLY_FIELDS = frozenset({
     "backend", "host", "port", "label", "save_result", "save_detailed", "result_dir", "result_filename",
     "metadata", "random_range_ratio", "percentile_metrics", "temperature", "top_p", "top_k", "min_p",
-    "disable_tqdm", "custom_skip_chat_template",
+    "disable_tqdm",
 })  # fmt: skip
 
 
@@ -43,19 +40,16 @@ class VllmBenchFlags(BaseModel):
     #: vLLM's spelling of options lmmbench has under another name (see lmmbench.config.cli_options).
     CLI_ALIASES: ClassVar[dict[str, tuple[str, ...]]] = {
         "url": ("--base-url",),
-        "rate": ("--request-rate",),
         "concurrency": ("--max-concurrency",),
         "num_requests": ("--num-prompts",),
-        "input_tokens": ("--random-input-len", "--input-len"),
-        "output_tokens": ("--random-output-len", "--output-len"),
-        "dataset": ("--dataset-name",),
         "slo": ("--goodput",),
         "percentiles": ("--metric-percentiles",),
         "warmup_requests": ("--num-warmups",),
     }
 
     backend: str | None = Field(
-        None, description="vLLM compatibility, accepted, not used: lmmbench speaks OpenAI HTTP (--endpoint: API)."
+        None, description="vLLM's backend name: openai / vllm call completions, openai-chat calls chat (when "
+        "--endpoint is not given); written as the result file's backend."
     )
     host: str | None = Field(None, description="vLLM compatibility: server host (with --port; --url wins).")
     port: int | None = Field(None, ge=1, le=65535, description="vLLM compatibility: server port (with --host).")
@@ -83,9 +77,7 @@ class VllmBenchFlags(BaseModel):
     top_k: int | None = Field(None, description="top_k sent with every request.")
     min_p: float | None = Field(None, ge=0, le=1, description="min_p sent with every request.")
     disable_tqdm: bool = Field(False, description="vLLM compatibility: no live progress line (as --no-progress).")
-    custom_skip_chat_template: bool = Field(
-        False, description="vLLM compatibility, accepted and not used: lmmbench never applies a chat template."
-    )
+    insecure: bool = Field(False, description="https without checking the server's certificate (vLLM's --insecure).")
 
     @field_validator("percentiles")
     @classmethod
@@ -115,9 +107,11 @@ class VllmBenchFlags(BaseModel):
             d["endpoint"] = _ENDPOINT_PATHS[ep]
         elif ep is None and d.get("backend") == "openai-chat":
             d["endpoint"] = "chat"
-        ds = d.get("dataset")
-        if isinstance(ds, str) and ds in _DATASET_NAMES:
-            d["dataset"] = _DATASET_NAMES[ds]
+        elif ep is None and d.get("backend") in ("openai", "vllm"):  # vLLM's completions backends
+            d["endpoint"] = "completions"
+        burst = d.get("burstiness")
+        if burst is not None and float(burst) != 1.0 and d.get("arrival") is None:
+            d["arrival"] = "gamma"  # as vLLM: --burstiness shapes the gaps without naming the process
         if isinstance(d.get("slo"), dict):
             d["slo"] = {_GOODPUT_KEYS.get(k, k): v for k, v in d["slo"].items()}
         if d.get("url") is None and (d.get("host") or d.get("port")):

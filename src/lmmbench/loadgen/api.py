@@ -68,6 +68,7 @@ def _client_kwargs(cfg: PerfConfig, model: str, continuous: bool) -> dict[str, A
         "timeout_s": cfg.timeout_s,
         "extra_body": cfg.extra_body,
         "continuous_usage": continuous,
+        **({"insecure": True} if cfg.insecure else {}),
     }
 
 
@@ -163,8 +164,8 @@ def _plans(cfg: PerfConfig, requests: list[PerfRequest], pf: Preflight, workers:
     plans = []
     n = _request_count(cfg)
     if any(r.turn or r.arrival_ns is not None for r in requests):  # multi-turn or trace: the dataset decides
-        return _structured_plans(cfg, requests, workers, common)
-    if cfg.rate is not None:
+        plans = _structured_plans(cfg, requests, workers, common)
+    elif cfg.rate is not None:
         offsets = arrival_offsets_ns(cfg.arrival, cfg.rate, count=n, duration_s=cfg.duration_s if n is None else None,
                                      seed=cfg.seed, burstiness=cfg.burstiness)  # fmt: skip
         for w in range(workers):

@@ -1,11 +1,14 @@
 """The benchmark part of a ``vllm bench serve --save-result`` JSON, computed from request records.
 
 Keys and definitions follow vLLM's ``vllm/benchmarks/serve.py`` (``benchmark()`` /
-``calculate_metrics()``): times from the send of each request (vLLM starts its clock just before
-the POST), ``ttfts`` / ``itls`` / ``latencies`` / ``start_times`` / ``queue_times`` in seconds,
-``itls`` as gaps between streamed chunks, TPOT over requests with more than one output token,
-percentiles with linear interpolation (numpy's default), std over the population, metric
-summaries in milliseconds as ``mean_<m>_ms``, ``median_<m>_ms``, ``std_<m>_ms``, ``p<q>_<m>_ms``.
+``calculate_metrics()``): ``ttfts`` / ``itls`` / ``latencies`` / ``start_times`` / ``queue_times`` in seconds,
+TPOT over requests with more than one output token, percentiles with linear interpolation (numpy's default),
+std over the population, metric summaries in milliseconds as ``mean_<m>_ms``, ``median_<m>_ms``,
+``std_<m>_ms``, ``p<q>_<m>_ms``. Two of vLLM's measurements are timing faults, measured here lmmbench's way
+under vLLM's names (docs/perf.md, "Coming from vLLM"): ``itls`` are per token (a chunk carrying k tokens after a
+gap d gives k gaps of d/k, where vLLM counts one gap of d), and TTFT / E2EL of an open-loop schedule run from
+the request's scheduled time (vLLM: from the send, after the wait for a concurrency slot, hiding the queueing);
+with every request due at once (``--request-rate inf``) they run from the slot, as a closed loop's do.
 Where vLLM writes 0 for a metric with no sample, this writes null (truth contract).
 """
 
@@ -16,12 +19,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from lmmbench.core.request_records import RequestRecord
+from lmmbench.metrics.perf_metrics import itl_ms
 from lmmbench.metrics.stats import percentile, percentile_key
 
 __all__ = ["DETAILED_KEYS", "vllm_benchmark_result"]
 
 #: Per-request lists vLLM keeps only with --save-detailed.
-DETAILED_KEYS = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors")
+DETAILED_KEYS = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors",
+                 "server_queue_times", "server_ttfts")
 
 _S = 1e9
 
@@ -68,13 +73,19 @@ def vllm_benchmark_result(
     goodput_ms: dict[str, float] | None = None,
     detailed: bool = False,
     queue_metrics: bool = False,
+    from_scheduled: bool = True,
 ) -> dict[str, Any]:
-    """vLLM's result keys for the measured records (``goodput_ms`` keyed ttft / tpot / e2el)."""
+    """vLLM's result keys for the measured records (``goodput_ms`` keyed ttft / tpot / e2el); latencies from
+    each request's scheduled time, or (``from_scheduled=False``, every request due at once) from its slot."""
     recs = [r for r in records if not r.warmup]
     ok = [r for r in recs if r.ok]
-    ttfts = [(r.first_token_ns - r.sent_ns) / _S if r.ok and r.first_token_ns else 0.0 for r in recs]
-    lat = [(r.end_ns - r.sent_ns) / _S if r.ok else 0.0 for r in recs]
-    itls = [[(b - a) / _S for a, b in zip(r.chunk_times_ns, r.chunk_times_ns[1:], strict=False)] for r in recs]
+    refs = [(r.scheduled_ns if from_scheduled else r.slot_ns) or r.sent_ns for r in recs]
+    ttfts = [(r.first_token_ns - t0) / _S if r.ok and r.first_token_ns else 0.0 for r, t0 in zip(recs, refs,
+                                                                                                  strict=True)]
+    # vLLM's request ends with its last token chunk (the usage chunk and [DONE] after it are not counted)
+    lat = [((r.chunk_times_ns[-1] if r.chunk_times_ns else r.end_ns) - t0) / _S if r.ok else 0.0
+           for r, t0 in zip(recs, refs, strict=True)]  # fmt: skip
+    itls = [[x / 1e3 for x in itl_ms(r)] for r in recs]
     out_lens = [r.output_tokens if r.ok else 0 for r in recs]
     in_total = sum(r.input_tokens or r.prompt_tokens or 0 for r in ok)
     tpots: list[float] = []
@@ -99,14 +110,19 @@ def vllm_benchmark_result(
         "queue_times": [max(r.slot_ns - r.scheduled_ns, 0) / _S if r.slot_ns else 0.0 for r in recs],
         "generated_texts": [r.output_text for r in recs], "errors": [r.error_message for r in recs],
         "max_output_tokens_per_s": peak_tokens, "max_concurrent_requests": peak_conc, "rtfx": 0.0,
+        # the server's own queue time and TTFT, which vLLM reads from a final chunk's "metrics": not read here
+        "server_queue_times": [None] * len(recs), "server_ttfts": [None] * len(recs),
     }  # fmt: skip
     ok_idx = [i for i, r in enumerate(recs) if r.ok]
     series = {
         "ttft": [ttfts[i] for i in ok_idx], "tpot": tpots,
         "itl": [x for i in ok_idx for x in itls[i]], "e2el": [lat[i] for i in ok_idx],
     }  # fmt: skip
-    if queue_metrics:
+    if queue_metrics:  # with --max-concurrency, as vLLM
         series["client_queue_time"] = [res["queue_times"][i] for i in ok_idx]
+        if from_scheduled:  # a finite rate: end-to-end from the scheduled time, the queue included
+            series["e2el_including_client_queue"] = [lat[i] if refs[i] == recs[i].scheduled_ns else
+                                                     lat[i] + res["queue_times"][i] for i in ok_idx]  # fmt: skip
     for name, values in series.items():
         if name not in percentile_metrics:
             continue

@@ -38,6 +38,7 @@ def vllm_result(cfg: PerfConfig, records: list[RequestRecord], model: str, durat
     body = vllm_benchmark_result(
         records, duration_s=duration_s, percentiles=cfg.percentiles, percentile_metrics=cfg.percentile_metrics,
         goodput_ms=goodput or None, detailed=cfg.save_detailed, queue_metrics=cfg.concurrency is not None,
+        from_scheduled=not (cfg.rate is not None and math.isinf(cfg.rate)),
     )  # fmt: skip
     return {**head, **body}
 

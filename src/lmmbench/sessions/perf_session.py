@@ -33,7 +33,7 @@ from lmmbench.config.perf_workload import load_workload
 from lmmbench.core.clock import wall_label
 from lmmbench.core.environment import capture_environment
 from lmmbench.core.errors import UserError
-from lmmbench.core.request_records import RequestRecord
+from lmmbench.core.request_records import PerfRequest, RequestRecord
 from lmmbench.core.run_log import RunLog, measurement_from, new_run_id, write_run_log
 from lmmbench.core.run_summaries import perf_headline
 from lmmbench.loadgen.api import (
@@ -323,8 +323,9 @@ def _sweep(base: PerfConfig, points: list[dict[str, Any]], done: Previous | None
                 proc.wait(30)
 
 
-def run_perf(cfg: PerfConfig) -> PerfRun:
-    """Run every point of ``cfg`` (or the SLO search) and write the run folder."""
+def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None) -> PerfRun:
+    """Run every point of ``cfg`` (or the SLO search) and write the run folder; ``requests``: built by the caller
+    (``bench serve``), else from ``cfg``'s dataset."""
     base, points = _resolve(cfg)
     if base.action == "search" and not base.slo:
         raise UserError("perf search needs --slo, e.g. --slo ttft_ms=500,tpot_ms=50")
@@ -361,7 +362,7 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
         if telemetry is not None:
             telemetry.point = i
         labels = _labels(i, pcfg)
-        res = run_benchmark(pcfg, None, tok, pf, journal=(str(run_dir / JOURNAL_NAME), labels))  # builds the requests
+        res = run_benchmark(pcfg, requests, tok, pf, journal=(str(run_dir / JOURNAL_NAME), labels))
         out.add(labels, res)
         run.results.append(res)
         _print_point(labels, res)
