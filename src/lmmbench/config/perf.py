@@ -44,7 +44,8 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
         "http://127.0.0.1:8000", description="Server base URL: http://host:port, optionally ending in /v1."
     )
     model: str | None = Field(None, description="Model name; default: the first one the server lists.")
-    endpoint: Literal["chat", "completions"] = Field("chat", description="API to call.")
+    endpoint: Literal["chat", "completions", "generate"] = Field(
+        "chat", description="API to call (generate: SGLang's native /generate).")
     api_key: str | None = Field(None, description="Bearer token (default: $OPENAI_API_KEY if set).")
     # dataset
     dataset: Literal["synthetic", "sharegpt", "jsonl", "multimodal", "multiturn", "shared_prefix", "trace"] = Field(
