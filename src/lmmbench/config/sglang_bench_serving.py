@@ -141,12 +141,13 @@ def _changed(ns: argparse.Namespace) -> list[str]:
 
 def _lengths(full: int, ratio: float) -> tuple[int, float]:
     """SGLang draws a length uniformly in [max(int(full * ratio), 1), full]; lmmbench draws it in
-    [n(1 - r), n(1 + r)]: the same interval with n its middle and r its half-width over n."""
+    [floor(n(1 - r)), ceil(n(1 + r))] with an integer n: n the middle and r the half-width over n give the same
+    upper bound, and the same lower bound when low + full is even (one token lower when it is odd)."""
     low = max(int(full * ratio), 1)
     if low >= full:
         return full, 0.0
-    middle = (low + full) / 2
-    return max(round(middle), 1), min((full - low) / 2 / middle, 0.999999)
+    middle = (low + full) // 2
+    return middle, (full - middle) / middle - 1e-12  # just under, so that ceil(n(1 + r)) is full itself
 
 
 def _dataset(ns: argparse.Namespace) -> dict[str, Any]:
