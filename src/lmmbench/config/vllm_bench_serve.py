@@ -23,7 +23,8 @@ VLLM_FLAGS: list[dict[str, Any]] = json.loads(
     resources.files("lmmbench.config").joinpath("vllm_bench_serve_flags.json").read_text(encoding="utf-8"))["flags"]
 
 _BACKENDS = {"openai": "completions", "vllm": "completions", "openai-chat": "chat"}
-_DATASETS = {"random": "synthetic", "sharegpt": "sharegpt", "custom": "jsonl", "prefix_repetition": "shared_prefix"}
+_DATASETS = {"random": "synthetic", "sharegpt": "sharegpt", "custom": "jsonl", "prefix_repetition": "shared_prefix",
+             "burstgpt": "burstgpt", "spec_bench": "spec_bench", "hf": "hf"}  # these 3: datasets.vllm_hub_datasets
 _ENDPOINTS = {"/v1/completions": "completions", "/completions": "completions", "/v1/chat/completions": "chat",
               "/chat/completions": "chat"}  # fmt: skip
 _PENALTIES = ("frequency_penalty", "presence_penalty", "repetition_penalty")
