@@ -230,6 +230,18 @@ def test_backends_lmmbench_cannot_speak_are_refused_by_name(backend: str, capsys
     assert f"--backend {backend}: refused:" in capsys.readouterr().err
 
 
+def test_logprob_flags_reach_the_request_body_as_sglang_sends_them() -> None:
+    def extra(line: str) -> dict[str, object]:
+        return translate(build_parser().parse_args(shlex.split(line)))["extra_body"]  # type: ignore[no-any-return]
+
+    assert extra("--backend sglang --return-logprob --top-logprobs-num 3 --logprob-start-len 0") == {
+        "return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": 3}
+    assert extra("--backend sglang-oai --return-logprob --top-logprobs-num 3") == {"logprobs": 3}
+    assert extra("--backend vllm-chat --return-logprob --top-logprobs-num 3") == {}
+    line = """--backend sglang --return-routed-experts --extra-request-body '{"return_routed_experts": false}'"""
+    assert extra(line) == {"return_routed_experts": False}  # the extra body wins, as in SGLang
+
+
 def test_parser_is_sglangs() -> None:
     """Defaults, prefix abbreviations, choices and SGLang's goodput type."""
     ns = build_parser().parse_args(shlex.split("--random-input 5 --num-prompt 7 --goodput ttft:500 tpot:50"))

@@ -64,7 +64,8 @@ CARRIED = {
     "random_output_len", "random_range_ratio", "request_rate", "max_concurrency", "output_file", "output_details",
     "goodput", "disable_tqdm", "seed", "disable_ignore_eos", "temperature", "top_p", "extra_request_body",
     "profile", "warmup_requests", "tag", "gsp_num_groups", "gsp_prompts_per_group", "gsp_system_prompt_len",
-    "gsp_question_len", "gsp_output_len",
+    "gsp_question_len", "gsp_output_len", "return_logprob", "top_logprobs_num", "token_ids_logprob",
+    "logprob_start_len", "return_routed_experts",
 }  # fmt: skip
 _GOODPUT = ("ttft", "tpot", "e2el")
 
@@ -170,6 +171,22 @@ def _dataset(ns: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _logprob_fields(ns: argparse.Namespace, endpoint: str) -> dict[str, Any]:
+    """The logprob / routed-expert fields SGLang's client puts in each request body (under the extra body)."""
+    if endpoint == "generate":  # SGLang's native payload; its defaults are the server's, so only changes are sent
+        out: dict[str, Any] = {k: getattr(ns, k) for k in ("return_logprob", "return_routed_experts") if getattr(ns, k)}
+        if ns.logprob_start_len != -1:
+            out["logprob_start_len"] = ns.logprob_start_len
+        if ns.top_logprobs_num > 0:
+            out["top_logprobs_num"] = ns.top_logprobs_num
+        if ns.token_ids_logprob is not None:
+            out["token_ids_logprob"] = ns.token_ids_logprob
+        return out
+    if endpoint == "completions" and ns.return_logprob and ns.top_logprobs_num > 0:
+        return {"logprobs": ns.top_logprobs_num}
+    return {}  # SGLang's chat backends send none of them
+
+
 def translate(ns: argparse.Namespace) -> dict[str, Any]:
     """The perf options of a parsed ``sglang.bench_serving`` command line (SGLang's defaults included)."""
     if ns.backend in REFUSED_BACKENDS:
@@ -184,6 +201,7 @@ def translate(ns: argparse.Namespace) -> dict[str, Any]:
     if not isinstance(extra, dict):
         raise UserError("--extra-request-body: expected a JSON object")
     endpoint = BACKENDS[ns.backend]
+    extra = {**_logprob_fields(ns, endpoint), **extra}  # SGLang merges the extra body last
     port = ns.port if ns.port is not None else _PORTS.get(ns.backend, 30000)
     host = f"[{ns.host}]" if ":" in ns.host else ns.host
     out: dict[str, Any] = {
