@@ -368,6 +368,7 @@ class _ServerConn(asyncio.Protocol):
         k = min(cfg.tokens_per_chunk, s.n_out - s.sent_tokens)
         first = s.sent_tokens
         s.sent_tokens += k
+        self.state.cache.generated_tokens += k  # /metrics' spec-decode counters follow it
         words = "".join(" " + WORDS[(first + j) % len(WORDS)] for j in range(k))
         n_reason = max(0, min(cfg.reasoning_tokens, s.sent_tokens) - first)
         delta: dict[str, Any] = {}
