@@ -114,7 +114,7 @@ def test_vllm_values_translate_to_lmmbench_options() -> None:
 
 
 def test_unknown_vllm_flag_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["perf", "--dataset-name", "burstgpt", "--out-dir", str(tmp_path)]) == 2
+    assert main(["perf", "--dataset-name", "speed_bench", "--out-dir", str(tmp_path)]) == 2  # burstgpt is read now
     err = capsys.readouterr().err
     assert "dataset" in err and "Traceback" not in err
     assert main(["perf", "--percentile-metrics", "ttft,latency", "--out-dir", str(tmp_path)]) == 2
