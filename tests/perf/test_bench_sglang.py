@@ -196,6 +196,23 @@ def test_openai_backend_itl_is_per_token_and_output_file_as_sglang(
                       "--output-file", "/dev/null")) == 0  # fmt: skip
 
 
+def test_profile_around_the_run_and_an_unwritable_output_file(server: int, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """--profile: the server's /start_profile before the load and /stop_profile after it, as SGLang calls them;
+    an output file in a missing folder is one line (exit 2) after the run, whose folder keeps the result."""
+    from lmmbench.testing.fixtures import server_stats
+
+    url = f"http://127.0.0.1:{server}"
+    before = len(server_stats(url)["profile_calls"])
+    args = ["--dataset-name", "random", "--num-prompts", "4", "--random-input", "8", "--random-output", "4"]
+    assert main(_argv("python3 -m sglang.benchmark.serving --profile", server, *args, "--output-file",
+                      str(tmp_path / "a.jsonl"))) == 0  # fmt: skip
+    assert server_stats(url)["profile_calls"][before:] == ["start_profile", "stop_profile"]
+    assert main(_argv("python3 -m sglang.benchmark.serving", server, *args, "--output-file",
+                      str(tmp_path / "missing" / "a.jsonl"))) == 2  # fmt: skip
+    assert "--output-file" in capsys.readouterr().err
+
+
 def test_range_ratio_gives_sglangs_interval() -> None:
     """SGLang draws lengths uniformly in [max(int(n * r), 1), n]; the translated centre and half-width give the
     same upper bound in lmmbench's [c(1 - h), c(1 + h)] and the same lower one, or one token lower when the two

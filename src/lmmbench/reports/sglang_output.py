@@ -84,6 +84,12 @@ def output_file_name(ns: Any, now: datetime | None = None) -> str:
 
 def append_output_line(path: str, line: dict[str, Any]) -> Path:
     """Append one JSON line, as SGLang does (``open(name, "a")``; ``/dev/null`` works)."""
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(line) + "\n")
+    from lmmbench.core.errors import UserError
+
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+    except OSError as exc:
+        raise UserError(f"--output-file {path}: cannot append to it ({exc.strerror}); the run itself is in "
+                        "lmmbench-results/perf/ (sglang_result.json)") from None
     return Path(path)

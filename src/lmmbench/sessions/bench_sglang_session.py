@@ -117,6 +117,6 @@ def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
     summary = format_summary(result, backend=ns.backend, request_rate=ns.request_rate,
                              max_concurrency=ns.max_concurrency)  # fmt: skip
     line = result_line(result, vars(ns), info if info is not None else _server_info(cfg.url), ns.output_details)
+    (run.run_dir / "sglang_result.json").write_text(json.dumps(line), encoding="utf-8")  # kept whatever happens next
     path = append_output_line(output_file_name(ns), line)
-    (run.run_dir / "sglang_result.json").write_text(json.dumps(line), encoding="utf-8")
     return BenchSglangRun(summary, path, sent, ok, run.run_dir)
