@@ -213,6 +213,24 @@ def test_profile_around_the_run_and_an_unwritable_output_file(server: int, tmp_p
     assert "--output-file" in capsys.readouterr().err
 
 
+def test_custom_conversations_jsonl(server: int, tmp_path: Path) -> None:
+    """SGLang's `custom` data set: JSON lines of conversations (`content` or `value`); the reply's length is the
+    request's output length, `--sharegpt-output-len` overrides it."""
+    path = tmp_path / "conv.jsonl"
+    path.write_text("".join(json.dumps({"conversations": [{"role": "user", "content": "alpha bravo " * (i + 2)},
+                                                          {"role": "assistant", "content": "charlie " * 6}]}) + "\n"
+                            for i in range(5)))  # fmt: skip
+    out = tmp_path / "o.jsonl"
+    base = ["--dataset-name", "custom", "--dataset-path", str(path), "--num-prompts", "5", "--output-file", str(out)]
+    assert main(_argv("python3 -m sglang.benchmark.serving --backend sglang-oai-chat", server, *base)) == 0
+    assert main(_argv("python3 -m sglang.benchmark.serving", server, *base, "--sharegpt-output-len", "9")) == 0
+    first, second = (json.loads(x) for x in out.read_text().splitlines())
+    assert first["total_output_tokens"] == 5 * 6 and second["total_output_tokens"] == 5 * 9
+    assert first["total_input_tokens"] == sum(2 * (i + 2) for i in range(5))  # words, no tokenizer given
+    with pytest.raises(UserError, match="needs --dataset-path"):
+        translate(build_parser().parse_args(["--dataset-name", "custom"]))
+
+
 def test_range_ratio_gives_sglangs_interval() -> None:
     """SGLang draws lengths uniformly in [max(int(n * r), 1), n]; the translated centre and half-width give the
     same upper bound in lmmbench's [c(1 - h), c(1 + h)] and the same lower one, or one token lower when the two

@@ -43,7 +43,7 @@ REFUSED_BACKENDS = {
 #: SGLang's default port per backend (``run_benchmark``), 30000 otherwise
 _PORTS = {"sglang": 30000, "sglang-native": 30000, "sglang-oai": 30000, "lmdeploy": 23333, "vllm": 8000,
           "vllm-embedding": 8000, "trt": 8000, "gserver": 9988, "truss": 8080}  # fmt: skip
-DATASETS = {"sharegpt": "sharegpt", "random": "synthetic", "random-ids": "synthetic",
+DATASETS = {"sharegpt": "sharegpt", "custom": "sharegpt", "random": "synthetic", "random-ids": "synthetic",
             "generated-shared-prefix": "shared_prefix"}  # fmt: skip
 #: where SGLang's ShareGPT file lives on the hub (``sglang/benchmark/datasets/common.py``)
 SHAREGPT_REPO, SHAREGPT_FILE = "anon8231489123/ShareGPT_Vicuna_unfiltered", "ShareGPT_V3_unfiltered_cleaned_split.json"
@@ -162,7 +162,9 @@ def _dataset(ns: argparse.Namespace) -> dict[str, Any]:
         n_in, ratio = _lengths(ns.random_input_len, ns.random_range_ratio)
         n_out, _ = _lengths(ns.random_output_len, ns.random_range_ratio)
         out.update(input_tokens=n_in, output_tokens=n_out, random_range_ratio=ratio)
-    elif name == "sharegpt":
+    elif name in ("sharegpt", "custom"):  # custom: JSON lines of conversations, the same reader
+        if name == "custom" and not ns.dataset_path:
+            raise UserError("--dataset-name custom needs --dataset-path: a JSONL file of conversations")
         out.update(dataset_path=ns.dataset_path or None, output_tokens=ns.sharegpt_output_len or 0)
     else:  # generated-shared-prefix: every group gets prompts_per_group requests
         out.update(prefix_groups=ns.gsp_num_groups, prefix_tokens=ns.gsp_system_prompt_len,
