@@ -231,6 +231,19 @@ def test_custom_conversations_jsonl(server: int, tmp_path: Path) -> None:
         translate(build_parser().parse_args(["--dataset-name", "custom"]))
 
 
+def test_accept_length_and_server_info_as_sglang_reads_them(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """A server drafting 3 tokens at 0.5 acceptance reports an average accept length of 2.5 in /server_info."""
+    port = free_loopback_port()
+    out = tmp_path / "o.jsonl"
+    with running_testserver(TestServerConfig(port=port, ttft_ms=1, itl_ms=0.2, spec_draft_tokens=3)):
+        args = ["--dataset-name", "random", "--num-prompts", "4", "--random-input", "8", "--random-output", "4"]
+        assert main(_argv("python3 -m sglang.benchmark.serving", port, *args, "--output-file", str(out))) == 0
+    assert _grep(capsys.readouterr().out, "Accept length:") == 2.5
+    res = json.loads(out.read_text())
+    assert res["accept_length"] == 2.5 and res["server_info"]["internal_states"] == [{"avg_spec_accept_length": 2.5}]
+
+
 def test_range_ratio_gives_sglangs_interval() -> None:
     """SGLang draws lengths uniformly in [max(int(n * r), 1), n]; the translated centre and half-width give the
     same upper bound in lmmbench's [c(1 - h), c(1 + h)] and the same lower one, or one token lower when the two

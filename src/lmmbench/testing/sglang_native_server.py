@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["native_event_bytes", "native_request"]
+from lmmbench.config.perf_testserver import TestServerConfig
+
+__all__ = ["native_event_bytes", "native_request", "server_info"]
 
 
 def native_request(req: dict[str, Any], model: str) -> dict[str, Any]:
@@ -30,3 +32,12 @@ def native_event_bytes(rid: str, prompt_tokens: int, cum_tokens: int, finish: st
     meta: dict[str, Any] = {"id": rid, "finish_reason": None if finish is None else {"type": finish},
                             "prompt_tokens": prompt_tokens, "completion_tokens": cum_tokens, "cached_tokens": 0}
     return json.dumps({"text": text, "meta_info": meta, "index": 0}, separators=(",", ":")).encode()
+
+
+def server_info(cfg: TestServerConfig) -> dict[str, Any]:
+    """SGLang's ``GET /server_info`` as far as its bench client reads it: the speculative-decoding accept length
+    (1 + draft tokens x acceptance, the test server's model) in ``internal_states``."""
+    state: dict[str, Any] = {}
+    if cfg.spec_draft_tokens:
+        state["avg_spec_accept_length"] = 1 + cfg.spec_draft_tokens * cfg.spec_acceptance
+    return {"model_path": cfg.model, "served_model_name": cfg.model, "internal_states": [state]}

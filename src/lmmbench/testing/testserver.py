@@ -25,7 +25,7 @@ from lmmbench.config.limits import limit_value
 from lmmbench.config.perf_testserver import FAULT_KINDS, TestServerConfig
 from lmmbench.loadgen.precise_timer import PreciseTimers
 from lmmbench.testing.server_model import PrefixCacheModel, render_metrics
-from lmmbench.testing.sglang_native_server import native_event_bytes, native_request
+from lmmbench.testing.sglang_native_server import native_event_bytes, native_request, server_info
 
 __all__ = ["TestServerState", "run_testserver", "serve"]
 
@@ -239,6 +239,8 @@ class _ServerConn(asyncio.Protocol):
             if path.endswith("/models"):
                 self.write(_json_response(200, {"object": "list", "data": [
                     {"id": cfg.model, "object": "model", "owned_by": "lmmbench"}]}))  # fmt: skip
+            elif path == "/server_info":  # SGLang's: what its bench client reads the spec-decode accept length from
+                self.write(_json_response(200, server_info(cfg)))
             elif path in ("/health", "/v1/health"):
                 self.write(_json_response(200, {"status": "ok"}))
             elif path == "/metrics" and cfg.metrics_names != "none":
