@@ -260,3 +260,41 @@ def test_a_server_without_metrics_is_asked_once_fake_nvml(tmp_path: Path) -> Non
         server.server_close()
     assert asked == ["/metrics"] and "answered 404" in sampler.notes[0]  # /v1 dropped from the URL
     assert sampler.rows >= 3 and sampler.data_rows == sampler.rows  # the GPUs are still sampled
+
+
+def test_vllm_result_file_has_spec_decode_keys_when_the_server_has_them(tmp_path: Path) -> None:
+    """Two engines drafting 3 tokens a step, each accepted with probability 0.5 (the test server's model: every
+    step emits its accepted tokens plus one): vLLM's keys from the counters' increments over the point, acceptance
+    50 % and length 1 + 3 x 0.5 = 2.5 (within the per-engine rounding of whole drafts); a server without them
+    gives no keys, as vLLM."""
+    argv = ["bench", "serve", "--model", "test-model", "--num-prompts", "40", "--random-input-len", "8",
+            "--random-output-len", "25", "--ignore-eos", "--save-result", "--result-dir", str(tmp_path)]  # fmt: skip
+    for spec in (3, 0):
+        cfg = TestServerConfig(port=free_loopback_port(), ttft_ms=1, itl_ms=0.2, metrics_names="vllm",
+                               metrics_engines=2, spec_draft_tokens=spec, spec_acceptance=0.5)  # fmt: skip
+        with running_testserver(cfg) as u:
+            assert main([*argv, "--base-url", u, "--result-filename", f"spec{spec}.json"]) == 0
+    res = json.loads((tmp_path / "spec3.json").read_text())
+    assert res["spec_decode_acceptance_rate"] == pytest.approx(50.0, abs=1.0)
+    assert res["spec_decode_acceptance_length"] == pytest.approx(2.5, abs=0.02)
+    assert res["spec_decode_num_drafts"] == pytest.approx(40 * 25 / 2.5, abs=4)  # 1000 tokens, 2.5 per step
+    assert res["spec_decode_draft_tokens"] == 3 * res["spec_decode_num_drafts"]
+    assert res["spec_decode_per_position_acceptance_rates"] == pytest.approx([0.5] * 3, abs=0.01)
+    assert not [k for k in json.loads((tmp_path / "spec0.json").read_text()) if k.startswith("spec_decode")]
+
+
+def test_deprecated_names_read_as_fallbacks_are_named_in_the_run_log(tmp_path: Path) -> None:
+    """A server with only vLLM's pre-V1 names: KV usage read from vllm:gpu_cache_usage_perc, and the run log
+    names every deprecated metric that was read."""
+    cfg = TestServerConfig(port=free_loopback_port(), ttft_ms=5, itl_ms=1, metrics_names="vllm-legacy",
+                           kv_capacity_tokens=2000)  # fmt: skip
+    with running_testserver(cfg) as u:
+        assert main(["perf", "--url", u, "--model", "test-model", "--num-requests", "30", "--concurrency", "3",
+                     "--output-tokens", "20", "--telemetry-interval-s", "0.05", "--out-dir", str(tmp_path),
+                     "--run-name", "old", "--no-progress", "--no-plots"]) == 0  # fmt: skip
+    run = tmp_path / "perf" / "old"
+    rows = read_telemetry(run / "telemetry.jsonl")
+    assert max(r["kv_cache_usage"] for r in rows) > 0
+    named = json.loads((run / "run.json").read_text())["measurement"]["telemetry_deprecated_metrics"]
+    assert named == ["vllm:gpu_cache_usage_perc (for kv_cache_usage)",
+                     "vllm:gpu_prefix_cache_hit_rate (for prefix_cache_hit_rate)"]  # fmt: skip

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lmmbench.backends.openai_stream import finalize_record
+from lmmbench.backends.sglang_native import native_body
 from lmmbench.backends.sse import SSESplitter
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest, RequestRecord
@@ -41,7 +42,9 @@ class EndpointInfo:
         self.host, self.port, self.tls, self.prefix = host, port, tls, prefix
 
     def path(self, endpoint: str) -> str:
-        """The request path of ``chat``, ``completions`` or ``models``."""
+        """The request path of ``chat``, ``completions``, ``models`` or ``generate`` (SGLang's native API)."""
+        if endpoint == "generate":
+            return f"{self.prefix}/generate"
         tail = {"chat": "/chat/completions", "completions": "/completions", "models": "/models"}[endpoint]
         return f"{self.prefix}/v1{tail}"
 
@@ -316,6 +319,8 @@ class OpenAIHttpClient:
         body: dict[str, Any] = {"model": self.model}
         body.update(req.payload)
         body.update(self.extra_body)
+        if req.endpoint == "generate":  # SGLang's native API: sampling_params, no stream_options
+            return native_body(body, stream)
         body["stream"] = stream
         if stream:
             opts: dict[str, Any] = {"include_usage": True}

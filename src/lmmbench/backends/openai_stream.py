@@ -17,6 +17,7 @@ import bisect
 import json
 from typing import Any
 
+from lmmbench.backends.sglang_native import native_event
 from lmmbench.core.request_records import RequestRecord
 
 __all__ = ["finalize_record", "split_proportional"]
@@ -70,6 +71,7 @@ def finalize_record(rec: RequestRecord, tokenizer: Any | None = None, keep_text:
     cum_usage: list[int | None] = []
     usage: dict[str, Any] | None = None
     content_seen = False
+    native_text = ""  # SGLang's native /generate: the cumulative text so far
     for t, data in zip(rec.event_times_ns, rec.event_data, strict=False):
         if data == b"[DONE]":
             rec.saw_done = True
@@ -90,6 +92,8 @@ def finalize_record(rec: RequestRecord, tokenizer: Any | None = None, keep_text:
                 rec.error_kind = "server_error_event"
                 rec.error_message = _error_message(data)
             continue
+        if "choices" not in obj and isinstance(obj.get("meta_info"), dict):  # SGLang's native /generate event
+            obj, native_text = native_event(obj, native_text)
         u = obj.get("usage")
         if isinstance(u, dict):
             usage = u

@@ -11,6 +11,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from lmmbench.config.common import baseline_field, mlflow_field, wandb_field
 from lmmbench.config.limits import check_limit
+from lmmbench.config.perf_hub_datasets import HubDatasetOptions
 from lmmbench.config.perf_shapes import TelemetryOptions, WorkloadShapeOptions
 from lmmbench.config.perf_vllm import VllmBenchFlags
 
@@ -20,7 +21,7 @@ __all__ = ["SLO_KEYS", "PerfConfig"]
 SLO_KEYS = ("ttft_ms", "ttfvt_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
-class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
+class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions, HubDatasetOptions):
     """Load-test an OpenAI-compatible server: open-loop rate or closed-loop concurrency, streamed."""
 
     model_config = ConfigDict(extra="forbid")
@@ -44,10 +45,12 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions):
         "http://127.0.0.1:8000", description="Server base URL: http://host:port, optionally ending in /v1."
     )
     model: str | None = Field(None, description="Model name; default: the first one the server lists.")
-    endpoint: Literal["chat", "completions"] = Field("chat", description="API to call.")
+    endpoint: Literal["chat", "completions", "generate"] = Field(
+        "chat", description="API to call (generate: SGLang's native /generate).")
     api_key: str | None = Field(None, description="Bearer token (default: $OPENAI_API_KEY if set).")
     # dataset
-    dataset: Literal["synthetic", "sharegpt", "jsonl", "multimodal", "multiturn", "shared_prefix", "trace"] = Field(
+    dataset: Literal["synthetic", "sharegpt", "jsonl", "multimodal", "multiturn", "shared_prefix", "trace",
+                     "burstgpt", "spec_bench", "hf"] = Field(
         "synthetic", description="Where prompts come from (docs/perf.md, Workloads)."
     )
     dataset_path: Path | None = Field(None, description="JSONL (sharegpt/jsonl) or manifest CSV (multimodal).")

@@ -59,13 +59,19 @@ class TestServerConfig(BaseModel):
     prefix_cache: bool = Field(False, description="Model a prefix cache: cached prompt blocks cost no prefill.")
     prefix_block_tokens: int = Field(16, ge=1, description="Prefix-cache block size (prompt words).")
     kv_capacity_tokens: int = Field(1_000_000, ge=1, description="Modelled KV cache size (tokens): usage and eviction.")
-    metrics_names: Literal["none", "vllm", "sglang", "tgi", "all"] = Field(
-        "none", description="Serve GET /metrics (running/waiting, KV usage, prefix hits) under these names."
+    metrics_names: Literal["none", "vllm", "sglang", "tgi", "all", "vllm-legacy"] = Field(
+        "none", description="Serve GET /metrics (running/waiting, KV usage, prefix hits) under these names "
+        "(vllm-legacy: the deprecated vLLM names that telemetry reads only as fallbacks)."
     )
     metrics_engines: int = Field(
         1, ge=1, le=64, description="Label /metrics as this many engines (data parallel): the load, the KV cache "
         "and the counters are split between them, one label set each.",
     )
+    spec_draft_tokens: int = Field(
+        0, ge=0, le=16, description="With --metrics-names vllm: speculative decoding of this many draft tokens per "
+        "step in /metrics (vllm:spec_decode_num_*_total), each accepted with --spec-acceptance.",
+    )
+    spec_acceptance: float = Field(0.5, ge=0, le=1, description="Acceptance rate of each draft token (0..1).")
 
     @field_validator("faults")
     @classmethod

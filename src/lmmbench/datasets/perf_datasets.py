@@ -145,9 +145,11 @@ PERF_DATASETS: Registry[DatasetBuilder] = Registry("perf_dataset")
 
 def build_requests(cfg: PerfConfig, n: int, tok: Any | None = None) -> list[PerfRequest]:
     """``n`` requests from the configured dataset (file datasets are shuffled by seed and cycled)."""
-    import lmmbench.datasets.perf_workloads  # noqa: F401  (registers multiturn, shared_prefix, trace)
+    # registers multiturn, shared_prefix, trace; burstgpt, spec_bench, hf
+    from lmmbench.datasets import perf_workloads, vllm_hub_datasets  # noqa: F401
 
-    if cfg.dataset_path is not None and cfg.dataset != "synthetic" and not cfg.dataset_path.is_file():
+    hub = cfg.dataset == "hf"  # --dataset-path: a hub id or a data set folder
+    if cfg.dataset_path is not None and cfg.dataset != "synthetic" and not hub and not cfg.dataset_path.is_file():
         raise UserError(f"--dataset-path {cfg.dataset_path}: file not found")
     return PERF_DATASETS.get(cfg.dataset)(cfg, n, tok, random.Random(cfg.seed))
 

@@ -46,6 +46,7 @@ from lmmbench.loadgen.api import (
 )
 from lmmbench.loadgen.journal import JOURNAL_NAME
 from lmmbench.loadgen.search import CLIENT_LIMITED, ProbeOutcome, SearchResult, search_max_load
+from lmmbench.loadgen.spec_decode import scrape_spec_decode, spec_decode_keys
 from lmmbench.metrics.perf_metrics import summarize_records
 from lmmbench.reports.perf_report import RecordWriter, bytemlperf_entry, summary_row, write_json
 from lmmbench.sessions.perf_resume import Previous, load_previous
@@ -362,6 +363,7 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None) -> Perf
         if telemetry is not None:
             telemetry.point = i
         labels = _labels(i, pcfg)
+        spec_before = scrape_spec_decode(pcfg.url) if pcfg.wants_vllm_result() else None  # vLLM's spec_decode_*
         res = run_benchmark(pcfg, requests, tok, pf, journal=(str(run_dir / JOURNAL_NAME), labels))
         out.add(labels, res)
         run.results.append(res)
@@ -370,6 +372,9 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None) -> Perf
             from lmmbench.reports.vllm_result_file import write_vllm_result
 
             path = write_vllm_result(pcfg, res.records, res.model, res.summary["duration_s"], run_dir, i, len(points))
+            spec = spec_decode_keys(spec_before, scrape_spec_decode(pcfg.url) if spec_before else None)
+            if spec:  # the server's speculative decoding during this point, as vLLM adds it
+                write_json(path, {**json.loads(path.read_text(encoding="utf-8")), **spec})
             run.files.append(path)
             print(f"[perf] vLLM-format result: {path}", file=sys.stderr)
         return res

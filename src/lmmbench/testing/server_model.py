@@ -10,6 +10,7 @@ caching keys blocks), least recently used first out once ``kv_capacity_tokens`` 
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any
 
 from lmmbench.config.perf_testserver import TestServerConfig
 
@@ -27,6 +28,7 @@ class PrefixCacheModel:
         self.query_tokens = 0
         self.hit_tokens = 0
         self.active_tokens = 0  # prompt + output tokens of the streams being served (KV in use)
+        self.generated_tokens = 0  # output tokens streamed so far
 
     def lookup_and_fill(self, words: list[str]) -> int:
         """Cached prefix tokens of a prompt; its full blocks are cached afterwards."""
@@ -57,6 +59,20 @@ def _split(total: float, parts: int, i: int, whole: bool = False) -> float:
     return total / parts
 
 
+def _spec_decode(add: Any, cfg: TestServerConfig, generated: float, label: str) -> None:
+    """vLLM's spec-decode counters of one engine: every step drafts k tokens, each accepted with probability a
+    (rounded per position), and emits its accepted tokens plus one."""
+    k, a = cfg.spec_draft_tokens, cfg.spec_acceptance
+    drafts = int(generated // (1 + k * a))
+    per_pos = round(drafts * a)
+    add("vllm:spec_decode_num_drafts_total", "counter", drafts)
+    add("vllm:spec_decode_num_draft_tokens_total", "counter", drafts * k)
+    add("vllm:spec_decode_num_accepted_tokens_total", "counter", per_pos * k)
+    for pos in range(k):
+        add("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", per_pos,
+            label[:-1] + f',position="{pos}"}}')
+
+
 def render_metrics(cfg: TestServerConfig, cache: PrefixCacheModel, running: int, waiting: int) -> bytes:
     """The Prometheus text page, with the metric names of ``cfg.metrics_names`` (vLLM 0.33 / SGLang 0.5.23 /
     TGI), one label set per engine (``cfg.metrics_engines``), each engine holding its share of the load."""
@@ -84,6 +100,13 @@ def render_metrics(cfg: TestServerConfig, cache: PrefixCacheModel, running: int,
             add("vllm:prompt_tokens_total", "counter", q_i)
             add("vllm:prompt_tokens_cached_total", "counter", h_i)
             add("vllm:num_preemptions_total", "counter", 0)
+            if cfg.spec_draft_tokens:
+                _spec_decode(add, cfg, _split(cache.generated_tokens, n, i, True), label)
+        if "vllm-legacy" in names:  # vLLM's names before the V1 engine: telemetry's deprecated fallbacks
+            add("vllm:num_requests_running", "gauge", run_i)
+            add("vllm:num_requests_waiting", "gauge", wait_i)
+            add("vllm:gpu_cache_usage_perc", "gauge", usage)
+            add("vllm:gpu_prefix_cache_hit_rate", "gauge", hit_rate)
         if "sglang" in names:
             dp = f'{{model_name="{cfg.model}",dp_rank="{i}"}}'
             add("sglang:num_running_reqs", "gauge", run_i, dp)

@@ -25,6 +25,7 @@ from lmmbench.config.limits import limit_value
 from lmmbench.config.perf_testserver import FAULT_KINDS, TestServerConfig
 from lmmbench.loadgen.precise_timer import PreciseTimers
 from lmmbench.testing.server_model import PrefixCacheModel, render_metrics
+from lmmbench.testing.sglang_native_server import native_event_bytes, native_request, server_info
 
 __all__ = ["TestServerState", "run_testserver", "serve"]
 
@@ -143,7 +144,7 @@ def _chunk(payload: bytes) -> bytes:
 class _Stream:
     """The timeline of one streamed answer."""
 
-    __slots__ = ("chat", "conn", "continuous", "fault", "handle", "include_usage", "n_out",
+    __slots__ = ("chat", "conn", "continuous", "fault", "handle", "include_usage", "n_out", "native",
                  "next_index", "prompt_tokens", "rid", "sent_tokens", "t0")  # fmt: skip
 
     def __init__(self, conn: _ServerConn, rid: str, chat: bool, n_out: int, prompt_tokens: int,
@@ -153,6 +154,7 @@ class _Stream:
         self.fault, self.t0 = fault, t0
         self.next_index = 0
         self.sent_tokens = 0
+        self.native = False
         self.handle: asyncio.TimerHandle | None = None
 
 
@@ -237,6 +239,8 @@ class _ServerConn(asyncio.Protocol):
             if path.endswith("/models"):
                 self.write(_json_response(200, {"object": "list", "data": [
                     {"id": cfg.model, "object": "model", "owned_by": "lmmbench"}]}))  # fmt: skip
+            elif path == "/server_info":  # SGLang's: what its bench client reads the spec-decode accept length from
+                self.write(_json_response(200, server_info(cfg)))
             elif path in ("/health", "/v1/health"):
                 self.write(_json_response(200, {"status": "ok"}))
             elif path == "/metrics" and cfg.metrics_names != "none":
@@ -261,7 +265,8 @@ class _ServerConn(asyncio.Protocol):
             self.write(_json_response(200, {"status": "ok"}))
             return
         chat = path.endswith("/chat/completions")
-        if method != "POST" or not (chat or path.endswith("/completions")):
+        native = path == "/generate"  # SGLang's native API: cumulative text + meta_info per event
+        if method != "POST" or not (chat or native or path.endswith("/completions")):
             self.write(_error(404, f"no route {method} {path}"))
             return
         try:
@@ -270,6 +275,8 @@ class _ServerConn(asyncio.Protocol):
         except (ValueError, AssertionError, RecursionError):
             self.write(_error(400, "body is not a JSON object"))
             return
+        if native:
+            req = native_request(req, cfg.model)
         problem = _request_problem(req, chat)
         if problem is not None:
             self.write(_error(400, problem))
@@ -318,6 +325,7 @@ class _ServerConn(asyncio.Protocol):
         st.active += 1
         s = _Stream(self, rid, chat, n_out, prompt_tokens, bool(opts.get("include_usage")) and cfg.usage,
                     bool(opts.get("continuous_usage_stats")) and cfg.continuous_usage, fault, t0)  # fmt: skip
+        s.native = native
         self.stream = s
         st.cache.active_tokens += prompt_tokens + n_out
         head = _status_line(200) + (
@@ -340,6 +348,8 @@ class _ServerConn(asyncio.Protocol):
     def _payload(self, s: _Stream, delta: dict[str, Any], finish: str | None, cum_tokens: int) -> bytes:
         # rendered by hand (same JSON as json.dumps of the chunk object): this runs for every chunk
         cfg = self.state.cfg
+        if s.native:
+            return native_event_bytes(s.rid, s.prompt_tokens, cum_tokens, finish, WORDS)
         kind = "chat.completion.chunk" if s.chat else "text_completion"
         head = f'{{"id":"{s.rid}","object":"{kind}","created":0,"model":{json.dumps(cfg.model)},"choices":[{{"index":0,'
         fin = "null" if finish is None else f'"{finish}"'
@@ -360,6 +370,7 @@ class _ServerConn(asyncio.Protocol):
         k = min(cfg.tokens_per_chunk, s.n_out - s.sent_tokens)
         first = s.sent_tokens
         s.sent_tokens += k
+        self.state.cache.generated_tokens += k  # /metrics' spec-decode counters follow it
         words = "".join(" " + WORDS[(first + j) % len(WORDS)] for j in range(k))
         n_reason = max(0, min(cfg.reasoning_tokens, s.sent_tokens) - first)
         delta: dict[str, Any] = {}

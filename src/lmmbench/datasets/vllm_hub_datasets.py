@@ -1,0 +1,243 @@
+"""vLLM 0.33.0's remaining ``bench serve`` data sets: ``burstgpt`` (its CSV), ``spec_bench`` (Spec-Bench's
+question JSONL) and ``hf`` (the Hugging Face data sets its ``vllm/benchmarks/datasets`` names, read with the
+``datasets`` library from the hub or its local cache, offline with ``HF_HUB_OFFLINE=1``).
+
+Sampling follows vLLM where its sampler is plain Python: Spec-Bench's ``random.seed(seed); random.shuffle``, and
+the oversampling of too few rows with ``random.choice`` after ``random.seed(seed)``; the ``hf`` rows are shuffled by
+``datasets``' own ``shuffle(seed=...)`` (vLLM streams them, so its order can differ); BurstGPT's rows are drawn with
+``random.Random(seed)`` (vLLM uses pandas). Where vLLM renders the tokenizer's chat template in its client, lmmbench
+sends the user message to ``--endpoint chat`` (the server renders it) and the bare text to completions.
+Every ``hf`` data set vLLM names is either accepted here or refused by name with the reason (``HF_REFUSED``).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmmbench.config.perf import PerfConfig
+from lmmbench.core.errors import UserError
+from lmmbench.core.request_records import PerfRequest
+from lmmbench.datasets.perf_datasets import (
+    PERF_DATASETS,
+    count_tokens,
+    request_body,
+    synthetic_prompt,
+    token_pool,
+)
+
+__all__ = ["HF_DATASETS", "HF_REFUSED", "HubClass"]
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class HubClass:
+    """One of vLLM's ``HuggingFaceDataset`` classes: default split / subset / output length, and its row reader
+    (row -> (prompt text, the reference answer or None, image or None, system prompt or None))."""
+
+    vllm_class: str
+    split: str
+    read: Callable[[Row], tuple[str, str | None, Any, str | None]]
+    output_len: int | None = None  # None: the reference answer's length
+    subset: str | None = None
+    limits: tuple[int, int] = (1024, 2048)  # vLLM's is_valid_sequence: max prompt, max prompt + output
+
+
+def _instruct_coder(x: Row) -> tuple[str, None, None, None]:
+    return (f"{x['input']}\n\n{x['instruction']} Just output the code, do not include any explanation.", None, None,
+            None)  # fmt: skip
+
+
+def _conversation(x: Row) -> tuple[str, str, None, None]:
+    return x["conversations"][0]["value"], x["conversations"][1]["value"], None, None
+
+
+def _mmstar(x: Row) -> tuple[str, None, Any, None]:
+    return str(x.get("question", "")).split("Options:", 1)[0].strip(), None, x["image"], None
+
+
+_AIMO = HubClass("AIMODataset", "train", lambda x: (x["problem"], x["solution"], None, None), limits=(2048, 32000))
+_MLPERF = HubClass("MLPerfDataset", "train", lambda x: (x["question"], x["output"], None, x["system_prompt"]))
+_ARENA_CHAT = HubClass("VisionArenaDataset", "train", lambda x: (x["conversation"][0][0]["content"], None,
+                                                                 x["images"][0], None), 128)  # fmt: skip
+_ARENA_BENCH = HubClass("VisionArenaDataset", "train", lambda x: (x["turns"][0][0]["content"], None, x["images"][0],
+                                                                  None), 128)  # fmt: skip
+#: hub id -> how vLLM 0.33.0 reads it (``get_samples``' ``hf`` branch and each class's ``sample``)
+HF_DATASETS: dict[str, HubClass] = {
+    "Aeala/ShareGPT_Vicuna_unfiltered": HubClass("ConversationDataset", "train", _conversation),
+    "likaixin/InstructCoder": HubClass("InstructCoderDataset", "train", _instruct_coder, 200),
+    "philschmid/mt-bench": HubClass("MTBenchDataset", "train", lambda x: (x["turns"][0], None, None, None), 256),
+    "openai/openai_humaneval": HubClass("HumanEvalDataset", "test", lambda x: (x["prompt"], None, None, None), 256),
+    "openai/gsm8k": HubClass("GSM8KDataset", "test", lambda x: (x["question"], None, None, None), 256, "main"),
+    "AI-MO/aimo-validation-aime": _AIMO, "AI-MO/NuminaMath-1.5": _AIMO, "AI-MO/NuminaMath-CoT": _AIMO,
+    "mgoin/mlperf-inference-llama2-data": _MLPERF, "mgoin/mlperf-inference-llama3.1-data": _MLPERF,
+    "lmarena-ai/VisionArena-Chat": _ARENA_CHAT, "lmarena-ai/vision-arena-bench-v0.1": _ARENA_BENCH,
+    "Lin-Chen/MMStar": HubClass("MMStarDataset", "val", _mmstar, 128),
+}  # fmt: skip
+_ASR = "speech to text (vLLM's ASRDataset sends audio to /v1/audio/transcriptions, which lmmbench does not measure)"
+#: the rest of vLLM's ``hf`` data sets, refused by name with the reason
+HF_REFUSED: dict[str, str] = {
+    "lmms-lab/LLaVA-OneVision-Data": "vLLM's MultiModalConversationDataset (image conversations) is not read yet",
+    "yale-nlp/MMVU": "vLLM's MMVUDataset fetches each row's video file from the hub repository; not read yet",
+    "vdaita/edit_5k_char": "vLLM's BlazeditDataset (code-edit prompts with a distance filter) is not read yet",
+    "vdaita/edit_10k_char": "vLLM's BlazeditDataset (code-edit prompts with a distance filter) is not read yet",
+    "zed-industries/zeta": "vLLM's NextEditPredictionDataset (Zeta's prompt format) is not read yet",
+    "gorilla-llm/Berkeley-Function-Calling-Leaderboard": "vLLM's BFCLDataset sends per-request tool schemas; "
+                                                         "not carried yet",
+    **{k: _ASR for k in ("openslr/librispeech_asr", "facebook/voxpopuli", "LIUM/tedlium", "edinburghcstr/ami",
+                         "speechcolab/gigaspeech", "kensho/spgispeech", "ArtificialAnalysis/Earnings22-Cleaned-AA",
+                         "D4nt3/esb-datasets-earnings22-validation-tiny-filtered")},
+}  # fmt: skip
+
+
+def _oversample(items: list[Any], n: int, seed: int) -> list[Any]:
+    """vLLM's ``maybe_oversample_requests``: the first n, topped up by ``random.choice`` after seeding."""
+    out = items[:n]
+    rnd = random.Random(seed)
+    out += [rnd.choice(items) for _ in range(n - len(out))]
+    return out
+
+
+def _requests(cfg: PerfConfig, items: list[tuple[Any, int, int, dict[str, Any]]]) -> list[PerfRequest]:
+    out = []
+    for i, (content, in_len, out_len, extra) in enumerate(items):
+        payload = request_body(cfg, content, out_len)
+        payload.update(extra)
+        out.append(PerfRequest(i, payload, cfg.endpoint, in_len, out_len))
+    return out
+
+
+@PERF_DATASETS.register("burstgpt")
+def _burstgpt(cfg: PerfConfig, n: int, tok: Any | None, rng: random.Random) -> list[PerfRequest]:
+    """BurstGPT's CSV: GPT-4 rows with a response; each a synthetic prompt of its request tokens."""
+    path = _path(cfg, "burstgpt", "BurstGPT's CSV (e.g. BurstGPT_without_fails_2.csv)")
+    rows: list[tuple[int, int]] = []
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        missing = {"Model", "Request tokens", "Response tokens"} - set(reader.fieldnames or [])
+        if missing:
+            raise UserError(f"{path}: not a BurstGPT CSV: no column(s) {sorted(missing)}")
+        for lineno, row in enumerate(reader, start=2):
+            try:
+                req, resp = int(float(row["Request tokens"])), int(float(row["Response tokens"]))
+            except ValueError:
+                raise UserError(f"{path}:{lineno}: 'Request tokens' / 'Response tokens' must be numbers") from None
+            if row["Model"] == "GPT-4" and resp > 0:
+                rows.append((max(req, 1), resp))
+    if not rows:
+        raise UserError(f"{path}: no GPT-4 rows with a response (vLLM keeps only those)")
+    rnd = random.Random(cfg.seed)
+    picked = rnd.sample(rows, n) if n <= len(rows) else rnd.choices(rows, k=n)
+    pool = token_pool(tok)
+    items: list[tuple[Any, int, int, dict[str, Any]]] = []
+    for req, resp in picked:
+        text, real = synthetic_prompt(tok, pool, req, rng)
+        items.append((text, real, resp, {}))  # the row's response tokens, as vLLM (no override)
+    return _requests(cfg, items)
+
+
+@PERF_DATASETS.register("spec_bench")
+def _spec_bench(cfg: PerfConfig, n: int, tok: Any | None, rng: random.Random) -> list[PerfRequest]:
+    """Spec-Bench's question.jsonl: each row's first turn, optionally of one category."""
+    from lmmbench.config.input_files import read_text
+    from lmmbench.datasets.json_lines import parse_json_lines
+
+    path = _path(cfg, "spec_bench", "Spec-Bench's question.jsonl")
+    prompts = []
+    for lineno, row in parse_json_lines(read_text(path, "dataset file"), path):
+        if not isinstance(row, dict) or not isinstance(row.get("turns"), list) or not row["turns"]:
+            raise UserError(f"{path}:{lineno}: expected an object with a 'turns' list")
+        if not cfg.spec_bench_category or row.get("category") == cfg.spec_bench_category:
+            prompts.append(str(row["turns"][0]))
+    if not prompts:
+        which = f" of category {cfg.spec_bench_category}" if cfg.spec_bench_category else ""
+        raise UserError(f"{path}: no rows{which}")
+    random.Random(cfg.seed).shuffle(prompts)  # vLLM: random.seed(seed); random.shuffle(data)
+    out_len = cfg.spec_bench_output_len
+    return _requests(cfg, [(p, count_tokens(tok, p), out_len, {}) for p in _oversample(prompts, n, cfg.seed)])
+
+
+def _path(cfg: PerfConfig, name: str, what: str) -> Path:
+    if cfg.dataset_path is None:
+        raise UserError(f"--dataset {name} needs --dataset-path: {what}")
+    return cfg.dataset_path
+
+
+def _image_part(image: Any) -> dict[str, Any]:
+    """An image of a ``datasets`` row (PIL image, or {bytes}) as a data-URI ``image_url`` part (JPEG, as vLLM)."""
+    from PIL import Image
+
+    if isinstance(image, dict) and image.get("bytes"):
+        image = Image.open(io.BytesIO(image["bytes"]))
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, format="JPEG")
+    return {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(buf.getvalue())
+                                               .decode()}}  # fmt: skip
+
+
+def _load_hf(cfg: PerfConfig, hub_id: str, spec: HubClass) -> Any:
+    try:
+        import datasets
+    except ImportError:
+        raise UserError("--dataset hf needs the datasets library: pip install 'lmmbench[hub-datasets]'") from None
+    source = str(cfg.dataset_path) if cfg.dataset_path is not None else hub_id
+    try:
+        ds = datasets.load_dataset(source, name=cfg.hf_subset or spec.subset, split=cfg.hf_split or spec.split)
+    except Exception as exc:  # datasets raises many kinds; each is one line here
+        raise UserError(f"--dataset hf {hub_id}: cannot load it with datasets ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); online it is downloaded, offline "
+                        "(HF_HUB_OFFLINE=1) it must be in the datasets cache") from None  # fmt: skip
+    return ds.shuffle(seed=cfg.seed)
+
+
+@PERF_DATASETS.register("hf")
+def _hf(cfg: PerfConfig, n: int, tok: Any | None, rng: random.Random) -> list[PerfRequest]:
+    """A Hugging Face data set that vLLM's ``hf`` loader names (``--hf-name``, else ``--dataset-path``)."""
+    hub_id = cfg.hf_name or (str(cfg.dataset_path) if cfg.dataset_path is not None else "")
+    if hub_id in HF_REFUSED:
+        raise UserError(f"--dataset hf {hub_id}: refused: {HF_REFUSED[hub_id]}")
+    spec = HF_DATASETS.get(hub_id)
+    if spec is None:
+        raise UserError(f"--dataset hf {hub_id or '(no --hf-name / --dataset-path)'}: not one of vLLM's hf data "
+                        f"sets; supported: {', '.join(HF_DATASETS)}")  # fmt: skip
+    items: list[tuple[Any, int, int, dict[str, Any]]] = []
+    for row in _load_hf(cfg, hub_id, spec):
+        if len(items) >= n:
+            break
+        item = _hf_item(cfg, tok, spec, row)
+        if item is not None:
+            items.append(item)
+    if not items:
+        raise UserError(f"--dataset hf {hub_id}: no usable rows (vLLM's length filter: prompt <= {spec.limits[0]}, "
+                        f"prompt + output <= {spec.limits[1]} tokens)")  # fmt: skip
+    return _requests(cfg, _oversample(items, n, cfg.seed))
+
+
+def _hf_item(cfg: PerfConfig, tok: Any | None, spec: HubClass, row: Row) -> tuple[Any, int, int, dict[str, Any]] | None:
+    """One row as (content, prompt tokens, output tokens, extra body), or None when vLLM's filter drops it."""
+    try:
+        text, answer, image, system = spec.read(row)
+    except (KeyError, IndexError, TypeError) as exc:
+        raise UserError(f"--dataset hf: a row lacks the field vLLM's {spec.vllm_class} reads ({exc!r}); "
+                        f"columns: {sorted(row)}") from None  # fmt: skip
+    in_len = count_tokens(tok, text)
+    fixed = cfg.hf_output_len if cfg.hf_output_len is not None else spec.output_len
+    out_len = fixed if fixed is not None else count_tokens(tok, answer or "")
+    if fixed is None and not (4 <= in_len <= spec.limits[0] and out_len >= 4 and in_len + out_len <= spec.limits[1]):
+        return None
+    content: Any = text if image is None else [_image_part(image), {"type": "text", "text": text}]
+    extra: dict[str, Any] = {}
+    if system is not None:
+        if cfg.endpoint == "chat":
+            extra["messages"] = [{"role": "system", "content": system}, {"role": "user", "content": text}]
+        else:
+            content = f"{system}\n\n{text}"
+    return content, in_len, out_len, extra
+
