@@ -66,7 +66,11 @@ def default_store_url() -> str:
         return url
     home = os.environ.get("LMMBENCH_HOME")
     root = Path(home).expanduser() if home else Path.home() / ".cache" / "lmmbench"
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"LMMBENCH_HOME {root}: cannot create the folder ({exc.strerror or exc}); set LMMBENCH_HOME "
+                        "to a folder lmmbench can write, or LMMBENCH_STORE_URL") from None  # fmt: skip
     return f"sqlite:///{root / 'runs.sqlite'}"
 
 
