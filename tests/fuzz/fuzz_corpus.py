@@ -66,6 +66,7 @@ def write_corpus(folder: Path) -> dict[str, Path]:
         "workload_negative.yaml": "points:\n  - {concurrency: 2, input_tokens: -4}\n",
         "workload_nan_rate.yaml": "points:\n  - {rate: .nan}\n",
         "constraints_not_utf8.txt": b"torch==2.13.0 # caf\xe9\n",
+        "prompts_not_utf8.txt": b"one prompt\ncaf\xe9\n",
         "plan_ok.csv": "name,kind,model,options\na,eval,tiny-llm,tasks=[\"sample_mc\"];limit=1\n",
         **{f"include_{i}.yaml": f"include: include_{i + 1}.yaml\n" for i in range(150)},
         "include_150.yaml": "task: deep\noutput_type: generate_until\ndataset_path: x\ndoc_to_text: q\n",

@@ -131,6 +131,13 @@ CASES: list[tuple[str, list[str], str]] = [
     ("reference-dump-out-is-file", ["reference", "dump", "--model", "tiny-llm", "--out", "{c:a_file}/ref"],
      "a_file"),
     ("home-is-a-file", ["runs", "list"], "LMMBENCH_HOME"),
+    ("perf-result-filename-under-file", [*PERF, "--save-result", "--result-filename", "{c:a_file}/r.json",
+                                         "--out-dir", "{out}"], "--result-filename"),
+    ("perf-extra-body-not-json", [*PERF, "--extra-body", "{bad", "--out-dir", "{out}"], "{bad"),
+    ("perf-baseline-unknown", [*PERF, "--baseline", "no-run-of-this-name", "--out-dir", "{out}"],
+     "no run 'no-run-of-this-name'"),
+    ("reference-dump-prompts-not-utf8", ["reference", "dump", "--model", "tiny-llm", "--prompts",
+                                         "{c:prompts_not_utf8.txt}", "--out", "{out}/ref"], "prompts_not_utf8.txt"),
 ]
 
 

@@ -338,6 +338,11 @@ def run_perf(cfg: PerfConfig) -> PerfRun:
         _point_config(base, point, f"load point {i + 1}" + (f" of {base.workload}" if base.workload else ""))
     if base.wants_vllm_result() and base.result_dir is not None:  # checked before measuring, not after
         check_writable_dir(base.result_dir, "--result-dir")
+    if base.wants_vllm_result() and base.result_filename and Path(base.result_filename).is_absolute():
+        check_writable_dir(Path(base.result_filename).parent, "--result-filename's folder")
+    from lmmbench.sessions.previous_run import check_baseline
+
+    check_baseline(base.baseline)
     run_dir = _claim_run_dir(base)
     pf: Preflight | None = None
     if base.server_cmd is None:
