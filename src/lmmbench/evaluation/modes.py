@@ -197,6 +197,11 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
         raise UserError("--tasks: give at least one task name or YAML file (see `lmmbench tasks`)")
     own, catalogue = _split_catalogue(cfg)
     tasks, groups = _tasks(cfg, own)
+    if cfg.mode in ("all", "infer"):  # a broken template is found before the model loads, not after
+        from lmmbench.evaluation.runner import check_first_prompt
+
+        for task in tasks:
+            check_first_prompt(task)
     run_dir = _run_dir(cfg)
     prepare_out_dir(cfg.out_dir)
     backend = make_backend(cfg) if cfg.mode in ("all", "infer") else None  # a wrong model fails before the run folder
