@@ -133,6 +133,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("home-is-a-file", ["runs", "list"], "LMMBENCH_HOME"),
     ("perf-result-filename-under-file", [*PERF, "--save-result", "--result-filename", "{c:a_file}/r.json",
                                          "--out-dir", "{out}"], "--result-filename"),
+    ("perf-multiturn-set-not-utf8", [*PERF, "--dataset", "multiturn", "--dataset-path", "{c:not_utf8.json}",
+                                     "--out-dir", "{out}"], "not_utf8.json:1: not UTF-8"),
     ("perf-extra-body-not-json", [*PERF, "--extra-body", "{bad", "--out-dir", "{out}"], "{bad"),
     ("perf-baseline-unknown", [*PERF, "--baseline", "no-run-of-this-name", "--out-dir", "{out}"],
      "no run 'no-run-of-this-name'"),

@@ -35,7 +35,7 @@ INPUT_KINDS: dict[str, list[str]] = {
     "--config": ["perf-config-not-utf8", "perf-config-bad-yaml", "perf-config-deep-yaml", "run-config-not-utf8"],
     "--constraints": ["batch-constraints-missing"],
     "--dataset-path": ["perf-jsonl-not-utf8", "perf-sharegpt-deep-json", "perf-manifest-not-utf8",
-                       "perf-trace-csv-not-utf8", "timestamp-nan"],
+                       "perf-trace-csv-not-utf8", "perf-multiturn-set-not-utf8", "timestamp-nan"],
     "--manifest": ["run-manifest-not-utf8"],
     "--out": ["reference-dump-out-is-file", "models-build-out-of-a-tiny-model"],
     "--out-dir": ["perf-out-dir-is-file", "perf-out-dir-under-file", "run-out-dir-is-file", "eval-out-dir-is-file"],
