@@ -153,7 +153,7 @@ def _split_catalogue(cfg: EvalConfig) -> tuple[list[str], list[str]]:
             resolve_selection([name], cfg.include_path)
             ours.append(name)
         except UserError as exc:
-            if Path(name).suffix.lower() in (".yaml", ".yml") or Path(name).exists():  # a file, not a catalogue name:
+            if Path(name).suffix.lower() in (".yaml", ".yml") or Path(name).is_file():  # a file, not a catalogue name:
                 raise  # its own error at once (lm-eval's catalogue takes seconds to index)
             if catalogue_knows(name, cfg.include_path):
                 catalogue.append(name)
