@@ -18,7 +18,7 @@ def _length(seed: int) -> int:
 
 
 class CountdownEnv:
-    """Ends after 3..6 real actions (from the seed); success when that length is even."""
+    """Ends after 3..6 real actions (drawn from its reset seed); success when that length is even."""
 
     def __init__(self, task: int, log: list[tuple[Any, ...]]) -> None:
         self.task, self.log = task, log
@@ -78,7 +78,7 @@ def _run(num_parallel: int, tasks: int = 3, trials: int = 2, wait: int = 2, batc
     return {r.key: r for r in sched.run()}, log, sched
 
 
-def test_tick_follows_the_seed_order_wait_execute_plan_act() -> None:
+def test_tick_follows_the_order_wait_execute_plan_act() -> None:
     _, log, _ = _run(num_parallel=3)
     # tick 1: every slot steps one dummy action; tick 2: again, then all three plan, then ONE act for all
     assert log[:3] == [("reset", 0), ("reset", 1), ("reset", 2)]

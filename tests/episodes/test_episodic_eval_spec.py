@@ -51,7 +51,7 @@ def test_parallel_8_and_serial_give_the_same_episodes_and_batching_is_faster(tmp
         assert (tmp_path / "par" / "episodic-eval" / name).is_file()
 
 
-def test_seed_yaml_keys_compare_serial_and_resume(tmp_path: Path) -> None:
+def test_a_yaml_config_with_the_libero_eval_keys_compare_serial_and_resume(tmp_path: Path) -> None:
     cfg = tmp_path / "eval.yaml"
     cfg.write_text("num_trials_per_task: 2\nnum_steps_wait: 2\nnum_parallel: 3\nnum_tasks: 3\n"
                    f"policy: toy-prefix-cache\nout_dir: {tmp_path / 'o'}\nprogress: false\ncompare_serial: true\n")

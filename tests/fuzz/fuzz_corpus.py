@@ -56,10 +56,25 @@ def write_corpus(folder: Path) -> dict[str, Path]:
         "long_field.csv": "id,video,image,audio,prompt\ns1,,,," + "y" * 300_000 + "\n",
         "manifest_not_utf8.csv": b"id,video,image,audio,prompt\ns1,,,,caf\xe9\n",
         "a_file": "not a folder\n",
+        "plan_not_utf8.csv": b"name,kind,model\ncaf\xe9,eval,tiny-llm\n",
+        "trace_not_utf8.csv": b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,8,2\xff\n",
+        "trace_not_utf8.jsonl": b'{"timestamp": 0, "input_length": 8, "output_length": 2, "x": "caf\xe9"}\n',
+        "reference_not_utf8.jsonl": b'{"id": "task0_trial0", "caf\xe9": 1}\n',
+        "reference_bad_line.jsonl": '{"id": "task0_trial0", "success": true, "steps": 3, "trace": []}\n{oops\n',
+        "run_not_utf8/run.json": b'{"schema_version": 2, "run_id": "caf\xe9"}',
+        "run_not_json/run.json": '{"schema_version": 2, "run_id": ',
+        "workload_negative.yaml": "points:\n  - {concurrency: 2, input_tokens: -4}\n",
+        "workload_nan_rate.yaml": "points:\n  - {rate: .nan}\n",
+        "constraints_not_utf8.txt": b"torch==2.13.0 # caf\xe9\n",
+        "prompts_not_utf8.txt": b"one prompt\ncaf\xe9\n",
+        "plan_ok.csv": "name,kind,model,options\na,eval,tiny-llm,tasks=[\"sample_mc\"];limit=1\n",
+        **{f"include_{i}.yaml": f"include: include_{i + 1}.yaml\n" for i in range(150)},
+        "include_150.yaml": "task: deep\noutput_type: generate_until\ndataset_path: x\ndoc_to_text: q\n",
     }
     out: dict[str, Path] = {}
     for name, content in files.items():
         path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, bytes):
             path.write_bytes(content)
         else:

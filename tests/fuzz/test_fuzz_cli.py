@@ -92,6 +92,54 @@ CASES: list[tuple[str, list[str], str]] = [
      "already holds a run"),
     # bad --limit
     ("limit-unknown-name", ["--limit", "bogus=3", "perf"], "--limit"),
+    # files that name themselves: non-UTF-8 plans, traces, run logs and reference files; bad values in a workload
+    ("batch-plan-not-utf8", ["batch", "{c:plan_not_utf8.csv}", "--dry-run"], "plan_not_utf8.csv:2: not UTF-8"),
+    ("batch-plan-missing", ["batch", "{out}/nope.csv", "--dry-run"], "nope.csv"),
+    ("batch-constraints-missing", ["batch", "{c:plan_ok.csv}", "--constraints", "{out}/nope.txt", "--dry-run"],
+     "nope.txt"),
+    ("perf-trace-csv-not-utf8", [*PERF, "--dataset", "trace", "--dataset-path", "{c:trace_not_utf8.csv}",
+                                 "--out-dir", "{out}"], "trace_not_utf8.csv:2: not UTF-8"),
+    ("perf-trace-jsonl-not-utf8", [*PERF, "--dataset", "trace", "--dataset-path", "{c:trace_not_utf8.jsonl}",
+                                   "--out-dir", "{out}"], "trace_not_utf8.jsonl:1: not UTF-8"),
+    ("perf-workload-negative-length", [*PERF, "--workload", "{c:workload_negative.yaml}", "--out-dir", "{out}"],
+     "load point 1 of"),
+    ("perf-workload-nan-rate", [*PERF, "--workload", "{c:workload_nan_rate.yaml}", "--out-dir", "{out}"],
+     "load point 1 of"),
+    ("perf-result-dir-under-file", [*PERF, "--save-result", "--result-dir", "{c:a_file}/res", "--out-dir", "{out}"],
+     "--result-dir"),
+    ("perf-tokenizer-not-a-tokenizer", [*PERF, "--tokenizer", "{c:a_file}", "--out-dir", "{out}"], "--tokenizer"),
+    ("perf-recover-not-a-run", ["perf", "recover", "{c:a_file}"], "a_file"),
+    ("runs-show-run-json-not-utf8", ["runs", "show", "{c:run_not_utf8/run.json}"], "run.json: not UTF-8"),
+    ("runs-show-run-json-truncated", ["runs", "show", "{c:run_not_json/run.json}"], "cannot read the run log"),
+    ("runs-store-not-a-url", ["runs", "list", "--store", "just words"], "run store just words"),
+    ("eval-include-path-is-file", [*EVAL_EP, "--tasks", "sample_mc", "--include-path", "{c:a_file}"], "a_file"),
+    ("eval-include-chain-too-deep", [*EVAL_EP, "--tasks", "{c:include_0.yaml}"], "limit include_depth"),
+    ("episodic-reference-not-utf8", ["run", "episodic-eval", "--reference", "{c:reference_not_utf8.jsonl}",
+                                     "--out-dir", "{out}"], "reference_not_utf8.jsonl:1: not UTF-8"),
+    ("episodic-reference-bad-line", ["run", "episodic-eval", "--reference", "{c:reference_bad_line.jsonl}",
+                                     "--out-dir", "{out}"], "reference_bad_line.jsonl line 2"),
+    ("episodic-policy-no-such-module", ["run", "episodic-eval", "--policy", "no_such_mod_xyz:Policy",
+                                        "--out-dir", "{out}"], "--policy no_such_mod_xyz:Policy"),
+    ("episodic-env-file-missing", ["run", "episodic-eval", "--env", "{out}/nope.py:Env", "--out-dir", "{out}"],
+     "nope.py"),
+    ("run-manifest-not-utf8", ["run", "ttft-breakdown", "--model", "tiny-llm", "--manifest",
+                               "{c:manifest_not_utf8.csv}", "--out-dir", "{out}"], "manifest_not_utf8.csv"),
+    ("run-profile-repeat-past-repeats", ["run", "ttft-breakdown", "--model", "tiny-llm", "--profile", "--repeats", "1",
+                                         "--profile-repeat", "99", "--warmup", "0", "--no-progress",
+                                         "--out-dir", "{out}"], "--profile-repeat 99"),
+    ("models-build-out-of-a-tiny-model", ["models", "build", "tiny-llm", "--out", "{out}/m"], "shape:NAME only"),
+    ("reference-dump-out-is-file", ["reference", "dump", "--model", "tiny-llm", "--out", "{c:a_file}/ref"],
+     "a_file"),
+    ("home-is-a-file", ["runs", "list"], "LMMBENCH_HOME"),
+    ("perf-result-filename-under-file", [*PERF, "--save-result", "--result-filename", "{c:a_file}/r.json",
+                                         "--out-dir", "{out}"], "--result-filename"),
+    ("perf-multiturn-set-not-utf8", [*PERF, "--dataset", "multiturn", "--dataset-path", "{c:not_utf8.json}",
+                                     "--out-dir", "{out}"], "not_utf8.json:1: not UTF-8"),
+    ("perf-extra-body-not-json", [*PERF, "--extra-body", "{bad", "--out-dir", "{out}"], "{bad"),
+    ("perf-baseline-unknown", [*PERF, "--baseline", "no-run-of-this-name", "--out-dir", "{out}"],
+     "no run 'no-run-of-this-name'"),
+    ("reference-dump-prompts-not-utf8", ["reference", "dump", "--model", "tiny-llm", "--prompts",
+                                         "{c:prompts_not_utf8.txt}", "--out", "{out}/ref"], "prompts_not_utf8.txt"),
 ]
 
 
@@ -128,6 +176,9 @@ def test_malformed_input_is_one_line_and_exit_2(
     work = tmp_path / "cwd"
     work.mkdir()
     monkeypatch.chdir(work)  # anything written to the working directory would show up here
+    if case == "home-is-a-file":
+        monkeypatch.setenv("LMMBENCH_HOME", str(corpus["a_file"]))
+        monkeypatch.delenv("LMMBENCH_STORE_URL", raising=False)
     for lim in ("SWEEP_POINTS", "PROMPT_CHARS"):  # --limit sets these for the process: undo after the case
         monkeypatch.delenv(f"LMMBENCH_LIMIT_{lim}", raising=False)
     out = tmp_path / "out"

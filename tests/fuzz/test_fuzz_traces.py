@@ -49,16 +49,20 @@ def test_bad_traces_are_one_line_exit_2_fast(
     assert len(err) == 1 and words in err[0] and str(trace) in err[0] and "Traceback" not in text, text
 
 
+SCHEDULES: dict[str, tuple[list[str], str]] = {  # id -> (argv, words the error line must hold)
+    "duration-1e12-s": (["perf", "--url", "{url}", "--duration-s", "1000000000000"], "limit duration_s"),
+    "workload-perf-time-1e9": (["perf", "--url", "{url}", "--workload", "{tmp}/w.json"], "limit duration_s"),
+    "episodes-1e9": (["run", "episodic-eval", "--num-tasks", "1000000000"], "limit episodes"),
+    "run-name-with-directory-parts": (["perf", "--url", "{url}", "--run-name", "../../escape"], "run_name"),
+}
+
+
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize(("argv", "words"), [
-    (["perf", "--url", "{url}", "--duration-s", "1000000000000"], "limit duration_s"),
-    (["perf", "--url", "{url}", "--workload", "{tmp}/w.json"], "limit duration_s"),
-    (["run", "episodic-eval", "--num-tasks", "1000000000"], "limit episodes"),
-    (["perf", "--url", "{url}", "--run-name", "../../escape"], "run_name"),  # a name, never a path
-])  # fmt: skip
+@pytest.mark.parametrize("case", list(SCHEDULES))
 def test_unbounded_schedules_episode_counts_and_path_names_are_refused_fast(
-    argv: list[str], words: str, fuzz_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    case: str, fuzz_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    argv, words = SCHEDULES[case]
     (tmp_path / "w.json").write_text(json.dumps({"tp_sizes": [1], "batch_sizes": [1], "input_tokens": [8],
                                                  "perf_time": 1e9}))  # fmt: skip
     args = [a.replace("{url}", fuzz_url).replace("{tmp}", str(tmp_path)) for a in argv]

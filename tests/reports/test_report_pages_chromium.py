@@ -42,7 +42,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
                                              "out_dir": root / "eval", "threads": 1}), show_progress=False)
     out["eval"] = ev.run_dir / "report.html"
     assert main(["run", "episodic-eval", "--num-tasks", "2", "--num-trials-per-task", "2", "--out-dir", str(root),
-                 "--threads", "1", "--no-progress"]) == 0  # fmt: skip
+                 "--threads", "1", "--no-progress", "--compare-serial", "--compare-repeats", "5"]) == 0  # fmt: skip
     out["episodic"] = root / "episodic-eval" / "report.html"
     for name, ttft in (("a", 5), ("b", 8)):
         with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=ttft, itl_ms=1)) as url:
@@ -73,7 +73,7 @@ def _render(page: Path, tmp: Path) -> tuple[str, Path]:
 HEADLINE_ELEMENTS = {
     "spec": ("<b>TTFT ", "Where TTFT goes:", "prefill ", " %"),  # tiny-llm: text only, no encoders
     "eval": ("sample_mc · acc", "95 % "),
-    "episodic": ("success rate", "95 % ", "episodes"),
+    "episodic": ("success rate", "95 % ", "episodes", "speed-up vs serial"),  # its spread, or "not reported"
     "perf": ("qps",),
     "compare": (),
 }
@@ -105,8 +105,12 @@ def test_page_renders_with_drawn_charts(pages: dict[str, Path], kind: str, tmp_p
     if kind == "spec":  # the stacked bar per input is the first chart; raw field names only further down
         assert "aria-label=\"stage breakdown per input\"" in dom[dom.index("class=\"chart\"") - 200:][:400]
         assert "_ms_median" not in top and "others_generate_setup" not in top
-    if kind == "episodic":
-        assert top.index("success rate") < top.index("wall_ms")
+    visible = re.sub(r"<[^>]+>", " ", top)  # the text a reader sees (raw keys stay in tooltips and tables)
+    raw = re.findall(r"\b[a-z0-9]+(?:_[a-z0-9]+)*_(?:ms|s)(?:_(?:median|mean|p\d+))?\b|\bspeedup_vs_serial\w*", visible)
+    assert not raw or kind == "compare", (kind, raw)  # a comparison names the metrics it compares
+    assert "95 % -" not in visible, "an accuracy interval below 0"
+    if kind == "episodic":  # the answer first: success rate, then the speed-up with its spread, then timings
+        assert visible.index("success rate") < visible.index("speed-up vs serial") < visible.index("wall time")
     keep = os.environ.get("LMMBENCH_SCREENSHOT_DIR")
     if keep and kind in ("spec", "eval", "episodic"):
         shutil.copy(shot, Path(keep) / f"report-{ {'spec': 'ttft-breakdown'}.get(kind, kind)}.png")

@@ -28,6 +28,7 @@ def test_identical_eval_runs_are_unchanged_and_unshared_tasks_are_named(
     result = compare_runs([a], [b])
     acc = next(m for g, m in result.metrics if g == "sample_mc" and m.metric == "acc")
     assert acc.unit == "pt" and acc.change == 0.0 and acc.verdict == "unchanged" and acc.n_a == acc.n_b == 8
+    assert acc.ci_low is not None and acc.ci_high is not None and acc.ci_low <= 0.0 <= acc.ci_high  # per-sample
     assert any("sample_ppl" in n and "only in A" in n for n in result.not_shared)
     assert ("config.tasks", ["sample_mc", "sample_ppl"], ["sample_mc"]) in [
         (k, x, y) for k, x, y in result.config_diff]  # fmt: skip

@@ -14,7 +14,7 @@ import pytest
 from lmmbench.cli.main import main
 from lmmbench.config.perf_testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
-from lmmbench.core.run_store import RunStore
+from lmmbench.core.run_store import SCHEMA_VERSION, RunStore
 from lmmbench.testing import running_testserver
 
 
@@ -66,5 +66,11 @@ def test_a_store_of_the_older_schema_is_read_and_migrated_in_place(tmp_path: Pat
     con.close()
     store = RunStore.open(f"sqlite:///{path}")
     assert store.get("nightly").headline == {"qps": 3.5}
-    indexes = {r[1] for r in sqlite3.connect(path).execute("PRAGMA index_list('runs')")}
+    con = sqlite3.connect(path)
+    indexes = {r[1] for r in con.execute("PRAGMA index_list('runs')")}
     assert "ix_runs_name" in indexes
+    assert con.execute("SELECT value FROM lmmbench_store WHERE key = 'schema_version'").fetchone() == (
+        str(SCHEMA_VERSION),)  # fmt: skip
+    con.close()
+    store = RunStore.open(f"sqlite:///{path}")  # opened again: nothing left to migrate, the row still there
+    assert [r.name for r in store.list()] == ["nightly"]

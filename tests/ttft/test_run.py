@@ -1,4 +1,4 @@
-"""`lmmbench run`: output files, seed field names, invariants, the 95 % goal, resume, failures, bad input."""
+"""`lmmbench run`: output files, the breakdown field names, invariants, the 95 % goal, resume, failures, bad input."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_every_output_file_is_written(breakdown_run: Path) -> None:
     assert {"mean", "std", "p50", "p90"} <= set(summary[0])
 
 
-def test_results_have_the_seed_fields_and_the_invariants_hold(breakdown_run: Path) -> None:
+def test_results_have_the_breakdown_fields_and_the_invariants_hold(breakdown_run: Path) -> None:
     rows = read_rows(breakdown_run / "ttft-breakdown_results.csv")
     assert list(BREAKDOWN_FIELDS) == SEED_FIELDS
     assert set(SEED_FIELDS) <= set(rows[0]) and any("unattributed" in c for c in rows[0])

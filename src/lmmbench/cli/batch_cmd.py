@@ -40,6 +40,10 @@ def _batch(cfg: BatchConfig) -> None:
 
     overrides = {"out_dir": cfg.out_dir, "workers": cfg.workers, "max_retries": cfg.max_retries}
     plan = load_plan(cfg.plan, overrides)
+    if cfg.constraints is not None:  # read now, not when the first venv row installs
+        from lmmbench.config.input_files import read_text
+
+        read_text(cfg.constraints, "constraints file")
     if cfg.dry_run:
         for row in plan.rows:
             if row.kind == "serve":

@@ -28,8 +28,8 @@ def _synth(opts: SynthOptions) -> None:
     from lmmbench.core.errors import UserError
     from lmmbench.media.synth import SynthConfig, synth_media
 
-    if any(s <= 0 for s in [*opts.video_seconds, *opts.audio_seconds]) or any(s < 28 for s in opts.image_sizes):
-        raise UserError("durations must be > 0 and image sides >= 28 pixels")
+    if any(not s > 0 for s in [*opts.video_seconds, *opts.audio_seconds]) or any(s < 28 for s in opts.image_sizes):
+        raise UserError("durations must be > 0 (not NaN) and image sides >= 28 pixels")
     check_limit("media_seconds", max([*opts.video_seconds, *opts.audio_seconds], default=0), "a duration")
     check_limit("image_side", max(opts.image_sizes, default=0), "--image-sizes")
     check_limit("sweep_points", len(opts.video_seconds) + len(opts.audio_seconds) + len(opts.image_sizes),

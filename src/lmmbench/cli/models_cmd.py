@@ -50,8 +50,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Build models into $LMMBENCH_HOME/models (default ~/.cache/lmmbench): tiny ones, or shape:NAME."""
         from lmmbench.cli.shapes_cmd import build_shape
+        from lmmbench.core.errors import UserError
         from lmmbench.models.tiny import TINY_MODEL_NAMES, build_tiny_model
 
+        plain = [n for n in names or list(TINY_MODEL_NAMES) if not n.startswith("shape:")]
+        given = {"--out": out, "--num-layers": num_layers}
+        if plain and any(v is not None for v in given.values()):  # they were ignored, silently
+            flags = ", ".join(k for k, v in given.items() if v is not None)
+            raise UserError(f"{flags}: apply to shape:NAME only, not to {', '.join(plain)}; tiny models are built "
+                            "into $LMMBENCH_HOME/models")  # fmt: skip
         for name in names or list(TINY_MODEL_NAMES):
             if name.startswith("shape:"):
                 build_shape(name, num_layers=num_layers, out=out, device=device, dtype=dtype, force=force)

@@ -21,7 +21,7 @@ import yaml
 from lmmbench.config.limits import check_limit, limit_value
 from lmmbench.core.errors import UserError
 
-__all__ = ["load_json", "load_yaml", "prepare_out_dir", "raise_csv_field_limit", "read_text"]
+__all__ = ["check_writable_dir", "load_json", "load_yaml", "prepare_out_dir", "raise_csv_field_limit", "read_text"]
 
 
 def raise_csv_field_limit() -> None:
@@ -162,4 +162,18 @@ def prepare_out_dir(path: Path, what: str = "--out-dir") -> Path:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{what} {path}: cannot create the folder ({exc.strerror or exc})") from None
+    return path
+
+
+def check_writable_dir(path: Path, what: str) -> Path:
+    """``prepare_out_dir``, then a file created and removed in it: a folder lmmbench cannot write is found before
+    anything is measured, not after."""
+    import tempfile
+
+    path = prepare_out_dir(path, what)
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".lmmbench-write-check-"):
+            pass
+    except OSError as exc:
+        raise UserError(f"{what} {path}: cannot write there ({exc.strerror or exc}); choose another {what}") from None
     return path

@@ -54,6 +54,7 @@ LIMITS: dict[str, Limit] = {
               "the span of a trace's timestamps)"),
         Limit("hash_ids", 100_000, "prefix-block hash ids on one trace line"),
         Limit("episodes", 1_000_000, "episodes of one episodic run (--num-tasks x --num-trials-per-task)"),
+        Limit("include_depth", 100, "files in one chain of `include:`s of an lm-eval task file"),
     )
 }
 
@@ -80,6 +81,8 @@ def check_limit(name: str, value: float | int | None, what: str) -> None:
     """Raise a ``UserError`` naming ``what`` when ``value`` exceeds the bound ``name``."""
     if value is None:
         return
+    if isinstance(value, float) and math.isnan(value):
+        raise UserError(f"{what}: NaN is not a number; give a finite value")
     bound = limit_value(name)
     if value > bound:
         lim = LIMITS[name]

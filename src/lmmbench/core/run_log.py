@@ -175,8 +175,10 @@ def write_run_log(run_dir: Path, run_log: RunLog, *, index: bool = True) -> Path
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: cannot read the run log ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte at offset {exc.start}); not a run log lmmbench wrote") from None
+    except (OSError, json.JSONDecodeError, RecursionError) as exc:
+        raise UserError(f"{path}: cannot read the run log ({type(exc).__name__}: {str(exc)[:200]})") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: not a run log (expected a JSON object)")
     return data

@@ -16,12 +16,14 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
 import random
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from lmmbench.config.input_files import read_text
 from lmmbench.config.limits import check_limit
 from lmmbench.config.perf import PerfConfig
 from lmmbench.core.errors import UserError
@@ -143,7 +145,7 @@ def read_trace(path: Path, fmt: str, limit: int) -> list[tuple[float, int, int, 
         fmt = "azure" if path.suffix.lower() == ".csv" else "mooncake"
     rows: list[tuple[float, int, int, list[int]]] = []
     if fmt == "azure":
-        with path.open(newline="", encoding="utf-8-sig") as fh:  # a BOM is not part of the first column's name
+        with io.StringIO(read_text(path, "trace"), newline="") as fh:  # bounded; a BOM is dropped; names the file
             reader = csv.DictReader(fh)
             missing = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} - set(reader.fieldnames or [])
             if missing:
@@ -157,7 +159,7 @@ def read_trace(path: Path, fmt: str, limit: int) -> list[tuple[float, int, int, 
                 except (TypeError, ValueError):
                     raise UserError(f"{path}:{lineno}: ContextTokens / GeneratedTokens must be integers") from None
     else:
-        for lineno, row in parse_json_lines(path.read_text(encoding="utf-8"), path):
+        for lineno, row in parse_json_lines(read_text(path, "trace"), path):
             if len(rows) >= limit:
                 break
             try:

@@ -1,5 +1,5 @@
 """In-process measurement of one sample: decode (extract_ms) -> pack (pack_ms, audio_feature_ms)
--> media guard -> ``generate(max_new_tokens=1)`` with stage hooks -> one row of seed-000 fields.
+-> media guard -> ``generate(max_new_tokens=1)`` with stage hooks -> one row of the TTFT breakdown fields.
 
 Measured or refused: a sample whose video / image / audio yields no tokens for the model raises
 ``MediaNotReachedError`` (its row fails, naming the medium and the processor class); once a hook
@@ -95,7 +95,7 @@ class InProcessBreakdown:
         return pack_inputs(self.loaded.processor, self.loaded.tokenizer, media.prompt, av, media.audio_kwargs)
 
     def measure(self, media: SampleMedia) -> dict[str, Any]:
-        """One full measurement of a sample: every seed field, the split of others, metadata."""
+        """One full measurement of a sample: every TTFT breakdown field, the split of others, metadata."""
         av = self.extract(media)
         packed = self.pack(media, av)
         self.check_media(av, packed)

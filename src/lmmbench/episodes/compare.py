@@ -63,16 +63,18 @@ def read_traces(path: Path) -> dict[str, EpisodeOutcome]:
     if not path.is_file():
         raise UserError(f"--reference {path}: no such traces file (a run's <out-dir>/episodic-eval/"
                         "episodic-eval_traces.jsonl)")
+    from lmmbench.config.input_files import read_text
+
     out: dict[str, EpisodeOutcome] = {}
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                out[str(row["id"])] = EpisodeOutcome(row["success"], int(row["steps"]), list(row["trace"]))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise UserError(f"{path} line {n}: not a traces line ({exc}); give a traces file") from None
+    for n, line in enumerate(read_text(path, "traces file").splitlines(), 1):  # bounded; non-UTF-8 names the file
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            out[str(row["id"])] = EpisodeOutcome(row["success"], int(row["steps"]), list(row["trace"]))
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise UserError(f"{path} line {n}: not a traces line ({type(exc).__name__}: {str(exc)[:120]}); "
+                            "give a run's episodic-eval_traces.jsonl") from None  # fmt: skip
     return out
 
 

@@ -2,7 +2,7 @@
 
 Each of ``num_parallel`` slots runs one episode at a time through WAIT -> NEED_VLM -> NEED_AE ->
 EXECUTING -> DONE. A slot owns a task and runs its trials one after another, then takes the next
-task (as the seed: ``num_parallel`` task environments at once). When no task is left, a free slot
+task (``num_parallel`` task environments at once). When no task is left, a free slot
 takes a trial not yet started from the slot with the most left (on its own environment of that
 task; ``steal_trials=False`` keeps one task per slot), so the run does not end with one slot
 working through a whole task alone. Every tick, in this order:

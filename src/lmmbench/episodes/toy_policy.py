@@ -13,7 +13,7 @@
   image (16 patch tokens) plus one task token whose K/V is computed on the episode's first call
   and kept in its memory. Prefix K/V are ``(B, heads, tokens, dim)``: episodes are isolated by
   the batch dimension, and the 10 denoising steps only read the cache (``cat`` with the action
-  tokens' own K/V, as in the seed).
+  tokens' own K/V).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``toy-waypoints``: a 2-D point robot on a grid that must visit every waypoint of its task.
 
 Task ``i`` is a fixed layout (3 waypoints on a 16 x 16 grid, drawn from the task index);
-``reset(seed)`` places the robot at a start cell drawn from the seed. An action is two floats; the
+``reset(seed)`` places the robot at a start cell drawn from that seed. An action is two floats; the
 environment rounds each to the nearest integer and clips it to -1..1 (a king move), so positions
 are integers and every test (``visited``, ``success``) is exact. Two actions that differ by less
 than 1e-5 give the same move unless one lies within 1e-5 of a rounding boundary (x.5); the

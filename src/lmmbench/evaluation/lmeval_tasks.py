@@ -108,6 +108,9 @@ def resolve_includes(path: Path, data: dict[str, Any], seen: tuple[Path, ...] = 
     inc = data.get("include")
     if inc is None:
         return data
+    from lmmbench.config.limits import check_limit
+
+    check_limit("include_depth", len(seen) + 1, f"{path}: include chain ({seen[0] if seen else path} -> ...)")
     merged: dict[str, Any] = {}
     for name in [inc] if isinstance(inc, str) else list(inc):
         p = Path(str(name)).expanduser()

@@ -144,12 +144,17 @@ def _split_catalogue(cfg: EvalConfig) -> tuple[list[str], list[str]]:
     catalogue when lm-eval is installed and knows it."""
     from lmmbench.evaluation.lmeval_catalogue import INSTALL, catalogue_available, catalogue_knows
 
+    for folder in cfg.include_path:  # before lm-eval's catalogue is asked (it takes seconds to index)
+        if not Path(folder).is_dir():
+            raise UserError(f"--include-path: {folder} is not a folder")
     ours, catalogue = [], []
     for name in cfg.tasks:
         try:
             resolve_selection([name], cfg.include_path)
             ours.append(name)
         except UserError as exc:
+            if Path(name).suffix.lower() in (".yaml", ".yml") or Path(name).is_file():  # a file, not a catalogue name:
+                raise  # its own error at once (lm-eval's catalogue takes seconds to index)
             if catalogue_knows(name, cfg.include_path):
                 catalogue.append(name)
             elif not catalogue_available() and not Path(name).suffix:
@@ -192,6 +197,11 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
         raise UserError("--tasks: give at least one task name or YAML file (see `lmmbench tasks`)")
     own, catalogue = _split_catalogue(cfg)
     tasks, groups = _tasks(cfg, own)
+    if cfg.mode in ("all", "infer"):  # a broken template is found before the model loads, not after
+        from lmmbench.evaluation.runner import check_first_prompt
+
+        for task in tasks:
+            check_first_prompt(task)
     run_dir = _run_dir(cfg)
     prepare_out_dir(cfg.out_dir)
     backend = make_backend(cfg) if cfg.mode in ("all", "infer") else None  # a wrong model fails before the run folder

@@ -29,7 +29,9 @@ def load_prompts(source: str, n: int) -> list[str]:
     if p.suffix == ".txt":
         if not p.is_file():
             raise UserError(f"{p}: prompt file not found")
-        prompts = [line.rstrip("\n") for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        from lmmbench.config.input_files import read_text
+
+        prompts = [line.rstrip("\n") for line in read_text(p, "prompt file").splitlines() if line.strip()]
     elif p.suffix == ".jsonl":
         if not p.is_file():
             raise UserError(f"{p}: prompt file not found")

@@ -24,7 +24,7 @@ from lmmbench.evaluation.prompts import PromptRenderer, RenderedSample, chat_mes
 from lmmbench.evaluation.task_config import TaskConfig
 from lmmbench.evaluation.task_data import read_source
 
-__all__ = ["InferStats", "SampleJob", "build_jobs", "read_predictions", "run_infer"]
+__all__ = ["InferStats", "SampleJob", "build_jobs", "check_first_prompt", "read_predictions", "run_infer"]
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +76,27 @@ def _key(key_base: list[Any], payload: Any) -> str:
 ChatPrompt = Callable[[list[dict[str, str]], int, int], str]
 
 
-def build_jobs(task: TaskConfig, model_id: str, chat_prompt: ChatPrompt | None = None) -> list[SampleJob]:
-    """Render every sample of ``task`` into its requests (``chat_prompt``: the backend's chat template)."""
+def _render(task: TaskConfig, first_only: bool = False) -> tuple[list[dict[str, Any]], list[RenderedSample]]:
+    """The samples of ``task`` (its ``limit``, or only the first) and their rendered prompts."""
     full = read_source(task.data.model_copy(update={"limit": None}), task)
     docs = full[: task.data.limit] if task.data.limit is not None else full
+    docs = docs[:1] if first_only else docs
     columns = set().union(*(d.keys() for d in full))
     own_split = task.fewshot.source is None
     pool = full if own_split else read_source(task.fewshot.source, task)  # type: ignore[arg-type]
     exclude = own_split if task.fewshot.exclude_eval_doc is None else task.fewshot.exclude_eval_doc
-    rendered = PromptRenderer(task, columns).render_all(docs, pool, pool_is_eval_split=exclude)
+    return docs, PromptRenderer(task, columns).render_all(docs, pool, pool_is_eval_split=exclude)
+
+
+def check_first_prompt(task: TaskConfig) -> None:
+    """Render the first sample of ``task`` before any model loads: a template error or a prompt past the
+    ``prompt_chars`` bound is one line in seconds, not after the model's load."""
+    _render(task, first_only=True)
+
+
+def build_jobs(task: TaskConfig, model_id: str, chat_prompt: ChatPrompt | None = None) -> list[SampleJob]:
+    """Render every sample of ``task`` into its requests (``chat_prompt``: the backend's chat template)."""
+    docs, rendered = _render(task)
     jobs: list[SampleJob] = []
     if task.chat_template and task.kind == "multiple_choice" and chat_prompt is None:
         raise UserError(f"{task.source_file}: chat_template needs a model to render the chat template")

@@ -52,7 +52,8 @@ def _read_csv(path: Path) -> list[dict[str, Any]]:
     try:
         return [dict(r) for r in csv.DictReader(io.StringIO(text, newline=""))]
     except csv.Error as exc:
-        raise UserError(f"{path}: not valid CSV ({exc})") from None
+        hint = "; raise with LMMBENCH_LIMIT_CSV_FIELD_BYTES if it is real" if "field limit" in str(exc) else ""
+        raise UserError(f"{path}: not valid CSV ({exc}){hint}") from None
 
 
 def _plain(value: Any) -> Any:

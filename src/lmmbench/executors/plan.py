@@ -11,6 +11,7 @@ Every error names the file, the row and the field.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -119,7 +120,9 @@ def _row_error(path: Path, n: int, raw: dict[str, Any], exc: ValidationError | U
 
 def _read_rows(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     if path.suffix.lower() == ".csv":
-        with path.open(newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's BOM is not part of a column
+        from lmmbench.config.input_files import read_text
+
+        with io.StringIO(read_text(path, "plan"), newline="") as fh:  # a BOM dropped; non-UTF-8 names the file
             reader = csv.DictReader(fh)
             header = [h.strip() for h in reader.fieldnames or []]
             unknown = [h for h in header if h not in (*CSV_COLUMNS, *_OPTIONAL_CSV_COLUMNS)]

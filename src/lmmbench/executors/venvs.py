@@ -53,6 +53,8 @@ def default_constraints() -> Path:
 
     env = os.environ.get("LMMBENCH_CONSTRAINTS")
     if env:
+        if not Path(env).is_file():
+            raise UserError(f"LMMBENCH_CONSTRAINTS={env}: no such file; point it at lmmbench's constraints.txt")
         return Path(env)
     import lmmbench
 

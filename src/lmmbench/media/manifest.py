@@ -66,7 +66,8 @@ def load_manifest(path: str | Path) -> list[ManifestRow]:
     try:
         header = [h.strip() for h in (reader.fieldnames or [])]
     except csv.Error as exc:
-        raise UserError(f"{csv_path}: not valid CSV ({exc})") from None
+        hint = "; raise with LMMBENCH_LIMIT_CSV_FIELD_BYTES if it is real" if "field limit" in str(exc) else ""
+        raise UserError(f"{csv_path}: not valid CSV ({exc}){hint}") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise UserError(

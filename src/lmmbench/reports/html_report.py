@@ -39,7 +39,7 @@ main{max-width:1200px;margin:0 auto;padding:24px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d8dde5;padding-bottom:4px}
 h3{font-size:14px;margin:16px 0 6px}.meta{color:#5b6678;margin:0 0 12px}
 .box{background:#fff;border:1px solid #d8dde5;border-radius:6px;padding:12px;overflow-x:auto}
-table{border-collapse:collapse;font-size:12.5px;font-variant-numeric:tabular-nums}
+table{border-collapse:collapse;font-size:12.5px;font-variant-numeric:tabular-nums;display:block;overflow-x:auto;max-width:100%}
 th,td{border:1px solid #e1e5eb;padding:3px 7px;text-align:right;white-space:nowrap;vertical-align:top}
 th{background:#eef1f5;position:sticky;top:0}td.k,th.k{text-align:left}
 tr:nth-child(even) td{background:#fafbfc}img{max-width:100%;height:auto;display:block;margin:8px 0}
@@ -265,7 +265,9 @@ class HtmlReport:
             return [top, sections_of.charts_block(glance)]
         headline = run.get("headline") or _spec_headline(spec_dir, spec_name)
         lead = sections_of.episodic_cards(analysis)
-        return [sections_of.headline_section(headline, verdicts, first=("success", "speed"), lead_cards=lead),
+        shown = ("success_", "speedup_vs_serial_") if lead else ()  # the lead cards show them, with their intervals
+        return [sections_of.headline_section(headline, verdicts, first=("success", "speed", "episodes"),
+                                             lead_cards=lead, shown=shown),
                 sections_of.spec_charts(summary, stages)]
 
     def perf_run(self, run_dir: Path) -> Path:

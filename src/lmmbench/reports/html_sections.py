@@ -16,7 +16,7 @@ from typing import Any
 from lmmbench.reports.svg_charts import bar_chart, line_chart
 
 __all__ = ["episodic_cards", "eval_charts", "eval_headline_section", "eval_verdicts", "headline_section", "perf_charts",
-           "perf_verdicts", "spec_charts", "spec_verdicts", "verdict_list"]  # fmt: skip
+           "perf_verdicts", "readable", "spec_charts", "spec_verdicts", "verdict_list"]  # fmt: skip
 
 Verdict = tuple[str, bool | None]  # text, met (True), missed (False), information (None)
 
@@ -40,9 +40,34 @@ def _fmt(v: float) -> str:
     return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.4g}"
 
 
-def _card(label: str, value: str, note: str = "") -> str:
+_WORDS = {"qps": "requests / s (qps)", "output_token_throughput": "output tokens / s", "ttft": "TTFT", "tpot": "TPOT",
+          "itl": "inter-token latency", "e2e": "end-to-end latency", "errors": "failed requests",
+          "wall": "wall time per episode", "env": "environment steps", "planning": "planning",
+          "action": "action (policy forward)", "episodes_per_s": "episodes / s"}  # fmt: skip
+_STATISTICS = {"median": "median", "mean": "mean", "p50": "median", "p90": "p90", "p95": "p95", "p99": "p99"}
+_UNITS = {"ms": "ms", "s": "s", "pct": "%"}
+
+
+def readable(key: str) -> str:
+    """A headline key in words (``ttft_ms_p99`` -> ``TTFT, p99 (ms)``); the raw key stays in the tables and in the
+    card's tooltip. A ``[point N]`` suffix is kept."""
+    base, _, point = key.partition(" [")
+    if base in _WORDS:
+        return _WORDS[base] + (f" [{point}" if point else "")
+    parts = base.split("_")
+    stat = _STATISTICS.get(parts[-1]) if len(parts) > 1 else None
+    parts = parts[:-1] if stat else parts
+    unit = _UNITS.get(parts[-1]) if len(parts) > 1 else None
+    parts = parts[:-1] if unit else parts
+    name = _WORDS.get("_".join(parts), " ".join(parts))
+    text = name + (f", {stat}" if stat else "") + (f" ({unit})" if unit else "")
+    return text + (f" [{point}" if point else "")
+
+
+def _card(label: str, value: str, note: str = "", raw: str = "") -> str:
     sub = f"<div class='meta'>{_e(note)}</div>" if note else ""
-    return (f"<div class='card' style='{_CARD_CSS}'><div class='meta'>{_e(label)}</div>"
+    tip = f" title='{_e(raw)}'" if raw else ""
+    return (f"<div class='card' style='{_CARD_CSS}'{tip}><div class='meta'>{_e(label)}</div>"
             f"<div style='font-size:20px;font-weight:600'>{_e(value)}</div>{sub}</div>")  # fmt: skip
 
 
@@ -58,11 +83,13 @@ def verdict_list(verdicts: Sequence[Verdict]) -> str:
 
 
 def headline_section(headline: dict[str, Any], verdicts: Sequence[Verdict], limit: int = 12,
-                     first: Sequence[str] = (), lead_cards: Sequence[str] = ()) -> str:
-    """``lead_cards``, then cards with the headline numbers (keys containing one of ``first`` lead), then
-    the verdict lines."""
-    keys = sorted(headline, key=lambda k: next((i for i, f in enumerate(first) if f in k), len(first)))
-    cards = [*lead_cards, *(_card(k, _fmt(v)) for k in keys[:limit] if (v := _num(headline[k])) is not None)]
+                     first: Sequence[str] = (), lead_cards: Sequence[str] = (), shown: Sequence[str] = ()) -> str:
+    """``lead_cards``, then cards with the headline numbers in words (keys containing one of ``first`` lead; keys
+    starting with one of ``shown`` are left out: the lead cards show them), then the verdict lines."""
+    keys = sorted((k for k in headline if not k.startswith(tuple(shown))),
+                  key=lambda k: next((i for i, f in enumerate(first) if f in k), len(first)))  # fmt: skip
+    cards = [*lead_cards, *(_card(readable(k), _fmt(v), raw=k) for k in keys[:limit]
+                            if (v := _num(headline[k])) is not None)]  # fmt: skip
     body = "".join(cards) or "<p class='meta'>(no headline numbers)</p>"
     return f"<h2>Headline</h2>\n<div class='headline'>{body}{verdict_list(verdicts)}</div>\n"
 
@@ -100,7 +127,7 @@ def eval_headline_section(results: Sequence[dict[str, Any]], verdicts: Sequence[
             v = _num((mv or {}).get("value"))
             if v is None or len(cards) >= limit:
                 continue
-            iv = _interval(mv)
+            iv = _interval(mv, name)
             note = (f"95 % {iv[0]:.3g}–{iv[1]:.3g}, " if iv else "") + f"n = {mv.get('n') or r.get('n_samples')}"
             cards.append(_card(f"{r.get('task')} · {name}", _fmt(v), note))
     body = "".join(cards) or "<p class='meta'>(no scores)</p>"
@@ -245,7 +272,7 @@ def eval_charts(results: list[dict[str, Any]]) -> str:
         for m in scores:
             mvs = [(r.get("metrics") or {}).get(m) or {} for r in scored]
             series[m] = [_num(mv.get("value")) for mv in mvs]
-            intervals[m] = [_interval(mv) for mv in mvs]
+            intervals[m] = [_interval(mv, m) for mv in mvs]
         charts.append(bar_chart("Score per task (95 % interval)", cats, series, intervals=intervals, y_max=1.0))
     for r in results:
         own = [m for m in (r.get("metrics") or {}) if m not in scores]
@@ -259,15 +286,25 @@ def eval_charts(results: list[dict[str, Any]]) -> str:
             if not cats or metric is None:
                 continue
             vals = [_num((groups[g].get(metric) or {}).get("value")) for g in cats]
-            ivs = [_interval(groups[g].get(metric) or {}) for g in cats]
+            ivs = [_interval(groups[g].get(metric) or {}, metric) for g in cats]
             charts.append(bar_chart(f"{r.get('task')}: {metric} by {col}", cats, {metric: vals},
                                     intervals={metric: ivs}, y_max=1.0))  # fmt: skip
     return _charts_block(charts)
 
 
-def _interval(mv: dict[str, Any]) -> tuple[float, float] | None:
+_SHARES = ("acc", "exact_match", "em", "f1", "anls", "accuracy", "match", "pass", "bleu", "rouge", "mcc")
+
+
+def _interval(mv: dict[str, Any], name: str = "") -> tuple[float, float] | None:
+    """value +- 1.96 stderr, cut to what the metric can take: a score of 0 to 1 (accuracy, F1, ...) never shows a
+    bound below 0 or above 1 (with few samples the normal interval reaches past them)."""
     v, se = _num(mv.get("value")), _num(mv.get("stderr"))
-    return None if v is None or se is None else (v - 1.96 * se, v + 1.96 * se)
+    if v is None or se is None:
+        return None
+    lo, hi = v - 1.96 * se, v + 1.96 * se
+    if name.lower().startswith(_SHARES) and 0.0 <= v <= 1.0:
+        lo, hi = max(lo, 0.0), min(hi, 1.0)
+    return lo, hi
 
 
 def charts_block(charts: list[str]) -> str:

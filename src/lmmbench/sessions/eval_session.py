@@ -14,8 +14,9 @@ def run_eval_compared(cfg: Any) -> tuple[Any, list[str]]:
     from lmmbench.core.run_log import load_run_log
     from lmmbench.evaluation.modes import run_eval
     from lmmbench.reports.html_report import write_reports
-    from lmmbench.sessions.previous_run import compare_with_previous
+    from lmmbench.sessions.previous_run import check_baseline, compare_with_previous
 
+    check_baseline(cfg.baseline)
     run = run_eval(cfg)
     if not run.results:
         return run, []

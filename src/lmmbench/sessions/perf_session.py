@@ -26,7 +26,7 @@ from typing import Any
 
 from lmmbench.backends.readiness import wait_for_server
 from lmmbench.config.cli_options import parse_model
-from lmmbench.config.input_files import prepare_out_dir
+from lmmbench.config.input_files import check_writable_dir, prepare_out_dir
 from lmmbench.config.limits import check_limit
 from lmmbench.config.perf import PerfConfig
 from lmmbench.config.perf_workload import load_workload
@@ -85,7 +85,7 @@ def _resolve(cfg: PerfConfig) -> tuple[PerfConfig, list[dict[str, Any]]]:
     return base_cfg, points
 
 
-def _point_config(base: PerfConfig, point: dict[str, Any]) -> PerfConfig:
+def _point_config(base: PerfConfig, point: dict[str, Any], source: str = "load point") -> PerfConfig:
     data = base.model_dump()
     labels = {**data.get("labels", {}), **point.get("labels", {})}
     data.update({k: v for k, v in point.items() if k != "labels"})
@@ -94,7 +94,7 @@ def _point_config(base: PerfConfig, point: dict[str, Any]) -> PerfConfig:
         data["concurrency"] = None
     if point.get("concurrency") is not None and "rate" not in point:
         data["rate"] = None
-    return parse_model(PerfConfig, data, source="load point")
+    return parse_model(PerfConfig, data, source=source)
 
 
 def _labels(i: int, pcfg: PerfConfig) -> dict[str, Any]:
@@ -336,6 +336,15 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None) -> Perf
 
         tok = load_tokenizer(base.tokenizer)
     check_limit("sweep_points", len(points), "load points (workload points x sweep)")
+    for i, point in enumerate(points):  # a negative or NaN value of any point is refused before the server is asked
+        _point_config(base, point, f"load point {i + 1}" + (f" of {base.workload}" if base.workload else ""))
+    if base.wants_vllm_result() and base.result_dir is not None:  # checked before measuring, not after
+        check_writable_dir(base.result_dir, "--result-dir")
+    if base.wants_vllm_result() and base.result_filename and Path(base.result_filename).is_absolute():
+        check_writable_dir(Path(base.result_filename).parent, "--result-filename's folder")
+    from lmmbench.sessions.previous_run import check_baseline
+
+    check_baseline(base.baseline)
     run_dir = _claim_run_dir(base)
     pf: Preflight | None = None
     if base.server_cmd is None:

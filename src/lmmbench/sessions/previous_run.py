@@ -58,6 +58,15 @@ def _lines(payload: dict[str, Any]) -> list[str]:
     return out
 
 
+def check_baseline(baseline: str | None) -> None:
+    """Resolve ``--baseline`` before anything is measured: a run the store does not know is one line now,
+    not after the measurement."""
+    if baseline:
+        from lmmbench.core.run_store import RunStore
+
+        RunStore.open().get(baseline)
+
+
 def compare_with_previous(run_dir: Path, run_log: RunLog, baseline: str | None = None) -> list[str]:
     """Write ``comparison.json`` of this run against its baseline; the console lines ([] when there is none)."""
     from lmmbench.core.run_store import RunStore

@@ -12,11 +12,13 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmmbench.core.errors import UserError
 from lmmbench.core.run_log import RunLog
 from lmmbench.core.run_summaries import to_float
 
@@ -46,7 +48,9 @@ class RunSamples:
 def _rows(path: Path) -> list[dict[str, str]]:
     if not path.is_file():
         return []
-    with path.open(newline="", encoding="utf-8") as fh:
+    from lmmbench.config.input_files import read_text
+
+    with io.StringIO(read_text(path, "results file"), newline="") as fh:  # non-UTF-8 is one line naming the file
         return list(csv.DictReader(fh))
 
 
@@ -92,11 +96,15 @@ def _perf(s: RunSamples) -> None:
     spans: dict[str, _PointSpan] = {}
     slo = {str(k): float(v) for k, v in (s.run_log.config.get("slo") or {}).items()}
     if path.is_file():
-        with path.open(encoding="utf-8") as fh:
-            for line in fh:
-                rec = json.loads(line) if line.strip() else {}
-                if rec and not rec.get("warmup"):
-                    _perf_record(s, rec, spans, slo)
+        try:
+            with path.open(encoding="utf-8") as fh:  # streamed: a records file can hold millions of lines
+                for line in fh:
+                    rec = json.loads(line) if line.strip() else {}
+                    if rec and not rec.get("warmup"):
+                        _perf_record(s, rec, spans, slo)
+        except ValueError as exc:  # not UTF-8, or a line that is not JSON
+            problem = f"{type(exc).__name__}: {str(exc)[:120]}"
+            raise UserError(f"{path}: not a records file lmmbench wrote ({problem})") from None
     for group, span in spans.items():
         if span.start_ns is None or span.end_ns is None or not span.ok:
             continue

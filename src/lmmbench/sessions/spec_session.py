@@ -62,8 +62,10 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     from lmmbench.reports import ResultsCsv, build_analysis, read_rows, run_record, write_json, write_summary
     from lmmbench.reports.plots import plot_breakdown
     from lmmbench.reports.run_info import run_files
+    from lmmbench.sessions.previous_run import check_baseline
     from lmmbench.specs import BASE_COLUMNS, SPECS, RunStats, SpecContext, UnifiedRunner
 
+    check_baseline(getattr(options, "baseline", None))
     spec = SPECS.get(spec_name)()
     spec_dir = Path(options.out_dir) / spec.name
     _claim_folder(spec_dir, spec.name, options)

@@ -119,7 +119,7 @@ class EpisodicEvalSpec(Spec):
         self._traces: Any = None
         self._serial: dict[str, Any] | None = None
         self._serial_totals: dict[str, Any] | None = None
-        self._reference: Path | None = None
+        self._reference: dict[str, Any] | None = None  # the --reference run's outcomes, read in setup
         self._findings: dict[str, Any] | None = None
         self._speedup: dict[str, Any] | None = None
 
@@ -135,6 +135,10 @@ class EpisodicEvalSpec(Spec):
         from lmmbench.config.limits import check_limit
 
         check_limit("episodes", opts.num_tasks * opts.num_trials_per_task, "--num-tasks x --num-trials-per-task")
+        if opts.reference is not None:  # read before the policy loads and any episode runs: a bad file costs nothing
+            from lmmbench.episodes.compare import read_traces
+
+            self._reference = read_traces(Path(opts.reference))
         suite = resolve_suite(opts.env, render=opts.record_replay)
         if suite.num_tasks is not None and opts.num_tasks > suite.num_tasks:
             raise UserError(f"--num-tasks {opts.num_tasks}: {suite.name} has {suite.num_tasks} tasks")
@@ -155,9 +159,6 @@ class EpisodicEvalSpec(Spec):
         num_parallel = opts.num_parallel or opts.num_tasks
         max_steps = opts.max_steps or suite.default_max_steps
         episodes = [EpisodeKey(t, r) for t in range(opts.num_tasks) for r in range(opts.num_trials_per_task)]
-        if opts.reference is not None and not Path(opts.reference).is_file():
-            raise UserError(f"--reference {opts.reference}: no such file (give a run's episodic-eval_traces.jsonl)")
-        self._reference = opts.reference
         results_path = ctx.spec_dir / f"{self.name}_results.csv"
         done = _done_ids(results_path) if opts.resume else set()
         todo = [k for k in episodes if k.id not in done]
@@ -257,7 +258,7 @@ class EpisodicEvalSpec(Spec):
         equivalence = compare_runs(traces, self._serial) if self._serial is not None else None
         out = episodic_findings(rows, totals, self._serial_totals, equivalence, self._speedup)
         if self._reference is not None:
-            out["reference_equivalence"] = compare_runs(traces, read_traces(self._reference))
+            out["reference_equivalence"] = compare_runs(traces, self._reference)
         self._findings = out
         return out
 

@@ -134,6 +134,9 @@ class UnifiedRunner:
         sample = opts.profile_sample or cases[0].id
         if sample not in {c.id for c in cases}:
             raise UserError(f"--profile-sample {sample}: no such sample; samples: {', '.join(c.id for c in cases)}")
+        if opts.profile_repeat >= opts.repeats and not getattr(opts, "target_ci_pct", None):  # no trace, silently
+            raise UserError(f"--profile-repeat {opts.profile_repeat}: the run measures repeats 0 to {opts.repeats - 1} "
+                            f"(--repeats {opts.repeats}); give one of those")  # fmt: skip
         return sample, opts.profile_repeat
 
     def _profile(self, case: Case, r: int) -> None:

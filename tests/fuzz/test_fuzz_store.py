@@ -1,0 +1,102 @@
+"""The run store as bad input (docs/reliability.md, "Run store"): a store that is not a database, holds another
+program's table, was written by a newer lmmbench, is a folder, or has a URL lmmbench cannot open is one line
+naming the store (and, for a file, how to move it aside), exit 2 within 5 s; a corrupt row is skipped with a
+warning; a command that writes a run keeps its run and says indexing failed. Real SQLite files throughout; the
+database drivers of other stores are not installed here, which is itself one of the cases."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from lmmbench.cli.main import main
+from lmmbench.core.run_log import RunLog
+from lmmbench.core.run_store import SCHEMA_VERSION, RunStore
+
+
+def _garbage(p: Path) -> str:
+    p.write_bytes(b"this is not a database, it only ends in .sqlite\n" * 20)
+    return f"sqlite:///{p}"
+
+
+def _foreign(p: Path) -> str:
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, speed REAL)")  # another program's 'runs'
+    con.commit()
+    con.close()
+    return f"sqlite:///{p}"
+
+
+def _newer(p: Path) -> str:
+    RunStore.open(f"sqlite:///{p}")
+    con = sqlite3.connect(p)
+    con.execute("UPDATE lmmbench_store SET value = :v WHERE key = 'schema_version'", {"v": str(SCHEMA_VERSION + 7)})
+    con.commit()
+    con.close()
+    return f"sqlite:///{p}"
+
+
+STORES = {  # id -> (how the store is made, words the one error line holds)
+    "not-a-database": (_garbage, "move it aside (mv "),
+    "foreign-runs-table": (_foreign, "not lmmbench's"),
+    "newer-schema": (_newer, "written by a newer lmmbench"),
+    "a-folder": (lambda p: (p.mkdir(), f"sqlite:///{p}")[1], "is a folder"),
+    "unknown-scheme": (lambda p: "bogus://host/db", "not a database URL"),
+    "not-a-url": (lambda p: "just words", "not a database URL"),
+    "missing-driver": (lambda p: "postgresql://user@127.0.0.1:1/db", "driver"),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", list(STORES))
+def test_a_bad_run_store_is_one_line_naming_it_and_exit_2(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make, words = STORES[case]
+    url = make(tmp_path / "runs.sqlite")
+    for argv in (["runs", "list", "--store", url], ["runs", "show", "anything", "--store", url]):
+        start = time.monotonic()
+        assert main(argv) == 2
+        assert time.monotonic() - start < 5.0
+        text = capsys.readouterr().err
+        err = [line for line in text.splitlines() if line.startswith("error:")]
+        assert len(err) == 1 and words in err[0] and url in err[0] and "Traceback" not in text, text
+
+
+def _log(i: int) -> RunLog:
+    return RunLog(run_id=f"perf-2026010{i}-000000-abc{i}", kind="perf", name=f"n{i}", model="m",
+                  started_at=f"2026-01-0{i}T00:00:00Z", finished_at=f"2026-01-0{i}T00:01:00Z",
+                  headline={"qps": float(i)})  # fmt: skip
+
+
+def test_a_corrupt_row_is_skipped_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "s.sqlite"
+    store = RunStore.open(f"sqlite:///{path}")
+    for i in (1, 2):
+        store.index(_log(i), tmp_path / f"run{i}")
+    con = sqlite3.connect(path)
+    con.execute("UPDATE runs SET headline_json = '{\"qps\": 1.0, trunc' WHERE name = 'n1'")
+    con.commit()
+    con.close()
+    runs = RunStore.open(f"sqlite:///{path}").list()
+    assert [r.name for r in runs] == ["n2"]
+    assert any("perf-20260101-000000-abc1" in r.getMessage() and "skipped" in r.getMessage() for r in caplog.records)
+
+
+def test_a_command_that_writes_a_run_keeps_it_and_says_indexing_failed(
+    fuzz_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = tmp_path / "store.sqlite"
+    monkeypatch.setenv("LMMBENCH_STORE_URL", _garbage(store))
+    before = store.read_bytes()
+    assert main(["perf", "--url", fuzz_url, "--num-requests", "2", "--output-tokens", "2", "--no-plots",
+                 "--no-progress", "--out-dir", str(tmp_path / "o"), "--run-name", "kept"]) == 0  # fmt: skip
+    run_json = tmp_path / "o" / "perf" / "kept" / "run.json"
+    assert json.loads(run_json.read_text())["outcome"]["ok"] == 2
+    warned = [r.getMessage() for r in caplog.records if "not indexed" in r.getMessage()]
+    assert warned and str(store) in warned[0], [r.getMessage() for r in caplog.records]
+    assert store.read_bytes() == before, "the store the user has is left as it was"
