@@ -6,6 +6,9 @@ a venv's interpreter, a container engine); the job is written to ``<row>/job.jso
 writes ``<row>/result.json``. A worker that exits without a result (crashed, killed, OOM) is
 started again, up to ``max_retries`` times, then the row fails with the tail of its log. While a
 worker runs on a GPU, the GPU is sampled through NVML when NVML is there.
+
+A timing row (``perf``, or a spec's ``run``) gets the machine: it takes every slot, so it runs alone
+(with only its own serve row, which the plan runs beside the pool); other rows share the slots.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import os
 import queue
 import subprocess
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,7 +26,7 @@ from typing import Any
 
 from lmmbench.executors.base import DoneCallback, ExecutorSettings
 from lmmbench.executors.gpus import GpuInfo, GpuSampler, discover_gpus, load_nvml
-from lmmbench.executors.jobs import Job, RowResult
+from lmmbench.executors.jobs import Job, RowResult, is_timing
 
 __all__ = ["Launcher", "Slot", "WorkerPool", "make_slots"]
 
@@ -76,13 +80,19 @@ class WorkerPool:
         free: queue.Queue[Slot] = queue.Queue()
         for s in self.slots:
             free.put(s)
+        claim = threading.Lock()  # one timing row at a time gathers slots: two never hold half each
 
         def one(job: Job) -> None:
-            slot = free.get()
+            if is_timing(job):
+                with claim:
+                    held = [free.get() for _ in self.slots]  # the whole machine
+            else:
+                held = [free.get()]
             try:
-                done(self._run_with_retries(job, slot))
+                done(self._run_with_retries(job, held[0]))
             finally:
-                free.put(slot)
+                for slot in held:
+                    free.put(slot)
 
         with ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="plan-worker") as ex:
             for fut in [ex.submit(one, j) for j in jobs]:
