@@ -6,7 +6,7 @@ the command's own -- or any server command line, as ``perf --server-cmd`` takes 
 ``vllm serve {model} --port {port}``, ``python -m sglang.launch_server --model-path {model} --port
 {port}``, ``text-generation-launcher --model-id {model} --port {port}``, ``llama-server -m {model}
 --port {port}``, ``transformers serve {model} --port {port}``. ``{port}`` (required), ``{host}`` and
-``{model}`` (the row's model) are filled in; the port is chosen at run time on 127.0.0.1. Such a server
+``{model}`` (the row's model) and ``{python}`` (this interpreter) are filled in; the port is chosen at run time on 127.0.0.1. Such a server
 is ready when ``/health`` or ``/v1/models`` answers 200 (``readiness`` picks one; ``transformers serve``
 answers ``/v1/models`` with 500 until its cache folder exists), within ``ready_timeout_s``.
 ``wait_until_ready`` is the readiness check of perf and eval (``backends.readiness``) for lmmbench's own.
@@ -44,7 +44,7 @@ class CommandServer(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    command: str = Field(description="The server's command line, with {port} (and {host}, {model}).")
+    command: str = Field(description="The server's command line, with {port} (and {host}, {model}, {python}).")
     readiness: str = Field("auto", description="auto: /health or /v1/models answering 200; or one of them.")
     ready_timeout_s: float = Field(600.0, gt=0, description="Give up when not ready after this many seconds.")
     telemetry_interval_s: float = Field(1.0, ge=0, description="Sample /metrics this often (0: off).")
@@ -204,7 +204,7 @@ def _log_tail(path: Path, n: int = 3) -> str:
 
 def _argv(row: PlanRow, command: str, cfg: BaseModel, port: int) -> tuple[list[str], dict[str, str]]:
     if isinstance(cfg, CommandServer):
-        line = cfg.command.format(port=port, host="127.0.0.1", model=row.model or "")
+        line = cfg.command.format(port=port, host="127.0.0.1", model=row.model or "", python=shlex.quote(sys.executable))
         return shlex.split(line), cfg.env
     update: dict[str, Any] = {"port": port, "host": "127.0.0.1"}
     cfg = cfg.model_copy(update=update)
