@@ -5,10 +5,11 @@ before they start, its ``/metrics`` sampled while they run, stopped (its whole p
 the command's own -- or any server command line, as ``perf --server-cmd`` takes one:
 ``vllm serve {model} --port {port}``, ``python -m sglang.launch_server --model-path {model} --port
 {port}``, ``text-generation-launcher --model-id {model} --port {port}``, ``llama-server -m {model}
---port {port}``, ``transformers serve {model} --port {port}``. ``{port}`` (required), ``{host}`` and
-``{model}`` (the row's model) and ``{python}`` (this interpreter) are filled in; the port is chosen at run time on 127.0.0.1. Such a server
-is ready when ``/health`` or ``/v1/models`` answers 200 (``readiness`` picks one; ``transformers serve``
-answers ``/v1/models`` with 500 until its cache folder exists), within ``ready_timeout_s``.
+--port {port}``, ``transformers serve {model} --port {port}``. ``{port}`` (required), ``{host}``,
+``{model}`` (the row's model) and ``{python}`` (this interpreter) are filled in; the port is chosen at run
+time on 127.0.0.1. Such a server is ready when ``/health`` or ``/v1/models`` answers 200 (``readiness``
+picks one; ``transformers serve`` answers ``/v1/models`` with 500 until its cache folder exists),
+within ``ready_timeout_s``.
 ``wait_until_ready`` is the readiness check of perf and eval (``backends.readiness``) for lmmbench's own.
 """
 
@@ -204,7 +205,8 @@ def _log_tail(path: Path, n: int = 3) -> str:
 
 def _argv(row: PlanRow, command: str, cfg: BaseModel, port: int) -> tuple[list[str], dict[str, str]]:
     if isinstance(cfg, CommandServer):
-        line = cfg.command.format(port=port, host="127.0.0.1", model=row.model or "", python=shlex.quote(sys.executable))
+        line = cfg.command.format(port=port, host="127.0.0.1", model=row.model or "",
+                                  python=shlex.quote(sys.executable))
         return shlex.split(line), cfg.env
     update: dict[str, Any] = {"port": port, "host": "127.0.0.1"}
     cfg = cfg.model_copy(update=update)
