@@ -15,8 +15,8 @@ from lmmbench.cli.main import main
 
 def test_failed_rows_end_only_themselves(write_plan: Any, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_plan([
-        {"name": "good", "kind": "eval", "model": "tiny-llm", "executor": "subprocess",
-         "options": {"tasks": ["sample_mc"], "limit": 2, "threads": 1}},
+        {"name": "good", "kind": "eval", "model": "tiny-llm", "options": {"tasks": ["sample_mc"], "limit": 2,
+                                                                           "threads": 1}},
         {"name": "nopy", "kind": "eval", "model": "tiny-llm", "executor": "venv", "python": "3.99",
          "options": {"tasks": ["sample_mc"], "limit": 2}},
         {"name": "oldpy", "kind": "perf", "executor": "venv", "python": "3.9",
@@ -65,6 +65,10 @@ def test_a_perf_row_on_python_3_12_runs_in_its_own_venv(write_plan: Any) -> None
     assert status["status"] == "ok" and status["metrics"]["venv_created"] is True
     run_log = json.loads(next((out / "load").rglob("run.json")).read_text())
     assert run_log["environment"]["python"].startswith("3.12")  # measured by the 3.12 interpreter
+    from lmmbench.models.tiny import lmmbench_home
+
+    pth = [p for p in lmmbench_home().glob("venvs/*/lib/python3.12/site-packages/*.pth")]
+    assert not any("python3.11" in p.read_text() for p in pth)  # nothing of the driver's 3.11 packages leaks in
 
 
 def test_an_unreachable_ray_address_is_one_line_within_30_s(

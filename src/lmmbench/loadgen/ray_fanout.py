@@ -14,6 +14,7 @@ the driver's clock.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -139,9 +140,16 @@ def init_ray(address: str | None) -> bool:
         ray.init(address=address, log_to_driver=False)
     else:
         env = {k: v for k, v in os.environ.items() if k in ("LMMBENCH_HOME", "PYTHONPATH")}
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                 resources={MACHINE_RESOURCE: MACHINE_UNITS},  # timing rows take all of it (executors.ray)
-                 runtime_env={"env_vars": env} if env else None)  # fmt: skip
+        try:
+            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                     resources={MACHINE_RESOURCE: MACHINE_UNITS},  # timing rows take all of it (executors.ray)
+                     runtime_env={"env_vars": env} if env else None)  # fmt: skip
+        except Exception as exc:  # Ray's own start failed (seen: "timed out during startup" on a loaded machine)
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            line = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"ray: the local Ray cluster did not start ({line}); try again on a quieter machine, "
+                            "or start one with `ray start --head` and pass --ray-address auto") from None
     return True
 
 
