@@ -18,7 +18,7 @@ import json, sys, time
 from pathlib import Path
 job = json.loads(Path(sys.argv[1]).read_text())
 start = time.time()
-time.sleep(0.8)
+time.sleep(1.5)  # long beside a worker start under load, so two rows that run together overlap
 out = {"name": job["name"], "kind": job["kind"], "status": "ok", "host": "h", "started_at_s": start,
        "ended_at_s": time.time()}
 Path(sys.argv[1]).with_name("result.json").write_text(json.dumps(out))
