@@ -145,7 +145,7 @@ class TaskConfig(_Strict):
     def fingerprint(self) -> str:
         """A short hash of everything that changes what is asked of the model (not the metrics, the
         groups or ``data.limit``: a longer limit resumes a shorter run)."""
-        exclude: Any = {"metrics": True, "group_by": True, "data": {"limit"}, "prompt_record": True}
+        exclude: Any = {"metrics": True, "group_by": True, "data": {"limit"}, "prompt": True, "prompt_record": True}
         blob = json.dumps(self.model_dump(mode="json", exclude=exclude), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
