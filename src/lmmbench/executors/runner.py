@@ -72,10 +72,23 @@ def resolve_plan(plan: Plan, executor: str | None = None, urls: dict[str, str] |
         if row.kind == "perf" and row.model is None and srv is not None and srv.model and is_command_line(srv):
             row = row.model_copy(update={"model": srv.model})  # an engine serves the model under the name it got
         try:
-            jobs.append(resolve_job(row, plan_dir / row.name, _executor_of(plan, row, executor), url))
+            name = _executor_of(plan, row, executor)
+            _check_python(row, name)
+            jobs.append(resolve_job(row, plan_dir / row.name, name, url))
         except UserError as exc:
             raise UserError(f"{plan.source or plan.name}: row {n} '{row.name}': {exc}") from None
     return jobs
+
+
+def _check_python(row: PlanRow, executor: str) -> None:
+    """A row that asks for another Python than the driver's must run where one is chosen (a venv): it is
+    never run silently on the driver's interpreter."""
+    import sys
+
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if row.python is not None and row.python != here and executor not in ("venv", "container"):
+        raise UserError(f"python: '{row.python}' is chosen by the venv executor (the container's image decides "
+                        f"its own); this row runs on '{executor}', i.e. on Python {here}: add executor: venv")
 
 
 def _finished(row_dir: Path) -> RowResult | None:
