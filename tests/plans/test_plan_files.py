@@ -83,3 +83,11 @@ def test_cli_bad_plan_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["batch", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "p.csv: row 1 'a': options.limit" in err and len(err.splitlines()) == 1
+
+
+def test_a_row_asking_for_another_python_must_run_in_a_venv(write_plan: Any) -> None:
+    path = write_plan([{"name": "load", "kind": "perf", "python": "3.12", "executor": "subprocess",
+                        "options": {"url": "http://127.0.0.1:1/v1"}}])  # fmt: skip
+    with pytest.raises(UserError, match=r"row 1 'load': python: '3.12' is chosen by the venv executor"):
+        resolve_plan(load_plan(path))
+    assert resolve_plan(load_plan(path), "venv")[0].python == "3.12"

@@ -1,4 +1,6 @@
-"""Ray: a killed Ray worker's row is retried by Ray itself (max_retries) and the plan finishes;
+"""Ray: a killed Ray worker's row is retried by Ray itself (max_retries) and the plan finishes; a timing row
+(perf) runs alone on its node (its start-end interval overlaps no other row's but its server's) while two
+eval rows share the node and overlap;
 `perf --executor ray --workers 2` slices one global schedule over two Ray actors, merges the records
 and estimates each actor's clock offset near zero (one machine). One real local Ray cluster serves
 the module (the executors join a running cluster and leave it running)."""
@@ -34,7 +36,13 @@ N = 40
 def ray_cluster() -> Iterator[None]:
     """A local Ray cluster for the module's tests, shut down after them."""
     ray = pytest.importorskip("ray", reason="the ray extra is part of lmmbench[all], which CI installs")
-    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+    from lmmbench.loadgen.ray_fanout import MACHINE_RESOURCE, MACHINE_UNITS
+
+    ray.init(num_cpus=max(2, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,
+             resources={MACHINE_RESOURCE: MACHINE_UNITS})  # as init_ray starts a local cluster
+    nap = lambda s: __import__("time").sleep(s)  # noqa: E731  (pickled by value: the workers cannot import tests)
+    warm = ray.remote(num_cpus=1)(nap)  # two workers exist before the tests (not counted as leaked)
+    ray.get([warm.remote(0.5) for _ in range(2)])
     yield
     ray.shutdown()
 
@@ -67,6 +75,37 @@ def test_killed_ray_worker_is_retried_by_ray_and_the_plan_finishes(ray_cluster: 
     load = next(r for r in run.results if r.name == "load")
     assert load.status == "ok" and load.attempts == 2, load.error
     assert load.metrics["ok"] == load.metrics["requests"] == 40
+
+
+def _ray_workers() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True) if p.name().startswith("ray::IDLE")}
+
+
+def test_a_perf_row_gets_its_node_while_eval_rows_share_theirs(ray_cluster: None, write_plan: Any) -> None:
+    evals = {"kind": "eval", "model": "tiny-llm", "options": {"tasks": ["sample_mc"], "limit": 4, "threads": 1}}
+    path = write_plan([
+        {"name": "ts", "kind": "serve", "options": {"command": "testserver", "ttft_ms": 5}},
+        {"name": "e1", **evals}, {"name": "load", "kind": "perf", "server": "ts",
+                                  "options": {"num_requests": 20, "rate": 20, "output_tokens": 2}},
+        {"name": "e2", **evals},
+    ], name="machine")  # fmt: skip
+    workers = _ray_workers()
+    run = run_plan(load_plan(path), "ray")
+    for pid in _ray_workers() - workers:  # idle workers Ray started for the backlog of this plan and keeps
+        os.kill(pid, signal.SIGKILL)
+    rows = {r.name: r for r in run.results}
+    assert all(r.status == "ok" for r in rows.values()), [r.error for r in rows.values()]
+
+    def overlap(a: str, b: str) -> bool:
+        ra, rb = rows[a], rows[b]
+        assert None not in (ra.started_at_s, ra.ended_at_s, rb.started_at_s, rb.ended_at_s)
+        return ra.started_at_s < rb.ended_at_s and rb.started_at_s < ra.ended_at_s  # type: ignore[operator]
+
+    assert not overlap("load", "e1") and not overlap("load", "e2")
+    assert overlap("e1", "e2")  # the two eval rows ran side by side
+    assert rows["load"].contention is None and not run.warnings
 
 
 def test_offset_estimate_and_record_shift_against_a_known_skew() -> None:

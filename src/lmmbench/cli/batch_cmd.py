@@ -67,11 +67,13 @@ def _batch(cfg: BatchConfig) -> None:
 
     run = run_plan(plan, cfg.executor, rerun=cfg.rerun, ray_address=cfg.ray_address, constraints=cfg.constraints,
                    echo=echo)  # fmt: skip
+    for warning in run.warnings:
+        typer.echo(warning, err=True)
     failed = [r.name for r in run.results if r.status == "failed"]
     if run.skipped:
         typer.echo(f"already done (skipped): {', '.join(run.skipped)}")
     typer.echo(f"{len(run.results) - len(failed)} ok, {len(failed)} failed; table: {run.summary_csv} "
-               f"and {run.summary_html}")
+               f"and {run.summary_html}; report: {run.report_html} and {run.report_md}")
     from lmmbench.core.exit_codes import plan_exit_code
 
     code = plan_exit_code((r.status == "failed", "unexpected" in (r.error or "")) for r in run.results)

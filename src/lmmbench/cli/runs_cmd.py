@@ -112,9 +112,9 @@ def _print_comparison(result: Any, show_all: bool) -> None:
     a = ", ".join(r.stored.run_id for r in result.side_a)
     b = ", ".join(r.stored.run_id for r in result.side_b)
     con.print(f"A (baseline): {a}\nB: {b}", highlight=False)
-    if result.config_diff or result.environment_diff:
+    if result.prompt_diff or result.config_diff or result.environment_diff:
         con.print("differences (metrics are compared on what the runs share):", highlight=False)
-        for key, x, y in [*result.config_diff, *result.environment_diff]:
+        for key, x, y in [*result.prompt_diff, *result.config_diff, *result.environment_diff]:
             con.print(f"  {key}: {x!r} -> {y!r}", highlight=False, markup=False)
     for note in result.not_shared:
         con.print(f"  not compared: {note}", highlight=False, markup=False)

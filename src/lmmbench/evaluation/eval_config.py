@@ -76,6 +76,8 @@ class EvalConfig(BaseModel):
     bootstrap_iters: int = Field(100_000, ge=0, description="bootstrap resamples for the stderr of non-mean metrics "
                                  "of lm-eval catalogue tasks (as lm-eval's --bootstrap_iters)")
     group_by: list[str] = Field(default_factory=list, description="extra metadata columns to aggregate by")
+    prompt: str | None = Field(None, description="a registered prompt (name@version) asked instead of each "
+                               "lmmbench task's doc_to_text; ./prompts/ and ./prompts.lock (docs/prompts.md)")
     served_model: str | None = Field(None, description="model name on the endpoint (default: first of /v1/models)")
     tokenizer: str | None = Field(None, description="local tokenizer (model name or dir) for an endpoint")
     max_length: int | None = Field(

@@ -197,6 +197,10 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
         raise UserError("--tasks: give at least one task name or YAML file (see `lmmbench tasks`)")
     own, catalogue = _split_catalogue(cfg)
     tasks, groups = _tasks(cfg, own)
+    if cfg.prompt is not None:  # a registered prompt for every task of this run (eval --prompt, a plan row)
+        from lmmbench.evaluation.task_config import with_prompt
+
+        tasks = [with_prompt(t, cfg.prompt, Path.cwd()) for t in tasks]
     if cfg.mode in ("all", "infer"):  # a broken template is found before the model loads, not after
         from lmmbench.evaluation.runner import check_first_prompt
 
@@ -222,7 +226,7 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
                         "random_weights": _random_weights(cfg.model)}, indent=2) + "\n"
         )
         run = EvalRun(run_dir=run_dir)
-        run_log = _start_run_log(cfg, run_dir, env)
+        run_log = _start_run_log(cfg, run_dir, env, [t.prompt_record for t in tasks if t.prompt_record])
         if backend is not None:
             for task in tasks:
                 stats = _infer_one(task, backend, run_dir, show_progress)
@@ -254,14 +258,17 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
             handler.close()
 
 
-def _start_run_log(cfg: EvalConfig, run_dir: Path, env: dict[str, Any]) -> RunLog:
-    """run.json of an eval run, written at its start (a resumed run keeps its id)."""
+def _start_run_log(cfg: EvalConfig, run_dir: Path, env: dict[str, Any], prompts: list[dict[str, str]]) -> RunLog:
+    """run.json of an eval run, written at its start (a resumed run keeps its id); the registered prompts it
+    asked with (name, version, sha256) are part of its config."""
     previous = run_dir / "run.json"
     run_id = new_run_id("eval")
     if previous.is_file():
         with contextlib.suppress(Exception):
             run_id = load_run_log(previous).run_id
     config = cfg.model_dump(mode="json")
+    if prompts:
+        config["prompts"] = list({p["ref"]: p for p in prompts}.values())
     run_log = RunLog(run_id=run_id, kind="eval", name=run_dir.name, model=cfg.model, started_at=wall_label(),
                      config=config, environment=env, run={"mode": cfg.mode},
                      measurement=measurement_from({"timer": "perf_counter_ns",

@@ -98,6 +98,10 @@ class TaskConfig(_Strict):
     licence: str | None = None
     data: DataSource
     doc_to_text: str = Field("", description="Jinja2 template or column of the prompt")
+    prompt: str | None = Field(None, description="a registered prompt (name@version) used as doc_to_text "
+                               "(evaluation.prompt_registry)")
+    prompt_record: dict[str, str] | None = Field(None, description="name, version and sha256 of the prompt used "
+                                                 "(set when the task is loaded)")
     doc_to_target: str | int = Field("", description="Jinja2 template or column of the answer, or a choice index")
     doc_to_choice: str | list[str] | None = Field(None, description="column, template rendering a list, or list")
     target_delimiter: str = " "
@@ -141,7 +145,7 @@ class TaskConfig(_Strict):
     def fingerprint(self) -> str:
         """A short hash of everything that changes what is asked of the model (not the metrics, the
         groups or ``data.limit``: a longer limit resumes a shorter run)."""
-        exclude: Any = {"metrics": True, "group_by": True, "data": {"limit"}}
+        exclude: Any = {"metrics": True, "group_by": True, "data": {"limit"}, "prompt": True, "prompt_record": True}
         blob = json.dumps(self.model_dump(mode="json", exclude=exclude), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -191,4 +195,19 @@ def load_task_file(path: Path) -> TaskConfig:
         get_metric(m.name, cfg.kind, f"{path}: metrics")
     if cfg.kind == "multiple_choice" and cfg.doc_to_choice is None:
         raise UserError(f"{path}: field 'doc_to_choice' is required for multiple_choice tasks")
+    if cfg.prompt is not None:
+        if cfg.doc_to_text:
+            raise UserError(f"{path}: give 'prompt' (a registered name@version) or 'doc_to_text', not both")
+        cfg = with_prompt(cfg, cfg.prompt, path.parent)
     return cfg
+
+
+def with_prompt(cfg: TaskConfig, ref: str, base_dir: Path) -> TaskConfig:
+    """``cfg`` asking with the registered prompt ``ref`` (checked against ``base_dir``'s prompts.lock)."""
+    from lmmbench.evaluation.prompt_registry import use_prompt
+
+    try:
+        prompt = use_prompt(ref, base_dir)
+    except UserError as exc:
+        raise UserError(f"{cfg.source_file}: {exc}") from None
+    return cfg.model_copy(update={"prompt": prompt.ref, "doc_to_text": prompt.text, "prompt_record": prompt.record()})

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lmmbench.core.errors import UserError
 from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
-from lmmbench.executors.jobs import Job
+from lmmbench.executors.jobs import Job, RowResult
 from lmmbench.executors.pool import Slot, WorkerPool
 
 __all__ = ["ContainerExecutor", "engine_command"]
@@ -51,6 +51,7 @@ class ContainerExecutor:
     def __init__(self, settings: ExecutorSettings) -> None:
         self.settings = settings
         self.engine = engine_command()
+        self.engine_checked = False
 
     def _launch(self, job: Job, job_path: Path, slot: Slot) -> tuple[list[str], dict[str, str]]:
         from lmmbench.models.tiny import lmmbench_home
@@ -69,12 +70,34 @@ class ContainerExecutor:
             inner = f"{pip} && {inner}"
         return [*argv, job.image or "", "sh", "-c", inner], {}
 
+    def prepare(self, jobs: list[Job], done: DoneCallback) -> list[Job]:
+        """Before any row of the plan runs: a row without an image fails alone; with no engine reachable
+        every container row fails with that cause (the plan's other rows still run)."""
+        ready = []
+        for job in jobs:
+            if job.image:
+                ready.append(job)
+            else:
+                done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
+                               model=job.model, error="container executor: the row names no image (column 'image')"))
+        try:
+            if ready:
+                check_engine(self.engine)
+                self.engine_checked = True
+        except UserError as exc:
+            for job in ready:
+                done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
+                               model=job.model, error=str(exc)))
+            return []
+        return ready
+
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
         """Check the engine once, then run the rows; a row without an image is an error."""
         missing = [j.name for j in jobs if not j.image]
         if missing:
             raise UserError(f"container executor: rows {', '.join(missing)} name no image (column 'image')")
-        check_engine(self.engine)
+        if not self.engine_checked:
+            check_engine(self.engine)
         WorkerPool(self.settings, self._launch).run(jobs, done)
 
 

@@ -9,6 +9,7 @@ returns a JSON-able ``RowResult`` whose ``metrics`` are flat numbers for the pla
 from __future__ import annotations
 
 import json
+import platform
 import time
 import traceback
 from pathlib import Path
@@ -20,10 +21,11 @@ from lmmbench.config.loaders import parse_model
 from lmmbench.core.errors import user_error_from_validation
 from lmmbench.executors.plan import PlanRow
 
-__all__ = ["SERVER_URL_PLACEHOLDER", "Job", "RowResult", "config_model", "execute_job", "resolve_job",
-           "validate_options", "write_result"]
+__all__ = ["SERVER_URL_PLACEHOLDER", "TIMING_KINDS", "Job", "RowResult", "config_model", "execute_job", "is_timing",
+           "resolve_job", "validate_options", "write_result"]
 
 SERVER_URL_PLACEHOLDER = "http://127.0.0.1:1/v1"  # stands in for a serve row's URL until it runs
+TIMING_KINDS = ("perf", "run")  # rows whose numbers are durations: they get the machine to themselves
 
 
 class Job(BaseModel):
@@ -56,6 +58,16 @@ class RowResult(BaseModel):
     attempts: int = 1
     error: str | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
+    host: str | None = None  # the machine the row ran on
+    started_at_s: float | None = None  # wall-clock start, Unix seconds (a label, not a timer)
+    ended_at_s: float | None = None  # wall-clock end, Unix seconds (a label, not a timer)
+    # what else ran beside this timing row when that could not be avoided (its numbers are not the machine's alone)
+    contention: str | None = None
+
+
+def is_timing(job: Job) -> bool:
+    """True for a row whose numbers are durations (perf, a spec's run): it must not share the machine."""
+    return job.kind in TIMING_KINDS
 
 
 def config_model(kind: str, spec: str | None) -> type[BaseModel]:
@@ -164,7 +176,7 @@ def _perf_metrics(summaries: list[dict[str, Any]]) -> dict[str, Any]:
 
 def execute_job(job: Job) -> RowResult:
     """Run ``job`` in this process; an exception becomes a failed ``RowResult`` (never raised)."""
-    t0 = time.perf_counter_ns()
+    t0, started = time.perf_counter_ns(), time.time()
     row_dir = Path(job.row_dir)
     row_dir.mkdir(parents=True, exist_ok=True)
     base = RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model)
@@ -175,7 +187,8 @@ def execute_job(job: Job) -> RowResult:
     except Exception as exc:  # a row that fails is a result, not a crash of the plan
         (row_dir / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
         base = base.model_copy(update={"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]})
-    return base.model_copy(update={"wall_s": (time.perf_counter_ns() - t0) / 1e9})
+    return base.model_copy(update={"wall_s": (time.perf_counter_ns() - t0) / 1e9, "started_at_s": started,
+                                   "ended_at_s": time.time(), "host": platform.node()})
 
 
 def write_result(result: RowResult, path: Path) -> None:

@@ -6,14 +6,17 @@ a venv's interpreter, a container engine); the job is written to ``<row>/job.jso
 writes ``<row>/result.json``. A worker that exits without a result (crashed, killed, OOM) is
 started again, up to ``max_retries`` times, then the row fails with the tail of its log. While a
 worker runs on a GPU, the GPU is sampled through NVML when NVML is there.
+
+A timing row (``perf``, or a spec's ``run``) gets the machine: it takes every slot, so it runs alone
+(with only its own serve row, which the plan runs beside the pool); other rows share the slots.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import queue
 import subprocess
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,7 +25,7 @@ from typing import Any
 
 from lmmbench.executors.base import DoneCallback, ExecutorSettings
 from lmmbench.executors.gpus import GpuInfo, GpuSampler, discover_gpus, load_nvml
-from lmmbench.executors.jobs import Job, RowResult
+from lmmbench.executors.jobs import Job, RowResult, is_timing
 
 __all__ = ["Launcher", "Slot", "WorkerPool", "make_slots"]
 
@@ -61,6 +64,35 @@ def _log_tail(path: Path, n: int = 5) -> str:
     return " | ".join(lines[-n:])
 
 
+class _Slots:
+    """The free slots. A timing row takes all of them at once; while one waits, no other row takes a slot
+    (so it is not starved by rows that keep taking the slot it waits for)."""
+
+    def __init__(self, slots: list[Slot]) -> None:
+        self.free = list(slots)
+        self.total = len(slots)
+        self.cv = threading.Condition()
+        self.timing_waiting = 0
+
+    def take(self, whole: bool) -> list[Slot]:
+        """A free slot, or with ``whole`` every slot; blocks until they are free."""
+        with self.cv:
+            if whole:
+                self.timing_waiting += 1
+                self.cv.wait_for(lambda: len(self.free) == self.total)
+                self.timing_waiting -= 1
+                held, self.free = self.free, []
+                return held
+            self.cv.wait_for(lambda: bool(self.free) and not self.timing_waiting)
+            return [self.free.pop(0)]
+
+    def give(self, held: list[Slot]) -> None:
+        """Return slots taken with ``take``."""
+        with self.cv:
+            self.free += held
+            self.cv.notify_all()
+
+
 class WorkerPool:
     """Runs jobs on a pool of slots, one process per job, with crash retries."""
 
@@ -73,16 +105,14 @@ class WorkerPool:
 
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
         """Run every job on the first free slot; ``done`` is called from the pool's threads."""
-        free: queue.Queue[Slot] = queue.Queue()
-        for s in self.slots:
-            free.put(s)
+        slots = _Slots(self.slots)
 
         def one(job: Job) -> None:
-            slot = free.get()
+            held = slots.take(whole=is_timing(job))
             try:
-                done(self._run_with_retries(job, slot))
+                done(self._run_with_retries(job, held[0]))
             finally:
-                free.put(slot)
+                slots.give(held)
 
         with ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="plan-worker") as ex:
             for fut in [ex.submit(one, j) for j in jobs]:

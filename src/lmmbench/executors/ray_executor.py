@@ -7,6 +7,12 @@ is shut down at the end. Remote machines and pods (Kubernetes through KubeRay, c
 ``ray up``) are a Ray cluster target: start the cluster there with lmmbench installed on every node
 and the plan's ``out_dir`` on a shared filesystem, then pass its address. Each task writes its row
 folder where it runs and returns its result, which the driver writes into the row folder.
+
+A timing row (perf, a spec's run) asks for every unit of the ``lmmbench_machine`` resource of a node
+(a local cluster gets it; nodes of another cluster get it with ``ray start --resources
+'{"lmmbench_machine": 1000}'``), every other row for one unit: so a timing row runs alone on its node,
+while other rows share theirs. On a cluster without that resource the rows are placed by CPUs and GPUs
+only, and a timing row that ran beside another row says so (``contention`` in its result).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
-from lmmbench.executors.jobs import Job, RowResult, execute_job
+from lmmbench.executors.jobs import Job, RowResult, execute_job, is_timing
 
 __all__ = ["RayExecutor", "ray_execute"]
 
@@ -30,6 +36,15 @@ def ray_execute(job_data: dict[str, Any]) -> dict[str, Any]:
     return execute_job(job).model_dump(mode="json")
 
 
+def _machine_share(job: Job, machine: bool) -> dict[str, float]:
+    """The ``lmmbench_machine`` units a row asks for: all of a node's for a timing row, else one."""
+    from lmmbench.loadgen.ray_fanout import MACHINE_RESOURCE, MACHINE_UNITS
+
+    if not machine:
+        return {}
+    return {MACHINE_RESOURCE: float(MACHINE_UNITS if is_timing(job) else 1)}
+
+
 class RayExecutor:
     """Submits every row as a Ray task and reports results as they finish."""
 
@@ -38,15 +53,17 @@ class RayExecutor:
 
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
         """Run ``jobs`` as Ray tasks (resources and retries from the plan)."""
-        from lmmbench.loadgen.ray_fanout import init_ray
+        from lmmbench.loadgen.ray_fanout import MACHINE_RESOURCE, init_ray
 
         started = init_ray(self.settings.ray_address)
         import ray
 
         try:
+            machine = bool(ray.cluster_resources().get(MACHINE_RESOURCE))
             remote = ray.remote(ray_execute)
             pending = {remote.options(num_cpus=j.num_cpus, num_gpus=j.num_gpus, max_retries=self.settings.max_retries,
-                                      retry_exceptions=False).remote(j.model_dump(mode="json")): j
+                                      retry_exceptions=False, resources=_machine_share(j, machine)
+                                      ).remote(j.model_dump(mode="json")): j
                        for j in jobs}  # fmt: skip
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)

@@ -15,14 +15,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lmmbench.core.errors import UserError
 from lmmbench.executors.base import EXECUTORS, ExecutorSettings
-from lmmbench.executors.jobs import SERVER_URL_PLACEHOLDER, Job, RowResult, resolve_job, write_result
+from lmmbench.executors.jobs import (
+    SERVER_URL_PLACEHOLDER,
+    TIMING_KINDS,
+    Job,
+    RowResult,
+    resolve_job,
+    write_result,
+)
 from lmmbench.executors.plan import Plan, PlanRow
-from lmmbench.executors.servers import RunningServer, server_config, start_server
+from lmmbench.executors.servers import RunningServer, is_command_line, server_config, start_server
 
-__all__ = ["STATUS_NAME", "PlanRun", "resolve_plan", "run_plan"]
+__all__ = ["STATUS_NAME", "PlanRun", "mark_contention", "resolve_plan", "run_plan"]
 
 STATUS_NAME = "status.json"
 
@@ -36,6 +44,9 @@ class PlanRun:
     skipped: list[str] = field(default_factory=list)
     summary_csv: Path | None = None
     summary_html: Path | None = None
+    report_html: Path | None = None
+    report_md: Path | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def _executor_of(plan: Plan, row: PlanRow, override: str | None) -> str:
@@ -57,11 +68,27 @@ def resolve_plan(plan: Plan, executor: str | None = None, urls: dict[str, str] |
                 raise UserError(f"{plan.source or plan.name}: row {n} '{row.name}': {exc}") from None
             continue
         url = (urls or {}).get(row.server or "", SERVER_URL_PLACEHOLDER) if row.server else None
+        srv = next((r for r in plan.rows if r.name == row.server), None)
+        if row.kind == "perf" and row.model is None and srv is not None and srv.model and is_command_line(srv):
+            row = row.model_copy(update={"model": srv.model})  # an engine serves the model under the name it got
         try:
-            jobs.append(resolve_job(row, plan_dir / row.name, _executor_of(plan, row, executor), url))
+            name = _executor_of(plan, row, executor)
+            _check_python(row, name)
+            jobs.append(resolve_job(row, plan_dir / row.name, name, url))
         except UserError as exc:
             raise UserError(f"{plan.source or plan.name}: row {n} '{row.name}': {exc}") from None
     return jobs
+
+
+def _check_python(row: PlanRow, executor: str) -> None:
+    """A row that asks for another Python than the driver's must run where one is chosen (a venv): it is
+    never run silently on the driver's interpreter."""
+    import sys
+
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if row.python is not None and row.python != here and executor not in ("venv", "container"):
+        raise UserError(f"python: '{row.python}' is chosen by the venv executor (the container's image decides "
+                        f"its own); this row runs on '{executor}', i.e. on Python {here}: add executor: venv")
 
 
 def _finished(row_dir: Path) -> RowResult | None:
@@ -87,6 +114,45 @@ def _start_servers(plan: Plan, needed: set[str], plan_dir: Path,
     return servers
 
 
+def _failed(job: Job, error: str) -> RowResult:
+    return RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model,
+                     error=error)
+
+
+def _prepare(executors: dict[str, Any], jobs: list[Job], finish: Callable[[RowResult], None]) -> list[Job]:
+    """The checks that can run before any row: each executor's ``prepare`` (venvs built, interpreters found)
+    fails only the rows it cannot run, up front; the rows that passed are returned."""
+    ready: list[Job] = []
+    for name, group in _by_executor(jobs).items():
+        prepare = getattr(executors[name], "prepare", None)
+        ready += prepare(group, finish) if prepare is not None else group
+    return ready
+
+
+def _by_executor(jobs: list[Job]) -> dict[str, list[Job]]:
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        groups.setdefault(job.executor, []).append(job)
+    return groups
+
+
+def _run_group(executor: Any, group: list[Job], finish: Callable[[RowResult], None],
+               done: dict[str, RowResult]) -> None:
+    """Run one executor's rows; an executor that fails as a whole (no cluster, no engine) fails its
+    unfinished rows with the cause, and the plan goes on."""
+    try:
+        executor.run(group, finish)
+    except UserError as exc:
+        error = str(exc)
+    except Exception as exc:  # a bug in an executor: its rows say so (exit 1), the plan files are still written
+        error = f"unexpected {type(exc).__name__} in the executor: {exc}".splitlines()[0][:500]
+    else:
+        return
+    for job in group:
+        if job.name not in done:
+            finish(_failed(job, error))
+
+
 def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, ray_address: str | None = None,
              constraints: Path | None = None, echo: Callable[[RowResult], None] | None = None) -> PlanRun:  # fmt: skip
     """Run every row of ``plan`` not finished before (all of them with ``rerun``); write status and table."""
@@ -104,7 +170,6 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, ra
             shutil.rmtree(job.row_dir, ignore_errors=True)
             pending.append(job)
     rows = {r.name: r for r in plan.rows}
-    needed = {s for j in pending if (s := rows[j.name].server)}
     plan_dir.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
 
@@ -115,31 +180,34 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, ra
             if echo is not None:
                 echo(result)
 
+    settings = ExecutorSettings(plan_dir, plan.workers, plan.max_retries, ray_address, constraints)
+    executors = {name: EXECUTORS.get(name)(settings) for name in {j.executor for j in pending}}
+    pending = _prepare(executors, pending, finish)
+    needed = {s for j in pending if (s := rows[j.name].server)}
     server_errors: dict[str, str] = {}
     t0 = time.perf_counter_ns()
     servers = _start_servers(plan, needed, plan_dir, server_errors)
     try:
         urls = {name: s.url for name, s in servers.items()}
         by_name = {j.name: j for j in resolve_plan(plan, executor, urls)}
-        groups: dict[str, list[Job]] = {}
+        runnable: list[Job] = []
         for job in pending:
             server = rows[job.name].server
             if server in server_errors:
-                finish(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
-                                 model=job.model, error=f"serve row '{server}': {server_errors[server]}"))
-                continue
-            groups.setdefault(job.executor, []).append(by_name[job.name])
-        settings = ExecutorSettings(plan_dir, plan.workers, plan.max_retries, ray_address, constraints)
-        for name, group in groups.items():
-            EXECUTORS.get(name)(settings).run(group, finish)
+                finish(_failed(job, f"serve row '{server}': {server_errors[server]}"))
+            else:
+                runnable.append(by_name[job.name])
+        for name, group in _by_executor(runnable).items():
+            _run_group(executors[name], group, finish, done)
     finally:
         for name, srv in servers.items():
-            srv.stop()
             finish(RowResult(name=name, kind="serve", status="ok", executor="background", model=rows[name].model,
                              folder=str(srv.log_path.parent), wall_s=(time.perf_counter_ns() - t0) / 1e9,
-                             metrics={"url": srv.url}))  # fmt: skip
+                             metrics={"url": srv.url, **srv.stop()}))  # fmt: skip
         for name, err in server_errors.items():
             finish(RowResult(name=name, kind="serve", status="failed", executor="background", error=err))
+    run.warnings = mark_contention([done[j.name] for j in pending if j.name in done],
+                                   {n: r.server for n, r in rows.items()}, finish)  # fmt: skip
     for row in plan.rows:  # a serve row not needed this time keeps its earlier status
         if row.name not in done and (prev := _finished(plan_dir / row.name)) is not None:
             done[row.name] = prev
@@ -148,7 +216,29 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, ra
     return run
 
 
+def mark_contention(results: list[RowResult], servers: dict[str, str | None],
+                    finish: Callable[[RowResult], None]) -> list[str]:  # fmt: skip
+    """A timing row whose start-end interval overlapped another row's on the same machine (its own serve row
+    aside) gets ``contention`` naming them, its status rewritten; returns one warning per such row."""
+    warnings = []
+    for r in results:
+        if r.kind not in TIMING_KINDS or r.started_at_s is None or r.ended_at_s is None:
+            continue
+        beside = [o.name for o in results if o.name not in (r.name, servers.get(r.name)) and o.host == r.host
+                  and o.started_at_s is not None and o.ended_at_s is not None
+                  and o.started_at_s < r.ended_at_s and r.started_at_s < o.ended_at_s]  # fmt: skip
+        if not beside:
+            continue
+        note = f"ran beside row(s) {', '.join(beside)} on {r.host}: its timings were not the machine's alone"
+        if r.contention:
+            note = f"{r.contention}; {note}"
+        finish(r.model_copy(update={"contention": note}))
+        warnings.append(f"warning: row '{r.name}' {note}")
+    return warnings
+
+
 def _write_plan_files(plan: Plan, run: PlanRun) -> None:
+    from lmmbench.reports.plan_report import write_plan_reports
     from lmmbench.reports.plan_summary import write_plan_summary
 
     rows = [r.model_dump(mode="json") for r in run.results]
@@ -156,3 +246,4 @@ def _write_plan_files(plan: Plan, run: PlanRun) -> None:
         {"plan": plan.model_dump(mode="json"), "skipped": run.skipped, "rows": rows}, indent=2) + "\n",
         encoding="utf-8")  # fmt: skip
     run.summary_csv, run.summary_html = write_plan_summary(rows, run.plan_dir, f"lmmbench plan {plan.name}")
+    run.report_html, run.report_md = write_plan_reports(rows, run.plan_dir, f"lmmbench plan {plan.name}")

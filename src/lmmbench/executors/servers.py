@@ -1,14 +1,23 @@
-"""``serve`` rows: a server (``lmmbench serve`` or ``lmmbench testserver``) started in the background
-for the perf / eval rows that name it, ready before they start, stopped after they finish.
+"""``serve`` rows: a server started in the background for the perf / eval rows that name it, ready
+before they start, its ``/metrics`` sampled while they run, stopped (its whole process group) after.
 
-Options of a serve row are the server's own options (``command=testserver`` picks the test server,
-default ``serve``); the port is chosen at run time on 127.0.0.1. ``wait_until_ready`` is the
-readiness check of perf and eval (``backends.readiness``), watching the server process meanwhile.
+``command`` is ``serve`` (default) or ``testserver`` -- lmmbench's own servers, whose other options are
+the command's own -- or any server command line, as ``perf --server-cmd`` takes one:
+``vllm serve {model} --port {port}``, ``python -m sglang.launch_server --model-path {model} --port
+{port}``, ``text-generation-launcher --model-id {model} --port {port}``, ``llama-server -m {model}
+--port {port}``, ``transformers serve {model} --port {port}``. ``{port}`` (required), ``{host}``,
+``{model}`` (the row's model) and ``{python}`` (this interpreter) are filled in; the port is chosen at run
+time on 127.0.0.1. Such a server is ready when ``/health`` or ``/v1/models`` answers 200 (``readiness``
+picks one; ``transformers serve`` answers ``/v1/models`` with 500 until its cache folder exists),
+within ``ready_timeout_s``.
+``wait_until_ready`` is the readiness check of perf and eval (``backends.readiness``) for lmmbench's own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,15 +27,48 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lmmbench.core.errors import UserError
 from lmmbench.executors.jobs import validate_options
 from lmmbench.executors.plan import PlanRow
 
-__all__ = ["RunningServer", "server_config", "start_server", "wait_until_ready"]
+__all__ = ["CommandServer", "RunningServer", "is_command_line", "server_config", "start_server",
+           "wait_for_command_server", "wait_until_ready"]
 
 SERVER_COMMANDS = ("serve", "testserver")
+READINESS = ("auto", "/health", "/v1/models")
+
+
+class CommandServer(BaseModel):
+    """A serve row given as a server command line (any engine)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(description="The server's command line, with {port} (and {host}, {model}, {python}).")
+    readiness: str = Field("auto", description="auto: /health or /v1/models answering 200; or one of them.")
+    ready_timeout_s: float = Field(600.0, gt=0, description="Give up when not ready after this many seconds.")
+    telemetry_interval_s: float = Field(1.0, ge=0, description="Sample /metrics this often (0: off).")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment of the server process.")
+
+    @field_validator("readiness")
+    @classmethod
+    def _readiness(cls, value: str) -> str:
+        if value not in READINESS:
+            raise ValueError(f"'{value}' is not one of {', '.join(READINESS)}")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: str) -> str:
+        if "{port}" not in value:
+            raise ValueError("a server command line must take its port from {port}, e.g. "
+                             "'vllm serve MODEL --port {port}'")
+        try:
+            shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot split the command line: {exc}") from None
+        return value
 
 
 def _config_model(command: str) -> type[BaseModel]:
@@ -39,12 +81,17 @@ def _config_model(command: str) -> type[BaseModel]:
     return ServeConfig
 
 
+def is_command_line(row: PlanRow) -> bool:
+    """True when a serve row runs a server command line rather than lmmbench's own server."""
+    return str(row.options.get("command", "serve")) not in SERVER_COMMANDS
+
+
 def server_config(row: PlanRow) -> tuple[str, BaseModel]:
     """The server command of a serve row and its validated options (port 0 until it starts)."""
+    if is_command_line(row):
+        return "command", validate_options(CommandServer, dict(row.options))
     opts = dict(row.options)
     command = str(opts.pop("command", "serve"))
-    if command not in SERVER_COMMANDS:
-        raise UserError(f"options.command: '{command}' is not one of {', '.join(SERVER_COMMANDS)}")
     if row.model is not None:
         opts["model"] = row.model
     return command, validate_options(_config_model(command), {**opts, "port": 0})
@@ -85,44 +132,124 @@ def wait_until_ready(url: str, timeout_s: float, alive: Callable[[], bool] = lam
 
 @dataclass
 class RunningServer:
-    """A started serve row: its process, URL and log file."""
+    """A started serve row: its process (leader of its own process group), URL, log and telemetry."""
 
     name: str
     proc: subprocess.Popen[bytes]
     url: str
     log_path: Path
     _log: IO[bytes]
+    telemetry: Any = None
 
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 10 s; closes the log."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+    def stop(self) -> dict[str, Any]:
+        """Stop the telemetry, then SIGTERM the server's whole process group (an engine's workers too), SIGKILL
+        after 10 s; closes the log. Returns what the serve row reports (telemetry samples, exit code)."""
+        out: dict[str, Any] = {}
+        if self.telemetry is not None:
+            self.telemetry.stop()
+            out = {"telemetry_samples": self.telemetry.rows, "telemetry_with_data": self.telemetry.data_rows}
+        _stop_group(self.proc)
         self._log.close()
+        return {**out, "server_exit_code": self.proc.returncode}
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
+    with contextlib.suppress(ProcessLookupError):  # whatever of the group is left (a worker that ignored SIGTERM)
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _ready_status(url: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (OSError, ValueError):
+        return 0
+
+
+def wait_for_command_server(base: str, readiness: str, timeout_s: float, alive: Callable[[], bool]) -> None:
+    """Poll ``/health`` and / or ``/v1/models`` until one answers 200; ``UserError`` when the process exits or
+    ``timeout_s`` passes (naming what the endpoints last answered)."""
+    paths = ["/health", "/v1/models"] if readiness == "auto" else [readiness]
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, int] = {}
+    while True:
+        for path in paths:
+            last[path] = _ready_status(base + path)
+            if last[path] == 200:
+                return
+        if not alive():
+            raise UserError(f"the server for {base} exited before it was ready")
+        if time.monotonic() >= deadline:
+            said = ", ".join(f"{p}: {'no answer' if c == 0 else f'HTTP {c}'}" for p, c in last.items())
+            raise UserError(f"{base}: not ready after {timeout_s:g} s ({said})")
+        time.sleep(0.25)
+
+
+def _log_tail(path: Path, n: int = 3) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line[:200] for line in lines[-n:])
+
+
+def _argv(row: PlanRow, command: str, cfg: BaseModel, port: int) -> tuple[list[str], dict[str, str]]:
+    if isinstance(cfg, CommandServer):
+        line = cfg.command.format(port=port, host="127.0.0.1", model=row.model or "",
+                                  python=shlex.quote(sys.executable))
+        return shlex.split(line), cfg.env
+    update: dict[str, Any] = {"port": port, "host": "127.0.0.1"}
+    cfg = cfg.model_copy(update=update)
+    cfg.model_fields_set.update(update)  # so the CLI flags carry them
+    return [sys.executable, "-m", "lmmbench.cli.main", command, *_cli_args(cfg)], {}
 
 
 def start_server(row: PlanRow, row_dir: Path, timeout_s: float = 300.0) -> RunningServer:
-    """Start ``row``'s server on a free loopback port, wait until it is ready, return it."""
+    """Start ``row``'s server on a free loopback port in its own process group, wait until it is ready,
+    start sampling its ``/metrics``, return it. A server that does not come up is stopped and a
+    ``UserError`` names why, with the last lines of its log."""
     from lmmbench.core.net import free_loopback_port
 
     command, cfg = server_config(row)
     port = free_loopback_port()
-    update: dict[str, Any] = {"port": port, "host": "127.0.0.1"}
-    cfg = cfg.model_copy(update=update)
-    cfg.model_fields_set.update(update)  # so the CLI flags carry them
+    argv, env = _argv(row, command, cfg, port)
     row_dir.mkdir(parents=True, exist_ok=True)
     log_path = row_dir / "server.log"
     log = log_path.open("wb")
-    argv = [sys.executable, "-m", "lmmbench.cli.main", command, *_cli_args(cfg)]
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    log.write(("$ " + shlex.join(argv) + "\n").encode())
+    log.flush()
+    try:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env},
+                                start_new_session=True)  # fmt: skip
+    except OSError as exc:
+        log.close()
+        raise UserError(f"cannot start the server ({argv[0]}: {exc.strerror or exc})") from None
     server = RunningServer(row.name, proc, f"http://127.0.0.1:{port}/v1", log_path, log)
     try:
-        wait_until_ready(server.url, timeout_s, alive=lambda: proc.poll() is None)
+        if isinstance(cfg, CommandServer):
+            wait_for_command_server(f"http://127.0.0.1:{port}", cfg.readiness, cfg.ready_timeout_s,
+                                    alive=lambda: proc.poll() is None)  # fmt: skip
+        else:
+            wait_until_ready(server.url, timeout_s, alive=lambda: proc.poll() is None)
+    except UserError as exc:
+        server.stop()
+        raise UserError(f"{exc}; log {log_path}: {_log_tail(log_path)}") from None
     except BaseException:
         server.stop()
         raise
+    interval = cfg.telemetry_interval_s if isinstance(cfg, CommandServer) else 1.0
+    if interval > 0:
+        from lmmbench.loadgen.telemetry import TelemetrySampler
+
+        server.telemetry = TelemetrySampler(server.url, row_dir, interval).start()
     return server

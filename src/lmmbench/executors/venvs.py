@@ -35,6 +35,7 @@ from lmmbench.executors.pool import Slot, WorkerPool
 __all__ = ["PreparedVenv", "VenvExecutor", "default_constraints", "ensure_venv", "venv_key"]
 
 MARKER = "lmmbench-venv.json"
+MIN_PYTHON = (3, 10)  # pyproject's requires-python
 _LOCK = threading.Lock()
 
 
@@ -76,6 +77,13 @@ def venv_key(requirements: list[str], python: str | None, constraints: Path) -> 
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+def _too_old(version: str) -> bool:
+    try:
+        return tuple(int(p) for p in version.split(".")[:2]) < MIN_PYTHON
+    except ValueError:
+        return False
+
+
 def _runs_as(exe: str, version: str) -> bool:
     try:
         out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True,
@@ -98,6 +106,9 @@ def _base_python(python: str | None) -> str:
                   f"/usr/bin/python{python}", f"/usr/local/bin/python{python}"]  # fmt: skip
     for exe in candidates:
         if exe and Path(exe).is_file() and _runs_as(exe, python):
+            if _too_old(python):
+                raise UserError(f"python: {exe} is Python {python}; lmmbench needs Python "
+                                f"{'.'.join(map(str, MIN_PYTHON))} or newer to run a row")
             return exe
     raise UserError(f"python: no interpreter python{python} found on PATH or under pyenv for the venv "
                     "(install it, or use uv)")
@@ -185,6 +196,11 @@ def ensure_venv(requirements: list[str], python: str | None, constraints: Path, 
         return PreparedVenv(root / "bin" / "python", True, setup_s)
 
 
+def _failed(job: Job, error: str) -> RowResult:
+    return RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model,
+                     error=error)
+
+
 class VenvExecutor:
     """Prepares each distinct environment once, then runs rows in them through the worker pool."""
 
@@ -195,19 +211,31 @@ class VenvExecutor:
     def _launch(self, job: Job, job_path: Path, slot: Slot) -> tuple[list[str], dict[str, str]]:
         return worker_argv(str(self.venvs[job.name].python), job_path), {}
 
-    def run(self, jobs: list[Job], done: DoneCallback) -> None:
-        """Build or reuse each row's venv (recorded in its metrics), then run the rows in the pool."""
+    def prepare(self, jobs: list[Job], done: DoneCallback) -> list[Job]:
+        """Before any row of the plan runs: find each row's interpreter and build (or reuse) its venv, which
+        resolves and installs its requirements; a row that cannot have one fails here, alone, with the cause
+        and the install log's tail. Returns the rows that can run."""
         from lmmbench.models.tiny import lmmbench_home
 
-        constraints = self.settings.constraints or default_constraints()
+        try:
+            constraints = self.settings.constraints or default_constraints()
+        except UserError as exc:
+            for job in jobs:
+                done(_failed(job, str(exc)))
+            return []
         ready: list[Job] = []
         for job in jobs:
             try:
                 self.venvs[job.name] = ensure_venv(job.requirements, job.python, constraints, lmmbench_home())
                 ready.append(job)
             except UserError as exc:
-                done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
-                               model=job.model, error=str(exc)))  # fmt: skip
+                done(_failed(job, str(exc)))
+        return ready
+
+    def run(self, jobs: list[Job], done: DoneCallback) -> None:
+        """Run the rows in their venvs through the pool (``prepare`` first when it was not called)."""
+        ready = [j for j in jobs if j.name in self.venvs]
+        ready += self.prepare([j for j in jobs if j.name not in self.venvs], done)
 
         def with_venv(result: RowResult) -> None:
             v = self.venvs[result.name]

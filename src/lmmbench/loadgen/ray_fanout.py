@@ -14,6 +14,7 @@ the driver's clock.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -24,7 +25,8 @@ from lmmbench.core.errors import UserError, require
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.loadgen.driver import WorkerPlan, WorkerResult, run_worker
 
-__all__ = ["ActorClock", "LoadActor", "estimate_offset", "init_ray", "run_on_ray", "shift_record"]
+__all__ = ["MACHINE_RESOURCE", "MACHINE_UNITS", "ActorClock", "LoadActor", "estimate_offset", "init_ray", "run_on_ray",
+           "shift_record"]
 
 PINGS = 15
 START_MARGIN_NS = 200_000_000  # t0 this far after the last actor reported ready
@@ -121,6 +123,10 @@ def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
                         "`ray start --head`, or leave --ray-address out for a local cluster") from None
 
 
+MACHINE_RESOURCE = "lmmbench_machine"  # a node's whole machine: a timing row asks for all its units
+MACHINE_UNITS = 1000
+
+
 def init_ray(address: str | None) -> bool:
     """Connect to the cluster at ``address`` or start a local one (its workers get this process's
     ``LMMBENCH_HOME`` and ``PYTHONPATH``); True when this call started or joined it."""
@@ -134,8 +140,16 @@ def init_ray(address: str | None) -> bool:
         ray.init(address=address, log_to_driver=False)
     else:
         env = {k: v for k, v in os.environ.items() if k in ("LMMBENCH_HOME", "PYTHONPATH")}
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": env} if env else None)  # fmt: skip
+        try:
+            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                     resources={MACHINE_RESOURCE: MACHINE_UNITS},  # timing rows take all of it (executors.ray)
+                     runtime_env={"env_vars": env} if env else None)  # fmt: skip
+        except Exception as exc:  # Ray's own start failed (seen: "timed out during startup" on a loaded machine)
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            line = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"ray: the local Ray cluster did not start ({line}); try again on a quieter machine, "
+                            "or start one with `ray start --head` and pass --ray-address auto") from None
     return True
 
 

@@ -38,7 +38,8 @@ def _one(result: Any, index: int) -> list[str]:
     counts = {"regressions": float(len(regs)), "improvements": float(len(imps)), "metrics": float(len(result.metrics))}
     out = [f"<h2>Comparison {index + 1}</h2><p class='meta'>A (baseline): {_e(_runs(result.side_a))}<br>"
            f"B: {_e(_runs(result.side_b))}</p>", headline_section(counts, verdicts)]  # fmt: skip
-    diffs = [{"what": k, "A": a, "B": b} for k, a, b in [*result.config_diff, *result.environment_diff]]
+    diffs = [{"what": k, "A": a, "B": b}
+             for k, a, b in [*result.prompt_diff, *result.config_diff, *result.environment_diff]]
     out.append("<h3>Differences (metrics are compared on what the runs share)</h3>"
                + render_table(diffs))  # fmt: skip
     rows = [(f"{g} {m.metric} {m.statistic}", m.change, m.ci_low, m.ci_high, m.verdict) for g, m in result.metrics

@@ -3,8 +3,9 @@
 ``compare_runs(baseline_refs, candidate_refs)`` resolves each reference through the run store (an
 id, an id prefix or a run folder), reads every run's per-request / per-sample values, and compares
 each metric the two sides share, per group (perf load point, eval task, spec: all rows), with a
-bootstrap interval that pools the runs of a side. Config, measurement and environment differences
-are listed first: runs with different configs are compared only on what they share.
+bootstrap interval that pools the runs of a side. Prompt differences (the registered prompts, name@version
+and hash), then config, measurement and environment differences are listed first: runs with different
+configs are compared only on what they share.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from lmmbench.core.run_store import RunStore, StoredRun
 from lmmbench.metrics.compare import DEFAULT_RESAMPLES, MetricComparison, compare_metric, confirm, rule_for
 from lmmbench.sessions.run_samples import RunSamples, load_samples
 
-__all__ = ["ResolvedRun", "RunComparison", "compare_runs", "resolve_runs"]
+__all__ = ["ResolvedRun", "RunComparison", "compare_runs", "prompt_differences", "resolve_runs"]
 
 _CONFIG_IGNORED = {"run_name", "out_dir", "progress", "plots", "resume", "config_file"}
 _ENV_KEYS = ("host", "cpu", "cpu_count", "gpu", "python", "platform", "libraries", "git")
@@ -41,6 +42,7 @@ class RunComparison:
 
     side_a: list[ResolvedRun]
     side_b: list[ResolvedRun]
+    prompt_diff: list[tuple[str, Any, Any]] = field(default_factory=list)  # (prompt name, A's ref+hash, B's)
     config_diff: list[tuple[str, Any, Any]] = field(default_factory=list)
     environment_diff: list[tuple[str, Any, Any]] = field(default_factory=list)
     metrics: list[tuple[str, MetricComparison]] = field(default_factory=list)  # (group, comparison)
@@ -84,6 +86,21 @@ def _diff(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     return [(k, fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
 
 
+def _prompts(config: dict[str, Any]) -> dict[str, str]:
+    """``name -> "name@version (sha256 <12 hex>)"`` of the registered prompts a run's config records."""
+    out = {}
+    for p in config.get("prompts") or []:
+        if isinstance(p, dict) and p.get("name"):
+            out[str(p["name"])] = f"{p.get('ref')} (sha256 {str(p.get('sha256'))[:12]})"
+    return out
+
+
+def prompt_differences(config_a: dict[str, Any], config_b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """The registered prompts two runs asked with, where they differ (name, version or text hash)."""
+    pa, pb = _prompts(config_a), _prompts(config_b)
+    return [(f"prompt {k}", pa.get(k), pb.get(k)) for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)]
+
+
 def _side_values(side: list[RunSamples], group: str, metric: str) -> list[list[float]]:
     return [s.per_sample.get(group, {}).get(metric, []) for s in side]
 
@@ -110,9 +127,10 @@ def compare_runs(refs_a: Sequence[str], refs_b: Sequence[str], *, thresholds: di
     if len(kinds) > 1:
         raise UserError(f"runs compare: cannot compare runs of different kinds ({', '.join(sorted(kinds))})")
     first_a, first_b = side_a[0].run_log, side_b[0].run_log
-    cfg_a = {k: v for k, v in first_a.config.items() if k not in _CONFIG_IGNORED}
-    cfg_b = {k: v for k, v in first_b.config.items() if k not in _CONFIG_IGNORED}
+    cfg_a = {k: v for k, v in first_a.config.items() if k not in _CONFIG_IGNORED and k != "prompts"}
+    cfg_b = {k: v for k, v in first_b.config.items() if k not in _CONFIG_IGNORED and k != "prompts"}
     result = RunComparison(side_a, side_b)
+    result.prompt_diff = prompt_differences(first_a.config, first_b.config)
     result.config_diff = _diff({"config": cfg_a, "measurement": first_a.measurement.model_dump()},
                                {"config": cfg_b, "measurement": first_b.measurement.model_dump()})  # fmt: skip
     env_a = {k: first_a.environment.get(k) for k in _ENV_KEYS}
