@@ -22,7 +22,7 @@ from typing import Any
 from lmmbench.core.errors import UserError
 from lmmbench.models.tiny import lmmbench_home
 
-__all__ = ["audio_file", "hf_home", "image_file", "load_rows", "media_dir", "video_frame_files"]
+__all__ = ["audio_file", "datasets_cache", "hf_home", "image_file", "load_rows", "media_dir", "video_frame_files"]
 
 
 def media_dir() -> Path:
@@ -35,6 +35,12 @@ def hf_home() -> Path:
     return Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser()
 
 
+def datasets_cache() -> Path:
+    """The ``datasets`` cache as the environment says now (``HF_DATASETS_CACHE``, else ``$HF_HOME/datasets``)."""
+    env = os.environ.get("HF_DATASETS_CACHE")
+    return Path(env).expanduser() if env else hf_home() / "datasets"
+
+
 def load_rows(task_name: str, dataset: str, config: str | None, split: str) -> list[dict[str, Any]]:
     """The rows of ``dataset`` / ``config`` / ``split``, media columns undecoded."""
     try:
@@ -43,7 +49,7 @@ def load_rows(task_name: str, dataset: str, config: str | None, split: str) -> l
         raise UserError(f"{task_name} reads its data with the 'datasets' package: pip install datasets") from None
     where = f"{dataset}" + (f" ({config})" if config else "") + f", split '{split}'"
     try:
-        ds = datasets.load_dataset(dataset, config, split=split)
+        ds = datasets.load_dataset(dataset, config, split=split, cache_dir=str(datasets_cache()))
     except Exception as exc:  # datasets raises many kinds (offline, missing config, missing split)
         raise UserError(
             f"{task_name}: cannot load {where} from the Hugging Face cache ({type(exc).__name__}: "
