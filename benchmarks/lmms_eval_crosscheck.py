@@ -151,38 +151,91 @@ def _requests(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
 
 
-def _key(r: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
-    return ("\n".join(r["texts"]), tuple(m["sha256"] for m in r["media"]))
+def _task_of(req: dict[str, Any], by_task: dict[str, list[tuple[str, str | None, str]]]) -> str | None:
+    """The task a recorded request belongs to (its scripted rule: longest text needle, or the clip's hash)."""
+    text = "\n".join(req["texts"])
+    shas = {m["sha256"] for m in req["media"]}
+    best: tuple[int, str] | None = None
+    for task, rules in by_task.items():
+        for needle, sha, _ in rules:
+            if needle in text and (sha is None or sha in shas) and (best is None or len(needle) > best[0]):
+                best = (len(needle), task)
+    return best[1] if best else None
+
+
+def _key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return ("\n".join(r["texts"]), tuple(m["sha256"] for m in r["media"]), tuple(r["layout"]), r["max_tokens"])
 
 
 def _compare_requests(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Requests matched by scripted answer rule: same text, same media hashes, same layout, same max_tokens."""
+    """Same text, same media (SHA-256, in order), same part layout, same max_tokens, as multisets."""
     a, b = Counter(_key(r) for r in ours), Counter(_key(r) for r in theirs)
     diffs = []
     for r in ours:
-        if _key(r) in b:
-            continue
-        twin = next((t for t in theirs if t["answer"] == r["answer"] and (set(t["texts"]) & set(r["texts"]) or
-                     {m["sha256"] for m in t["media"]} & {m["sha256"] for m in r["media"]})), None)  # fmt: skip
-        diffs.append({"lmmbench": {"texts": r["texts"], "media": len(r["media"]), "layout": r["layout"]},
-                      "lmms_eval": None if twin is None else {"texts": twin["texts"], "media": len(twin["media"]),
-                                                              "layout": twin["layout"]}})  # fmt: skip
-    return {"lmmbench_requests": sum(a.values()), "lmms_eval_requests": sum(b.values()),
-            "equal": sum((a & b).values()), "differences": diffs[:3]}  # fmt: skip
+        if _key(r) not in b:
+            twin = next((t for t in theirs if t["answer"] == r["answer"]), None)
+            diffs.append({"lmmbench": {"texts": r["texts"], "media": len(r["media"]), "layout": r["layout"],
+                                       "max_tokens": r["max_tokens"]},
+                          "lmms_eval": twin and {"texts": twin["texts"], "media": len(twin["media"]),
+                                                 "layout": twin["layout"], "max_tokens": twin["max_tokens"]}})
+    return {"n": sum(a.values()), "n_lmms_eval": sum(b.values()), "equal": sum((a & b).values()),
+            "differences": diffs[:2]}  # fmt: skip
 
 
-def _lmms_eval_results(out_dir: Path) -> dict[str, dict[str, float]]:
+def _lmms_eval_out(out_dir: Path) -> tuple[dict[str, dict[str, float]], dict[str, dict[int, dict[str, Any]]]]:
+    """lmms-eval's aggregate results and its logged samples (by task, by doc id)."""
     found: dict[str, dict[str, float]] = {}
-    for f in sorted(out_dir.rglob("*results*.json")):
-        data = json.loads(f.read_text())
-        for task, vals in (data.get("results") or {}).items():
-            found[task] = {k.split(",")[0]: v for k, v in vals.items() if isinstance(v, (int, float))
-                           and "stderr" not in k and k != "alias"}  # fmt: skip
-    return found
+    samples: dict[str, dict[int, dict[str, Any]]] = {}
+    for f in sorted(out_dir.rglob("*_results.json")):
+        for task, vals in (json.loads(f.read_text()).get("results") or {}).items():
+            found[task] = {k.split(",")[0]: v for k, v in vals.items()
+                           if isinstance(v, (int, float)) and "stderr" not in k}  # fmt: skip
+    for f in sorted(out_dir.rglob("*_samples_*.jsonl")):
+        task = f.stem.split("_samples_", 1)[1]
+        samples[task] = {int(x["doc_id"]): x for x in _requests(f)}
+    return found, samples
+
+
+# per task: (lmms-eval's per-sample key, what of it to compare; lmmbench's key in the "sample" column or "parsed")
+PER_SAMPLE = {"chartqa": ("relaxed_overall", None, "relaxed_overall"), "docvqa_val": ("anls", None, "anls"),
+              "textvqa_val": ("exact_match", None, "exact_match"), "ai2d": ("exact_match", None, "exact_match"),
+              "scienceqa_img": ("exact_match", None, "exact_match"), "mme": ("*", "score", "score"),
+              "mmmu_val": ("mmmu_acc", "parsed_pred", "parsed"), "videomme": ("*", "pred_answer", "parsed"),
+              "librispeech_test_clean": ("wer", "pred", "parsed")}  # fmt: skip
+
+
+def _norm(v: Any) -> Any:
+    if isinstance(v, list) and len(v) == 1 and not isinstance(v[0], (int, float)):
+        v = v[0]  # lmms-eval keeps a list of parsed predictions (one per generation)
+    return sorted(map(str, v)) if isinstance(v, list) else str(v) if not isinstance(v, float) else round(v, 12)
+
+
+def _compare_samples(task: str, run_dir: Path, theirs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    import csv
+
+    key, field, our_key = PER_SAMPLE[task]
+    rows = list(csv.DictReader((run_dir / "results" / f"{task}_metrics.csv").open(encoding="utf-8")))
+    same_resp = same_score = 0
+    diffs = []
+    for row in rows:
+        t = theirs.get(int(row["doc_id"]))
+        if t is None:
+            continue
+        resp = row["prediction"].strip() if task != "ai2d" else json.loads(row["parsed"])
+        t_resp = t["filtered_resps"][0] if isinstance(t["filtered_resps"], list) else t["filtered_resps"]
+        same_resp += resp == t_resp
+        t_val = t.get(key) if key != "*" else next(v for k, v in t.items() if k.endswith("_score"))
+        t_val = t_val.get(field) if field else t_val
+        mine = json.loads(row["parsed"]) if our_key == "parsed" else json.loads(row["sample"])[our_key]
+        if _norm(mine) == _norm(t_val):
+            same_score += 1
+        else:
+            diffs.append({"doc_id": row["doc_id"], "lmmbench": mine, "lmms_eval": t_val})
+    return {"n": len(rows), "responses_equal": same_resp, "per_sample_equal": same_score, "differences": diffs[:3]}
 
 
 def cmd_endpoint(args: argparse.Namespace) -> None:
-    """Part 2: both tools against scripted servers on the same data; requests and scores compared."""
+    """Part 2: both tools against scripted servers on the same data; requests, answers and scores compared."""
     from lmmbench.evaluation.eval_config import EvalConfig
     from lmmbench.evaluation.modes import run_eval
     from lmmbench.testing import mm_datasets
@@ -194,9 +247,9 @@ def cmd_endpoint(args: argparse.Namespace) -> None:
     os.environ.setdefault("LMMBENCH_HOME", str(work / "home"))
     mm_datasets.write_all(hf)
     tasks = args.tasks.split(",")
-    report: dict[str, Any] = {"tasks": {}}
     for rec in ("ours.jsonl", "theirs.jsonl"):
         (work / rec).unlink(missing_ok=True)
+    report: dict[str, Any] = {"tasks": {}, "lmms_eval_runs": {}}
     with ScriptedServer(mm_datasets.rules(), "zzz", record_path=work / "ours.jsonl") as ours, \
             ScriptedServer(mm_datasets.rules(), "zzz", record_path=work / "theirs.jsonl") as theirs:  # fmt: skip
         t0 = time.perf_counter()
@@ -204,29 +257,56 @@ def cmd_endpoint(args: argparse.Namespace) -> None:
                                   out_dir=work / "lmmbench_out"), show_progress=False)  # fmt: skip
         report["lmmbench_s"] = round(time.perf_counter() - t0, 2)
         env = dict(os.environ, OPENAI_API_KEY="none", HF_HOME=str(hf))
-        lmms_tasks = [t for t in tasks if t not in args.skip_lmms.split(",")]
-        cmd = [str(args.lmms_python), "-m", "lmms_eval", "--model", "openai", "--model_args",
-               f"model_version=scripted,base_url={theirs.url},num_concurrent=1,max_retries=1",
-               "--tasks", ",".join(lmms_tasks), "--batch_size", "1", "--output_path", str(work / "lmms_out"),
-               "--log_samples"]  # fmt: skip
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
-        report["lmms_eval_s"] = round(time.perf_counter() - t0, 2)
-        report["lmms_eval_rc"] = proc.returncode
-        report["lmms_eval_tail"] = (proc.stdout + proc.stderr)[-3000:]
+        for group in args.lmms_groups.split(";"):  # separate runs: a task lmms-eval cannot run fails alone
+            todo = [t for t in group.split(",") if t in tasks]
+            if not todo:
+                continue
+            cmd = [str(args.lmms_python), "-m", "lmms_eval", "--model", "openai", "--model_args",
+                   f"model_version=scripted,base_url={theirs.url},num_concurrent=1,max_retries=1",
+                   "--tasks", ",".join(todo), "--batch_size", "1", "--output_path", str(work / "lmms_out"),
+                   "--log_samples"]  # fmt: skip
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+            tail = [x for x in (proc.stdout + proc.stderr).splitlines() if "Error" in x or "error" in x][-3:]
+            report["lmms_eval_runs"][",".join(todo)] = {"rc": proc.returncode,
+                                                        "s": round(time.perf_counter() - t0, 2), "errors": tail}
+    by_task = mm_datasets.rules_by_task()
     ours_req, theirs_req = _requests(work / "ours.jsonl"), _requests(work / "theirs.jsonl")
-    theirs_scores = _lmms_eval_results(work / "lmms_out")
+    theirs_scores, theirs_samples = _lmms_eval_out(work / "lmms_out")
     expected = json.loads(EXPECTED.read_text())["tasks"] if EXPECTED.is_file() else {}
     for r in run.results:
         task = r["task"]
-        report["tasks"][task] = {
+        entry: dict[str, Any] = {
             "lmmbench": {k: v["value"] for k, v in r["metrics"].items()},
             "lmms_eval_cli": theirs_scores.get(task),
             "lmms_eval_functions": expected.get(task),
-        }
-    report["requests"] = _compare_requests(ours_req, theirs_req)
+            "requests": _compare_requests([q for q in ours_req if _task_of(q, by_task) == task],
+                                          [q for q in theirs_req if _task_of(q, by_task) == task]),
+        }  # fmt: skip
+        if task in theirs_samples:
+            entry["samples"] = _compare_samples(task, run.run_dir, theirs_samples[task])
+        report["tasks"][task] = entry
     (work / "crosscheck.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     print(json.dumps(report, indent=1, default=str))
+    print(markdown(report))
+
+
+def _fmt(v: dict[str, float] | None) -> str:
+    return "—" if not v else ", ".join(f"{k} {x:.4g}" for k, x in sorted(v.items()))
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The table for docs/benchmarks.md."""
+    lines = ["| task | requests equal (text, image/clip SHA-256, layout, max_tokens) | responses / per-sample "
+             "checks equal | lmmbench | lmms-eval CLI | lmms-eval functions |", "|---|---|---|---|---|---|"]
+    for task, e in report["tasks"].items():
+        rq = e["requests"]
+        req = f"{rq['equal']} / {rq['n']} (lmms-eval sent {rq['n_lmms_eval']})"
+        smp = e.get("samples")
+        per = "—" if not smp else f"{smp['responses_equal']} / {smp['per_sample_equal']} of {smp['n']}"
+        lines.append(f"| {task} | {req} | {per} | {_fmt(e['lmmbench'])} | {_fmt(e['lmms_eval_cli'])} | "
+                     f"{_fmt(e['lmms_eval_functions'])} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -239,7 +319,8 @@ def main() -> None:
     e.add_argument("--lmms-python", type=Path, required=True)
     e.add_argument("--work", type=Path, required=True)
     e.add_argument("--tasks", default=",".join(TASKS))
-    e.add_argument("--skip-lmms", default="", help="tasks not run through lmms-eval's CLI")
+    e.add_argument("--lmms-groups", default="mmmu_val,chartqa,docvqa_val,textvqa_val,ai2d,scienceqa_img,mme;"
+                   "librispeech_test_clean;videomme", help="tasks per lmms-eval CLI run, runs separated by ';'")
     e.add_argument("--timeout", type=float, default=900)
     args = ap.parse_args()
     cmd_metrics(args) if args.cmd == "metrics" else cmd_endpoint(args)

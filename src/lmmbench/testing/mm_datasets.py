@@ -20,7 +20,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCRIPTED", "TASK_ROWS", "audio_bytes", "png_of", "rules", "write_all"]
+__all__ = ["SCRIPTED", "TASK_ROWS", "audio_bytes", "png_of", "rules", "rules_by_task", "write_all"]
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 180, 60), "blue": (40, 60, 220), "yellow": (230, 210, 40)}
 
@@ -174,19 +174,25 @@ SCRIPTED: dict[str, list[str]] = {
 }  # fmt: skip
 
 
-def rules() -> list[tuple[str, str | None, str]]:
-    """(text needle, media SHA-256 or None, answer) per scripted row: the row's question (its "Qn:" tag makes
-    it unique within a task), or for LibriSpeech the clip's hash (every clip has the same prompt)."""
-    out: list[tuple[str, str | None, str]] = []
+def rules_by_task() -> dict[str, list[tuple[str, str | None, str]]]:
+    """(text needle, media SHA-256 or None, answer) per scripted row, by task: the row's question (its "Qn:"
+    tag makes it unique within a task), or for LibriSpeech the clip's hash (every clip has the same prompt)."""
+    out: dict[str, list[tuple[str, str | None, str]]] = {}
     for task, rows in TASK_ROWS.items():
+        mine = out.setdefault(task, [])
         for row, answer in zip(rows, SCRIPTED[task], strict=True):
             if task == "librispeech_test_clean":
-                out.append(("", hashlib.sha256(row["audio"]["bytes"]).hexdigest(), answer))
+                mine.append(("", hashlib.sha256(row["audio"]["bytes"]).hexdigest(), answer))
             elif task == "textvqa_val":  # the prompt capitalises the question
-                out.append((row["question"].capitalize(), None, answer))
+                mine.append((row["question"].capitalize(), None, answer))
             else:
-                out.append((row["question"].split("<image 1>")[-1].strip().split(" Please answer")[0], None, answer))
+                mine.append((row["question"].split("<image 1>")[-1].strip().split(" Please answer")[0], None, answer))
     return out
+
+
+def rules() -> list[tuple[str, str | None, str]]:
+    """Every task's rules (``rules_by_task``), for one scripted server."""
+    return [r for rs in rules_by_task().values() for r in rs]
 
 
 def _features(task: str) -> Any:

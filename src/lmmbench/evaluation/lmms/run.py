@@ -162,7 +162,7 @@ def evaluate_lmms(task: LmmsTask, pred_path: Path, results_dir: Path, limit: flo
     n_errors = 0
     with (results_dir / f"{task.name}_metrics.csv").open("w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["doc_id", *task.categories, *task.metrics, "parsed", "prediction", "error"])
+        writer.writerow(["doc_id", *task.categories, *task.metrics, "parsed", "sample", "prediction", "error"])
         for r in rows:
             doc = docs[int(r["doc_id"])]
             meta = _meta(task, doc)
@@ -176,12 +176,14 @@ def evaluate_lmms(task: LmmsTask, pred_path: Path, results_dir: Path, limit: flo
             cats = [meta.get(c) for c in task.categories]
             if err:
                 n_errors += 1
-                writer.writerow([r["doc_id"], *cats, *([""] * len(task.metrics)), "", "", err])
+                writer.writerow([r["doc_id"], *cats, *([""] * len(task.metrics)), "", "", "", err])
                 continue
             scored.append(s)
             metas.append(meta)
             parsed = json.dumps(s.get("parsed"), default=str)
-            writer.writerow([r["doc_id"], *cats, *(s.get(m, "") for m in task.metrics), parsed, r.get("output"), ""])
+            sample = json.dumps({k: v for k, v in s.items() if k != "parsed"}, default=str)  # the per-sample check
+            writer.writerow([r["doc_id"], *cats, *(s.get(m, "") for m in task.metrics), parsed, sample,
+                             r.get("output"), ""])  # fmt: skip
     groups: dict[str, dict[str, dict[str, MetricValue]]] = {}
     for col in task.categories:
         members: dict[str, list[Scored]] = {}
