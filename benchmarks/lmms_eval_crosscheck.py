@@ -205,9 +205,11 @@ PER_SAMPLE = {"chartqa": ("relaxed_overall", None, "relaxed_overall"), "docvqa_v
 
 
 def _norm(v: Any) -> Any:
-    if isinstance(v, list) and len(v) == 1 and not isinstance(v[0], (int, float)):
+    while isinstance(v, list) and len(v) == 1:
         v = v[0]  # lmms-eval keeps a list of parsed predictions (one per generation)
-    return sorted(map(str, v)) if isinstance(v, list) else str(v) if not isinstance(v, float) else round(v, 12)
+    if isinstance(v, list):
+        return sorted(map(str, v))
+    return round(float(v), 12) if isinstance(v, (int, float)) else str(v)
 
 
 def _compare_samples(task: str, run_dir: Path, theirs: dict[int, dict[str, Any]]) -> dict[str, Any]:

@@ -68,10 +68,27 @@ def mmmu_prompt(doc: Doc) -> str:
     return "\n".join(p.strip() for p in text.split("<image>") if p.strip())
 
 
+def mmmu_layout(doc: Doc) -> list[str | int]:
+    """lmms-eval's interleaved MMMU turn: each image after the (stripped, non-empty) text before its marker,
+    then the text after the last marker (always)."""
+    pieces = re.sub(r"<image [1-7]>", "<image>", _mmmu_full_prompt(doc)).split("<image>")
+    out: list[str | int] = []
+    for i in range(len(mmmu_images_refs(doc))):
+        if i < len(pieces) - 1 and pieces[i].strip():
+            out.append(pieces[i].strip())
+        out.append(i)
+    out.append(pieces[-1].strip())
+    return out
+
+
+def mmmu_images_refs(doc: Doc) -> list[str]:
+    """The image columns the question and options refer to (``<image k>`` -> ``image_k``), in order of k."""
+    return sorted({m.strip("<>").replace(" ", "_") for m in re.findall(r"<image \d+>", _mmmu_full_prompt(doc))})
+
+
 def mmmu_images(doc: Doc) -> list[Any]:
     """The images the question and options refer to (``<image k>``), in order of k."""
-    refs = sorted({m.strip("<>").replace(" ", "_") for m in re.findall(r"<image \d+>", _mmmu_full_prompt(doc))})
-    return [open_image(doc[r]) for r in refs]
+    return [open_image(doc[r]) for r in mmmu_images_refs(doc)]
 
 
 def mmmu_subject(doc_id: str) -> str:
@@ -183,7 +200,8 @@ def mme_aggregate(samples: Sequence[Scored]) -> dict[str, float]:
 
 IMAGE_TASKS = [
     LmmsTask("mmmu_val", "lmms-lab-encoder/MMMU", None, "validation", "image", 128, mmmu_prompt, mmmu_images,
-             mmmu_score, mmmu_aggregate, ("mmmu_acc",), ("mmmu_acc",), ("subject", "domain"), meta=_mmmu_meta),
+             mmmu_score, mmmu_aggregate, ("mmmu_acc",), ("mmmu_acc",), ("subject", "domain"), meta=_mmmu_meta,
+             layout=mmmu_layout),
     LmmsTask("chartqa", "lmms-lab-encoder/ChartQA", None, "test", "image", 16,
              lambda d: f"{d['question']}\nAnswer the question with a single word.", _one_image, chartqa_score,
              _chartqa_aggregate, ("relaxed_overall", "relaxed_human_split", "relaxed_augmented_split"),

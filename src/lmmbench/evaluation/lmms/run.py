@@ -60,7 +60,8 @@ def media_files(task: LmmsTask, doc: dict[str, Any]) -> tuple[list[str], list[st
 
 def _request(task: LmmsTask, doc: dict[str, Any], max_tokens: int) -> GenRequest:
     images, audio = media_files(task, doc)
-    return GenRequest(task.prompt(doc), max_tokens, [], images, audio, chat=True)
+    layout = task.layout(doc) if task.layout is not None else None
+    return GenRequest(task.prompt(doc), max_tokens, [], images, audio, chat=True, layout=layout)
 
 
 def infer_lmms(
@@ -84,8 +85,8 @@ def infer_lmms(
             req: GenRequest | BaseException = _request(task, doc, max_tokens)
         except (ValueError, OSError, KeyError) as exc:  # a broken image or a missing video fails its sample
             req = exc
-        payload = [req.prompt, [Path(p).name for p in req.images], [Path(p).name for p in req.audio], max_tokens] \
-            if isinstance(req, GenRequest) else [doc_id, str(req)]
+        payload = [req.prompt, [Path(p).name for p in req.images], [Path(p).name for p in req.audio], max_tokens,
+                   req.layout] if isinstance(req, GenRequest) else [doc_id, str(req)]  # fmt: skip
         blob = json.dumps([backend.model_id, task.name, task.version, payload], sort_keys=True, default=str)
         key = hashlib.sha256(blob.encode()).hexdigest()[:24]
         if key in existing and not existing[key].get("error"):

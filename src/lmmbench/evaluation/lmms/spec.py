@@ -47,5 +47,7 @@ class LmmsTask:
     categories: tuple[str, ...] = ()
     lower_is_better: tuple[str, ...] = ()
     meta: Callable[[Doc], dict[str, Any]] = field(default=lambda doc: {})
+    #: the user turn's parts in order (str: text, int: media index), when not "media first, then the text"
+    layout: Callable[[Doc], list[str | int]] | None = None
     version: str = "lmms-eval-0.7.3"
     licence: str | None = None
