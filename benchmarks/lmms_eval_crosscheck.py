@@ -10,8 +10,12 @@ Two parts (docs/benchmarks.md, "lmms-eval cross-check"):
     CLI (``--model openai``, its chat model) in its venv and ``lmmbench eval`` against them, on the same
     ``HF_HOME``; compares per task the requests (text and SHA-256 of every image / clip), and the scores.
 
+``serve``    (lmmbench's python): both tools against one ``lmmbench serve --model tiny-vl`` (greedy), so the same
+    requests must bring the same generations, parsed answers and scores.
+
     /tmp/lmms-venv/bin/python benchmarks/lmms_eval_crosscheck.py metrics --hf-home /tmp/xc/hf
     python benchmarks/lmms_eval_crosscheck.py endpoint --lmms-python /tmp/lmms-venv/bin/python --work /tmp/xc
+    python benchmarks/lmms_eval_crosscheck.py serve --lmms-python /tmp/lmms-venv/bin/python --work /tmp/xc-serve
 """
 
 from __future__ import annotations
@@ -178,8 +182,12 @@ def _compare_requests(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) 
                                        "max_tokens": r["max_tokens"]},
                           "lmms_eval": twin and {"texts": twin["texts"], "media": len(twin["media"]),
                                                  "layout": twin["layout"], "max_tokens": twin["max_tokens"]}})
+    def loose(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (*_key(r)[:2], _key(r)[3])
+
+    la, lb = Counter(loose(r) for r in ours), Counter(loose(r) for r in theirs)
     return {"n": sum(a.values()), "n_lmms_eval": sum(b.values()), "equal": sum((a & b).values()),
-            "differences": diffs[:2]}  # fmt: skip
+            "equal_but_layout": sum((la & lb).values()), "differences": diffs[:2]}  # fmt: skip
 
 
 def _lmms_eval_out(out_dir: Path) -> tuple[dict[str, dict[str, float]], dict[str, dict[int, dict[str, Any]]]]:
@@ -263,14 +271,16 @@ def cmd_endpoint(args: argparse.Namespace) -> None:
             todo = [t for t in group.split(",") if t in tasks]
             if not todo:
                 continue
-            cmd = [str(args.lmms_python), "-m", "lmms_eval", "--model", "openai", "--model_args",
+            simple = ["--force_simple"] if set(todo) <= set(args.lmms_simple.split(",")) else []
+            cmd = [str(args.lmms_python), "-m", "lmms_eval", "--model", "openai", *simple, "--model_args",
                    f"model_version=scripted,base_url={theirs.url},num_concurrent=1,max_retries=1",
                    "--tasks", ",".join(todo), "--batch_size", "1", "--output_path", str(work / "lmms_out"),
                    "--log_samples"]  # fmt: skip
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
             tail = [x for x in (proc.stdout + proc.stderr).splitlines() if "Error" in x or "error" in x][-3:]
-            report["lmms_eval_runs"][",".join(todo)] = {"rc": proc.returncode,
+            model = " ".join(cmd[3 : 5 + len(simple)])
+            report["lmms_eval_runs"][",".join(todo)] = {"rc": proc.returncode, "model": model,
                                                         "s": round(time.perf_counter() - t0, 2), "errors": tail}
     by_task = mm_datasets.rules_by_task()
     ours_req, theirs_req = _requests(work / "ours.jsonl"), _requests(work / "theirs.jsonl")
@@ -293,6 +303,65 @@ def cmd_endpoint(args: argparse.Namespace) -> None:
     print(markdown(report))
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    """Part 3: both tools against one `lmmbench serve` (tiny-vl, greedy): same requests must give the same
+    generations, parsed answers and scores."""
+    import urllib.request
+
+    from lmmbench.evaluation.eval_config import EvalConfig
+    from lmmbench.evaluation.modes import run_eval
+    from lmmbench.testing import mm_datasets
+
+    work = args.work
+    hf = work / "hf"
+    _offline(hf)
+    os.environ.setdefault("LMMBENCH_HOME", str(work / "home"))
+    mm_datasets.write_all(hf)
+    tasks = args.tasks.split(",")
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "lmmbench.cli.main", "serve", "--model", args.model, "--port",
+                               str(port), "--threads", "1"], env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    report: dict[str, Any] = {"model": args.model, "gen_kwargs": args.gen_kwargs, "tasks": {}}
+    try:
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        url = f"http://127.0.0.1:{port}"
+        run = run_eval(EvalConfig(model=url, tasks=tasks, tokenizer=args.model, out_dir=work / "lmmbench_out",
+                                  gen_kwargs=args.gen_kwargs, concurrency=1), show_progress=False)  # fmt: skip
+        gen = ",".join(f"{k}" for k in [args.gen_kwargs] if k)
+        cmd = [str(args.lmms_python), "-m", "lmms_eval", "--model", "openai", "--model_args",
+               f"model_version={args.model},base_url={url}/v1,num_concurrent=1,max_retries=1", "--tasks",
+               ",".join(tasks), "--batch_size", "1", "--output_path", str(work / "lmms_out"), "--log_samples",
+               *(["--gen_kwargs", gen] if gen else [])]  # fmt: skip
+        proc = subprocess.run(cmd, env=dict(os.environ, OPENAI_API_KEY="none"), capture_output=True, text=True,
+                              timeout=args.timeout)  # fmt: skip
+        report["lmms_eval_rc"] = proc.returncode
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    theirs_scores, theirs_samples = _lmms_eval_out(work / "lmms_out")
+    for r in run.results:
+        task = r["task"]
+        report["tasks"][task] = {"lmmbench": {k: v["value"] for k, v in r["metrics"].items()},
+                                 "lmms_eval_cli": theirs_scores.get(task),
+                                 "samples": _compare_samples(task, run.run_dir, theirs_samples.get(task, {}))}
+    (work / "serve_crosscheck.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    print(json.dumps(report, indent=1, default=str))
+
+
 def _fmt(v: dict[str, float] | None) -> str:
     return "—" if not v else ", ".join(f"{k} {x:.4g}" for k, x in sorted(v.items()))
 
@@ -303,7 +372,8 @@ def markdown(report: dict[str, Any]) -> str:
              "checks equal | lmmbench | lmms-eval CLI | lmms-eval functions |", "|---|---|---|---|---|---|"]
     for task, e in report["tasks"].items():
         rq = e["requests"]
-        req = f"{rq['equal']} / {rq['n']} (lmms-eval sent {rq['n_lmms_eval']})"
+        req = (f"{rq['equal']} / {rq['n']} (lmms-eval sent {rq['n_lmms_eval']}; "
+               f"{rq['equal_but_layout']} equal but the layout)")
         smp = e.get("samples")
         per = "—" if not smp else f"{smp['responses_equal']} / {smp['per_sample_equal']} of {smp['n']}"
         lines.append(f"| {task} | {req} | {per} | {_fmt(e['lmmbench'])} | {_fmt(e['lmms_eval_cli'])} | "
@@ -323,9 +393,18 @@ def main() -> None:
     e.add_argument("--tasks", default=",".join(TASKS))
     e.add_argument("--lmms-groups", default="mmmu_val,chartqa,docvqa_val,textvqa_val,ai2d,scienceqa_img,mme;"
                    "librispeech_test_clean;videomme", help="tasks per lmms-eval CLI run, runs separated by ';'")
+    e.add_argument("--lmms-simple", default="videomme", help="tasks run with lmms-eval's simple OpenAI model "
+                   "(--force_simple: its chat model needs qwen_vl_utils, which needs torchvision, for video)")
     e.add_argument("--timeout", type=float, default=900)
+    v = sub.add_parser("serve")
+    v.add_argument("--lmms-python", type=Path, required=True)
+    v.add_argument("--work", type=Path, required=True)
+    v.add_argument("--model", default="tiny-vl")
+    v.add_argument("--tasks", default="mmmu_val,chartqa,docvqa_val,textvqa_val,ai2d,scienceqa_img,mme")
+    v.add_argument("--gen-kwargs", default="max_new_tokens=8", help="passed to both tools")
+    v.add_argument("--timeout", type=float, default=900)
     args = ap.parse_args()
-    cmd_metrics(args) if args.cmd == "metrics" else cmd_endpoint(args)
+    {"metrics": cmd_metrics, "endpoint": cmd_endpoint, "serve": cmd_serve}[args.cmd](args)
 
 
 if __name__ == "__main__":
