@@ -127,6 +127,10 @@ def test_results_are_an_ordinary_eval_run_with_per_category_breakdowns(endpoint_
     assert mme["existence"]["mme_perception_score"]["value"] == 200.0  # both right: acc 100 + acc+ 100
     assert mme["code_reasoning"]["mme_cognition_score"]["value"] == 50.0  # one of two: acc 50 + acc+ 0
     assert (run / "summary" / "mme_by_category.csv").is_file()
+    wer = endpoint_run["results"]["librispeech_test_clean"]["metrics"]["wer"]
+    assert wer["extra"]["lower_is_better"] and "whisper_spelling_table" in wer["extra"]  # how WER was taken
+    video = endpoint_run["results"]["videomme"]["metrics"]["videomme_perception_score"]
+    assert video["extra"]["frames_per_video"] == 10
     assert "## mmmu_val by subject" in (run / "summary" / "summary.md").read_text()
     rows = (run / "results" / "mmmu_val_metrics.csv").read_text().splitlines()
     assert rows[0].startswith("doc_id,subject,domain,mmmu_acc,parsed")

@@ -74,9 +74,11 @@ AV_TASKS = [
              "librispeech_test_clean", "audio", 256,
              lambda d: "Please recognize the speech and only output the recognized content:",
              lambda d: [d["audio"]], librispeech_score, librispeech_aggregate, ("wer",), (), ("source",),
-             lower_is_better=("wer",), meta=lambda d: {"source": d.get("source")}),
+             lower_is_better=("wer",), meta=lambda d: {"source": d.get("source")},
+             notes=lambda: {"whisper_spelling_table": str(spelling_mapping_file() or "none (not found)")}),
     LmmsTask("videomme", "lmms-eval/Video-MME", None, "test", "video", 16, videomme_prompt,
              lambda d: [videomme_video(d)], videomme_score, videomme_aggregate, ("videomme_perception_score",), (),
              ("duration", "domain", "task_type"),
-             meta=lambda d: {k: d.get(k) for k in ("duration", "domain", "task_type")}),
+             meta=lambda d: {k: d.get(k) for k in ("duration", "domain", "task_type")},
+             notes=lambda: {"frames_per_video": VIDEO_FRAMES, "frame_sampling": "linspace(0, n-1, frames, int)"}),
 ]  # fmt: skip

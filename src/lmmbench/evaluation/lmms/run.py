@@ -142,7 +142,8 @@ def _values(task: LmmsTask, samples: Sequence[Scored]) -> dict[str, MetricValue]
         per = [float(s[name]) for s in samples if name in s]
         stderr = mean_stderr(per) if name in task.mean_metrics else None
         n = len(per) if name in task.mean_metrics else len(samples)
-        out[name] = MetricValue(name, float(agg[name]), stderr, n, {"lower_is_better": name in task.lower_is_better})
+        extra = {"lower_is_better": name in task.lower_is_better, **task.notes()}
+        out[name] = MetricValue(name, float(agg[name]), stderr, n, extra)
     return out
 
 

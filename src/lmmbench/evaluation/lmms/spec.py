@@ -49,5 +49,7 @@ class LmmsTask:
     meta: Callable[[Doc], dict[str, Any]] = field(default=lambda doc: {})
     #: the user turn's parts in order (str: text, int: media index), when not "media first, then the text"
     layout: Callable[[Doc], list[str | int]] | None = None
+    #: how the numbers were measured where a choice was made (recorded with each metric)
+    notes: Callable[[], dict[str, Any]] = field(default=lambda: {})
     version: str = "lmms-eval-0.7.3"
     licence: str | None = None
