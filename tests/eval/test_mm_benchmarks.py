@@ -222,3 +222,19 @@ def test_the_expected_values_were_made_by_lmms_eval_not_by_lmmbench() -> None:
     assert "lmms-eval 0.7.3's own task functions" in EXPECTED["what"]
     assert set(EXPECTED["tasks"]) == set(TASKS)
     assert os.path.basename(EXPECTED["command"].split()[0]) == "lmms_eval_crosscheck.py"
+
+
+def test_lmmbench_tasks_lists_the_benchmarks_and_runs_compare_reads_them(
+        endpoint_run: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tasks"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in TASKS) and "lmms-lab-encoder/MMMU validation" in listed
+    with ScriptedServer([], default="A") as srv:  # every answer "A": another AI2D score
+        assert main(["eval", "--model", srv.url.removesuffix("/v1"), "--tokenizer", "tiny-vl", "--tasks", "ai2d",
+                     "--out-dir", str(tmp_path)]) == 0  # fmt: skip
+    first = json.loads((endpoint_run["run"] / "run.json").read_text())["run_id"]
+    second = json.loads(next(tmp_path.glob("*/run.json")).read_text())["run_id"]
+    capsys.readouterr()
+    assert main(["runs", "compare", first, second]) == 0
+    out = capsys.readouterr().out
+    assert "ai2d" in out and "exact_match" in out and "0.75" in out  # the baseline's AI2D score
