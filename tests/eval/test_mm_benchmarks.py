@@ -238,3 +238,16 @@ def test_lmmbench_tasks_lists_the_benchmarks_and_runs_compare_reads_them(
     assert main(["runs", "compare", first, second]) == 0
     out = capsys.readouterr().out
     assert "ai2d" in out and "exact_match" in out and "0.75" in out  # the baseline's AI2D score
+
+
+def test_a_resumed_run_skips_answered_samples(hf_cache: Path, tmp_path: Path) -> None:
+    with ScriptedServer([], default="A") as srv:  # gold letters B, A, C, C: "A" is right once
+        assert main(["eval", "--model", srv.url.removesuffix("/v1"), "--tokenizer", "tiny-vl", "--tasks", "ai2d",
+                     "--out-dir", str(tmp_path)]) == 0  # fmt: skip
+        url = srv.url
+    with ScriptedServer([], default="C", port=int(url.rsplit(":", 1)[1].split("/")[0])) as again:  # same URL
+        assert main(["eval", "--model", url.removesuffix("/v1"), "--tokenizer", "tiny-vl", "--tasks", "ai2d",
+                     "--out-dir", str(tmp_path), "--resume", "latest"]) == 0  # fmt: skip
+        assert again.requests == []  # nothing asked again ("C" would score 0.5)
+    res = json.loads(next(tmp_path.glob("*/results/ai2d.json")).read_text())
+    assert res["metrics"]["exact_match"]["value"] == 0.25

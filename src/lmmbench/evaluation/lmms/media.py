@@ -16,13 +16,15 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from lmmbench.core.errors import UserError
 from lmmbench.models.tiny import lmmbench_home
 
-__all__ = ["audio_file", "datasets_cache", "hf_home", "image_file", "load_rows", "media_dir", "video_frame_files"]
+__all__ = ["Rows", "audio_file", "datasets_cache", "hf_home", "image_file", "load_rows", "media_dir",
+           "video_frame_files"]
 
 
 def media_dir() -> Path:
@@ -41,8 +43,37 @@ def datasets_cache() -> Path:
     return Path(env).expanduser() if env else hf_home() / "datasets"
 
 
-def load_rows(task_name: str, dataset: str, config: str | None, split: str) -> list[dict[str, Any]]:
+class Rows(Sequence[dict[str, Any]]):
+    """A data set split's rows as dicts, read from the Arrow file on access (media stay on disk until used)."""
+
+    def __init__(self, ds: Any, n: int | None = None) -> None:
+        self._ds = ds
+        self._n = len(ds) if n is None else min(n, len(ds))
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        return dict(self._ds[i % self._n])
+
+    def head(self, n: int) -> Rows:
+        """The first ``n`` rows."""
+        return Rows(self._ds, min(n, self._n))
+
+
+def load_rows(task_name: str, dataset: str, config: str | None, split: str) -> Rows:
     """The rows of ``dataset`` / ``config`` / ``split``, media columns undecoded."""
+
     try:
         import datasets  # type: ignore[import-untyped, import-not-found, unused-ignore]
     except ImportError:
@@ -60,7 +91,7 @@ def load_rows(task_name: str, dataset: str, config: str | None, split: str) -> l
             ds = ds.cast_column(col, datasets.Image(decode=False))
         elif isinstance(feat, datasets.Audio):
             ds = ds.cast_column(col, datasets.Audio(decode=False))
-    return [dict(r) for r in ds]
+    return Rows(ds)
 
 
 def _write(data: bytes, suffix: str) -> Path:

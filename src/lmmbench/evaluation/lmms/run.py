@@ -40,12 +40,12 @@ def max_new_tokens_from(gen_kwargs: str | None) -> int | None:
     return None
 
 
-def _docs(task: LmmsTask, limit: float | None) -> list[dict[str, Any]]:
-    """The task's rows; ``limit``: the first N, or a fraction below 1 of them (rounded up, as lm-eval)."""
+def _docs(task: LmmsTask, limit: float | None) -> Sequence[dict[str, Any]]:
+    """The task's rows (read on access); ``limit``: the first N, or a fraction below 1 (rounded up, as lm-eval)."""
     rows = load_rows(task.name, task.dataset, task.config, task.split)
     if limit is None:
         return rows
-    return rows[: math.ceil(len(rows) * limit) if limit < 1 else int(limit)]
+    return rows.head(math.ceil(len(rows) * limit) if limit < 1 else int(limit))
 
 
 def media_files(task: LmmsTask, doc: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -64,6 +64,25 @@ def _request(task: LmmsTask, doc: dict[str, Any], max_tokens: int) -> GenRequest
     return GenRequest(task.prompt(doc), max_tokens, [], images, audio, chat=True, layout=layout)
 
 
+def _pending(task: LmmsTask, backend: ScoringBackend, docs: Sequence[dict[str, Any]], ids: Sequence[int],
+             max_tokens: int, existing: dict[str, dict[str, Any]]) -> list[tuple[int, str, dict[str, Any], Any]]:
+    """(doc id, key, meta, request or the error that stops it) of the samples in ``ids`` not yet answered."""
+    out = []
+    for doc_id in ids:
+        doc = docs[doc_id]
+        try:
+            req: GenRequest | BaseException = _request(task, doc, max_tokens)
+        except (ValueError, OSError, KeyError) as exc:  # a broken image or a missing video fails its sample
+            req = exc
+        payload = [req.prompt, [Path(p).name for p in req.images], [Path(p).name for p in req.audio], max_tokens,
+                   req.layout] if isinstance(req, GenRequest) else [doc_id, str(req)]  # fmt: skip
+        blob = json.dumps([backend.model_id, task.name, task.version, payload], sort_keys=True, default=str)
+        key = hashlib.sha256(blob.encode()).hexdigest()[:24]
+        if key not in existing or existing[key].get("error"):
+            out.append((doc_id, key, _meta(task, doc), req))
+    return out
+
+
 def infer_lmms(
     task: LmmsTask,
     backend: ScoringBackend,
@@ -73,39 +92,27 @@ def infer_lmms(
     progress: Callable[[int], None] | None = None,
     chunk_size: int = 32,
 ) -> InferStats:
-    """Answer every pending sample of ``task`` and append the predictions to ``pred_path``."""
+    """Answer every pending sample of ``task`` and append the predictions to ``pred_path``.
+
+    Samples go chunk by chunk (media files written, requests sent, predictions appended), so memory holds one
+    chunk's media and a killed run keeps every finished chunk."""
     t0 = time.perf_counter_ns()
     docs = _docs(task, limit)
     max_tokens = max_new_tokens or task.max_new_tokens
     repair_predictions(pred_path)
     existing = read_predictions(pred_path)
-    pending: list[tuple[int, str, dict[str, Any], GenRequest | BaseException]] = []
-    for doc_id, doc in enumerate(docs):
-        try:
-            req: GenRequest | BaseException = _request(task, doc, max_tokens)
-        except (ValueError, OSError, KeyError) as exc:  # a broken image or a missing video fails its sample
-            req = exc
-        payload = [req.prompt, [Path(p).name for p in req.images], [Path(p).name for p in req.audio], max_tokens,
-                   req.layout] if isinstance(req, GenRequest) else [doc_id, str(req)]  # fmt: skip
-        blob = json.dumps([backend.model_id, task.name, task.version, payload], sort_keys=True, default=str)
-        key = hashlib.sha256(blob.encode()).hexdigest()[:24]
-        if key in existing and not existing[key].get("error"):
-            continue
-        pending.append((doc_id, key, doc, req))
-    if progress is not None and len(docs) > len(pending):
-        progress(len(docs) - len(pending))
     pred_path.parent.mkdir(parents=True, exist_ok=True)
-    errors = 0
+    errors = done = 0
     with pred_path.open("a", encoding="utf-8") as fh:
-        for start in range(0, len(pending), chunk_size):
-            chunk = pending[start : start + chunk_size]
+        for start in range(0, len(docs), chunk_size):
+            ids = range(start, min(start + chunk_size, len(docs)))
+            chunk = _pending(task, backend, docs, ids, max_tokens, existing)
             reqs = [r for *_, r in chunk if isinstance(r, GenRequest)]
             answers = iter(backend.generate(reqs) if reqs else [])
-            for doc_id, key, doc, req in chunk:
+            for doc_id, key, meta, req in chunk:
                 out: Any = next(answers) if isinstance(req, GenRequest) else req
                 row: dict[str, Any] = {"task": task.name, "task_version": task.version, "doc_id": doc_id,
-                                       "kind": "generate", "model": backend.model_id, "key": key,
-                                       "meta": _meta(task, doc)}  # fmt: skip
+                                       "kind": "generate", "model": backend.model_id, "key": key, "meta": meta}
                 if isinstance(req, GenRequest):
                     row.update(prompt=req.prompt, images=[Path(p).name for p in req.images],
                                audio=[Path(p).name for p in req.audio])  # fmt: skip
@@ -116,10 +123,11 @@ def infer_lmms(
                     row.update(output=str(out), error=None)
                 fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
                 fh.flush()
+            done += len(chunk)
             if progress is not None:
-                progress(len(chunk))
+                progress(len(ids))
     wall_s = (time.perf_counter_ns() - t0) / 1e9
-    return InferStats(task.name, len(docs), len(docs) - len(pending), len(pending), errors, wall_s)
+    return InferStats(task.name, len(docs), len(docs) - done, done, errors, wall_s)
 
 
 def _meta(task: LmmsTask, doc: dict[str, Any]) -> dict[str, Any]:
