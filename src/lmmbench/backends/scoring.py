@@ -58,6 +58,9 @@ class GenRequest:
     audio: list[str] = field(default_factory=list)
     chat: bool = False
     messages: list[dict[str, str]] | None = None  # chat messages (system / user / assistant), text only
+    # the last user turn's parts in order, interleaved: str = a text part, int = index into images + audio
+    # (default: the media, then the text)
+    layout: list[str | int] | None = None
 
 
 class ScoringBackend(Protocol):

@@ -182,6 +182,10 @@ def to_messages(req: GenRequest) -> list[dict[str, Any]]:
             raise ValueError(f"cannot read audio {p}: {exc}") from None
         content.append({"type": "input_audio", "input_audio": {"data": data, "format": Path(p).suffix.lstrip(".")}})
     last = _last_user(messages)
+    if req.layout is not None:  # interleaved text and media
+        parts = [content[x] if isinstance(x, int) else {"type": "text", "text": x} for x in req.layout]
+        messages[last] = {"role": "user", "content": parts}
+        return messages
     messages[last] = {"role": "user", "content": [*content, {"type": "text", "text": messages[last]["content"]}]}
     return messages
 

@@ -51,6 +51,12 @@ def _tasks() -> None:
             typer.echo(f"{t.name:20s} BROKEN  {t.error}")
             continue
         typer.echo(f"{t.name:20s} {t.kind:22s} {t.samples!s:>5} samples  metrics: {', '.join(t.metrics)}  [{t.path}]")
+    from lmmbench.evaluation.lmms import LMMS_TASKS
+
+    for name in LMMS_TASKS.names():  # lmms-eval's benchmarks: data from the Hugging Face cache, not counted here
+        b = LMMS_TASKS.get(name)
+        data = f"{b.dataset}" + (f" ({b.config})" if b.config else "") + f" {b.split}"
+        typer.echo(f"{name:20s} {'lmms-eval ' + b.kind:22s} metrics: {', '.join(b.metrics)}  [{data}]")
 
 
 def register(app: typer.Typer) -> None:

@@ -64,13 +64,14 @@ def write_summary(results: Sequence[TaskResult], summary_dir: Path, title: str =
                 w.writerow([col, "n", *names])
                 for g, mvs in groups.items():
                     n = next(iter(mvs.values())).n if mvs else 0
-                    w.writerow([g, n, *(repr(mvs[m].value) for m in names)])
+                    w.writerow([g, n, *(repr(mvs[m].value) if m in mvs else "" for m in names)])  # a group may lack one
             written.append(pivot)
             lines += ["", f"## {r.task} by {col}", "", f"| {col} | n | " + " | ".join(names) + " |"]
             lines.append("|---|---:|" + "---:|" * len(names))
             for g, mvs in groups.items():
                 n = next(iter(mvs.values())).n if mvs else 0
-                lines.append(f"| {g} | {n} | " + " | ".join(_fmt(mvs[m].value) for m in names) + " |")
+                cells = (_fmt(mvs[m].value) if m in mvs else "" for m in names)
+                lines.append(f"| {g} | {n} | " + " | ".join(cells) + " |")
     md = summary_dir / "summary.md"
     md.write_text("\n".join(lines) + "\n", encoding="utf-8")
     written.append(md)

@@ -195,7 +195,10 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
 
     if not cfg.tasks:
         raise UserError("--tasks: give at least one task name or YAML file (see `lmmbench tasks`)")
-    own, catalogue = _split_catalogue(cfg)
+    from lmmbench.evaluation.lmms import is_lmms_task  # lmms-eval's multimodal benchmarks by name
+
+    lmms = [n for n in cfg.tasks if is_lmms_task(n)]
+    own, catalogue = _split_catalogue(cfg.model_copy(update={"tasks": [n for n in cfg.tasks if n not in lmms]}))
     tasks, groups = _tasks(cfg, own)
     if cfg.prompt is not None:  # a registered prompt for every task of this run (eval --prompt, a plan row)
         from lmmbench.evaluation.task_config import with_prompt
@@ -232,12 +235,22 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
                 stats = _infer_one(task, backend, run_dir, show_progress)
                 runlog.info("infer %s: %s", task.task, stats)
                 run.infer.append(stats.__dict__)
+            if lmms:
+                from lmmbench.evaluation.lmms.run import run_lmms_infer
+
+                for stats in run_lmms_infer(lmms, backend, run_dir, cfg.limit, cfg.gen_kwargs, show_progress):
+                    runlog.info("infer %s: %s", stats.task, stats)
+                    run.infer.append(stats.__dict__)
         if cfg.mode in ("all", "eval"):
             results: list[TaskResult] = []
             for task in tasks:
                 pred = run_dir / "predictions" / f"{task.task}.jsonl"
                 results.append(evaluate_task(task, pred, run_dir / "results"))
             results += group_results(groups, results, run_dir / "results")  # lm-eval group files
+            if lmms:
+                from lmmbench.evaluation.lmms.run import run_lmms_eval
+
+                results += run_lmms_eval(lmms, run_dir, cfg.limit)
             if catalogue and backend is not None:  # lm-eval's own task objects, answered by lmmbench's backend
                 from lmmbench.evaluation.lmeval_catalogue import run_catalogue
 
