@@ -18,16 +18,14 @@ _ROOT = Path(__file__).resolve().parents[1]
 KNOWN_PENDING_CIRCLES: dict[str, str] = {
     "lmmbench.backends": "scoring <-> scoring_media",
     "lmmbench.core": "run_log <-> run_store (run_store needs load_run_log; write_run_log indexes in the store)",
-    "lmmbench.datasets": "perf_datasets <-> perf_workloads (and the modules perf_datasets imports to register)",
     "lmmbench.evaluation": "lmeval_filters <-> lmeval_tasks <-> task_config",
 }
 
-#: Library modules that must load without typer (the CLI's library), and those that still pull it in
-#: through a file other work was editing (sessions.perf_session imports parse_model from config.cli_options).
-TYPER_FREE = ("lmmbench.config.loaders", "lmmbench.sessions.spec_session", "lmmbench.sessions.eval_session",
-              "lmmbench.sessions.runs_session", "lmmbench.loadgen", "lmmbench.executors.plan",
-              "lmmbench.config.perf_workload")  # fmt: skip
-KNOWN_PENDING_TYPER = ("lmmbench.sessions.perf_session",)
+#: Library modules that must load without typer (the CLI's library), and any that still pull it in (none).
+TYPER_FREE = ("lmmbench.config.loaders", "lmmbench.sessions.perf_session", "lmmbench.sessions.spec_session",
+              "lmmbench.sessions.eval_session", "lmmbench.sessions.runs_session", "lmmbench.loadgen",
+              "lmmbench.executors.plan", "lmmbench.config.perf_workload")  # fmt: skip
+KNOWN_PENDING_TYPER: tuple[str, ...] = ()
 
 
 @pytest.fixture(scope="module")

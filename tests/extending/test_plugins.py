@@ -25,10 +25,9 @@ import pytest
 _HERE = Path(__file__).resolve().parent
 _ROOT = _HERE.parents[1]
 
-#: Registries whose plugin the CLI cannot select yet: ``perf --arrival`` / ``--dataset`` are Literal
-#: copies of the names in config/perf.py. After they become ``registered_in(...)`` fields
-#: (config/registry_field.py), flip these to True and run perf with the plugin's names through the CLI.
-CLI_SELECTABLE_AFTER_LITERAL_SWAP: dict[str, bool] = {"arrival": False, "dataset": False}
+#: ``perf --arrival`` / ``--dataset`` are ``registered_in(...)`` fields (config/registry_field.py), not
+#: Literal copies of the names, so a plugin's arrival process and data set are selectable by name.
+CLI_SELECTABLE_AFTER_LITERAL_SWAP: dict[str, bool] = {"arrival": True, "dataset": True}
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +123,32 @@ def test_serve_runs_the_model_on_the_plugin_engine(plugin_site: Path, port: int)
         proc.communicate(timeout=30)
 
 
-def test_perf_cannot_select_a_plugin_arrival_or_data_set_until_the_literals_go(library_uses: dict[str, Any]) -> None:
-    # when this fails, config/perf.py accepts registered names: update CLI_SELECTABLE_AFTER_LITERAL_SWAP
-    # and add a `lmmbench perf --arrival demo-arrival --dataset demo-dataset` run against a test server
+def test_perf_config_accepts_the_plugin_arrival_and_data_set(library_uses: dict[str, Any]) -> None:
     assert library_uses["pending_cli"] == CLI_SELECTABLE_AFTER_LITERAL_SWAP
+
+
+def test_the_plugin_prompt_and_multimodal_benchmark_resolve_by_name(library_uses: dict[str, Any]) -> None:
+    assert library_uses["prompts"] == ["demo-qa@1", "Question: {{question}}"]
+    assert library_uses["lmms_tasks"][0] == "demo_chartqa" and library_uses["lmms_tasks"][2] == "train"
+    assert library_uses["lmms_tasks"][3]  # ChartQA's metrics, carried by the plugin's entry
+
+
+def test_perf_runs_the_plugin_arrival_and_data_set_from_the_cli(plugin_site: Path, tmp_path: Path, port: int) -> None:
+    server = subprocess.Popen([sys.executable, "-m", "lmmbench.cli.main", "testserver", "--port", str(port),
+                               "--ttft-ms", "1", "--itl-ms", "1"], env=_env(plugin_site),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        done = _cli(plugin_site, "perf", "--url", f"http://127.0.0.1:{port}", "--dataset", "demo-dataset",
+                    "--arrival", "demo-arrival", "--rate", "50", "--num-requests", "6", "--run-name", "plugin",
+                    "--out-dir", str(tmp_path))  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    run_log = json.loads((tmp_path / "perf" / "plugin" / "run.json").read_text())
+    assert run_log["config"]["dataset"] == "demo-dataset" and run_log["config"]["arrival"] == "demo-arrival"
+    records = (tmp_path / "perf" / "plugin" / "records.csv").read_text().splitlines()
+    assert len(records) == 1 + 6  # header + the six measured requests, all from the plugin's data set
 
 
 def _registries() -> dict[str, tuple[str, str]]:

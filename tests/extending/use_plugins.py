@@ -28,7 +28,18 @@ def main(work: Path) -> dict[str, Any]:
     out.update(_datasets())
     out.update(_episodes())
     out["pending_cli"] = _pending_cli()
+    out.update(_eval_registries())
     return out
+
+
+def _eval_registries() -> dict[str, Any]:
+    from lmmbench.evaluation.lmms import get_lmms_task
+    from lmmbench.evaluation.prompt_registry import resolve_prompt
+
+    prompt = resolve_prompt("demo-qa@1", Path.cwd())
+    task = get_lmms_task("demo_chartqa")
+    return {"prompts": [prompt.ref, prompt.text.splitlines()[0]],
+            "lmms_tasks": [task.name, task.dataset, task.split, list(task.metrics)]}  # fmt: skip
 
 
 def _models(work: Path) -> dict[str, Any]:

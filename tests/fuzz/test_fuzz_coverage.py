@@ -69,6 +69,8 @@ INPUT_KINDS: dict[str, list[str]] = {
     "--profile": ["run-profile-repeat-past-repeats"],
     "--save-result": ["perf-result-dir-under-file"],
     "--dataset": ["not a path: a dataset kind (a registry name); its file is --dataset-path"],
+    "--hf-name": ["tests/perf/test_vllm_hub_datasets.py::test_every_vllm_hf_data_set_is_accepted_or_refused_by_name"],
+    "--backend": ["not a path: vLLM's backend name, a choice that picks the API (tests/perf/test_vllm_compat.py)"],
     "--trace-format": ["not a path: auto | mooncake | azure; the trace file is --dataset-path (TRACES)"],
     "--result-format": ["not a path: the format of the result file written under --result-dir"],
     "--attn-implementation": ["not a path: an attention implementation name, validated by the model's loader"],
@@ -76,6 +78,10 @@ INPUT_KINDS: dict[str, list[str]] = {
     "action": ["not a path: perf's action (run, search, recover), a choice"],
     # environment variables
     "LMMBENCH_HOME": ["home-is-a-file"],
+    "LMMBENCH_PROMPT_PATH": ["tests/fuzz/test_fuzz_env_files.py::test_a_prompt_folder_from_the_environment_with_a_"
+                             "non_utf8_template"],
+    "LMMBENCH_WHISPER_SPELLING": ["tests/fuzz/test_fuzz_env_files.py::test_a_spelling_table_from_the_environment_"
+                                  "that_is_not_one"],
     "LMMBENCH_STORE_URL": ["tests/fuzz/test_fuzz_store.py::test_a_command_that_writes_a_run_keeps_it_and_says_"
                            "indexing_failed"],
     "LMMBENCH_CONSTRAINTS": ["tests/fuzz/test_fuzz_coverage.py::test_a_constraints_variable_naming_no_file"],

@@ -9,7 +9,8 @@ import pytest
 
 from lmmbench.config.perf import PerfConfig
 from lmmbench.core.errors import UserError
-from lmmbench.datasets.perf_datasets import build_requests, load_tokenizer
+from lmmbench.datasets.perf_dataset_catalog import build_requests
+from lmmbench.datasets.perf_datasets import load_tokenizer
 from lmmbench.testing import build_word_tokenizer
 
 

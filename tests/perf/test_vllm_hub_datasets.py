@@ -20,7 +20,8 @@ import pytest
 
 from lmmbench.config.perf import PerfConfig
 from lmmbench.core.errors import UserError
-from lmmbench.datasets.perf_datasets import build_requests, load_tokenizer
+from lmmbench.datasets.perf_dataset_catalog import build_requests
+from lmmbench.datasets.perf_datasets import load_tokenizer
 from lmmbench.datasets.vllm_hub_datasets import HF_DATASETS, HF_REFUSED
 from lmmbench.testing import build_word_tokenizer
 
@@ -93,7 +94,8 @@ from pathlib import Path
 from PIL import Image
 from lmmbench.testing.hf_datasets import write_dataset_cache
 from lmmbench.config.perf import PerfConfig
-from lmmbench.datasets.perf_datasets import build_requests, load_tokenizer
+from lmmbench.datasets.perf_dataset_catalog import build_requests
+from lmmbench.datasets.perf_datasets import load_tokenizer
 
 home, tok_dir = Path(sys.argv[1]), sys.argv[2]
 words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet".split()

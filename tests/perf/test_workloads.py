@@ -162,7 +162,8 @@ def test_bad_trace_line_is_one_clear_error(url: str, tmp_path: Path, capsys: pyt
 
 def test_mooncake_blocks_with_a_tokenizer_are_cut_to_input_length(tmp_path: Path) -> None:
     from lmmbench.config.perf import PerfConfig
-    from lmmbench.datasets.perf_datasets import build_requests, load_tokenizer
+    from lmmbench.datasets.perf_dataset_catalog import build_requests
+    from lmmbench.datasets.perf_datasets import load_tokenizer
     from lmmbench.testing import build_word_tokenizer
 
     tok = load_tokenizer(build_word_tokenizer(tmp_path / "tok"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -14,6 +14,7 @@ from lmmbench.config.limits import check_limit
 from lmmbench.config.perf_hub_datasets import HubDatasetOptions
 from lmmbench.config.perf_shapes import TelemetryOptions, WorkloadShapeOptions
 from lmmbench.config.perf_vllm import VllmBenchFlags
+from lmmbench.config.registry_field import registered_in
 
 __all__ = ["SLO_KEYS", "PerfConfig"]
 
@@ -49,9 +50,8 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions, HubData
         "chat", description="API to call (generate: SGLang's native /generate).")
     api_key: str | None = Field(None, description="Bearer token (default: $OPENAI_API_KEY if set).")
     # dataset
-    dataset: Literal["synthetic", "sharegpt", "jsonl", "multimodal", "multiturn", "shared_prefix", "trace",
-                     "burstgpt", "spec_bench", "hf"] = Field(
-        "synthetic", description="Where prompts come from (docs/perf.md, Workloads)."
+    dataset: Annotated[str, registered_in("lmmbench.datasets.perf_dataset_catalog:PERF_DATASETS")] = Field(
+        "synthetic", description="Where prompts come from (docs/perf.md, Workloads; a plugin's data set too)."
     )
     dataset_path: Path | None = Field(None, description="JSONL (sharegpt/jsonl) or manifest CSV (multimodal).")
     tokenizer: Path | None = Field(
@@ -71,7 +71,8 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions, HubData
     duration_s: float | None = Field(None, gt=0, description="Measure for this long instead of a count.")
     concurrency: int | None = Field(None, ge=1, description="Closed loop with N clients, or cap with --rate.")
     rate: float | None = Field(None, gt=0, description="Open loop: target requests per second.")
-    arrival: Literal["constant", "poisson", "gamma"] = Field("poisson", description="Arrival process of --rate.")
+    arrival: Annotated[str, registered_in("lmmbench.loadgen.arrivals:ARRIVALS")] = Field(
+        "poisson", description="Arrival process of --rate (a plugin's too).")
     burstiness: float = Field(1.0, gt=0, description="Gamma shape (1 = Poisson, <1 burstier).")
     rates: list[float] = Field(default_factory=list, description="Sweep of open-loop rates.")
     concurrencies: list[int] = Field(default_factory=list, description="Sweep of concurrencies.")

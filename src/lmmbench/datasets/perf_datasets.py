@@ -25,7 +25,7 @@ from lmmbench.core.request_records import PerfRequest
 from lmmbench.datasets.json_lines import parse_json_lines
 
 __all__ = [
-    "PERF_DATASETS", "DatasetBuilder", "build_requests", "count_tokens", "load_tokenizer", "output_length",
+    "PERF_DATASETS", "DatasetBuilder", "count_tokens", "load_tokenizer", "output_length",
     "request_body", "synthetic_prompt", "synthetic_text", "token_pool",
 ]  # fmt: skip
 
@@ -139,19 +139,8 @@ _Item = tuple[Any, int | None, int | None, dict[str, Any]]
 #: A dataset builder: (config, number of requests, tokenizer or None, seeded rng) -> requests.
 DatasetBuilder = Callable[[PerfConfig, int, Any | None, random.Random], list[PerfRequest]]
 
-#: The datasets of ``lmmbench perf --dataset`` (more in lmmbench.datasets.perf_workloads).
+#: The datasets of ``lmmbench perf --dataset`` (all of them registered: lmmbench.datasets.perf_dataset_catalog).
 PERF_DATASETS: Registry[DatasetBuilder] = Registry("perf_dataset")
-
-
-def build_requests(cfg: PerfConfig, n: int, tok: Any | None = None) -> list[PerfRequest]:
-    """``n`` requests from the configured dataset (file datasets are shuffled by seed and cycled)."""
-    # registers multiturn, shared_prefix, trace; burstgpt, spec_bench, hf
-    from lmmbench.datasets import perf_workloads, vllm_hub_datasets  # noqa: F401
-
-    hub = cfg.dataset == "hf"  # --dataset-path: a hub id or a data set folder
-    if cfg.dataset_path is not None and cfg.dataset != "synthetic" and not hub and not cfg.dataset_path.is_file():
-        raise UserError(f"--dataset-path {cfg.dataset_path}: file not found")
-    return PERF_DATASETS.get(cfg.dataset)(cfg, n, tok, random.Random(cfg.seed))
 
 
 def _from_items(cfg: PerfConfig, n: int, rng: random.Random, base: list[_Item]) -> list[PerfRequest]:

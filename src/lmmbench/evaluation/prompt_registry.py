@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmmbench.config.input_files import read_text
 from lmmbench.core.errors import UserError
 from lmmbench.core.registry import Registry
 
@@ -87,7 +88,7 @@ def resolve_prompt(ref: str, base_dir: Path) -> Prompt:
         for ext in _EXTENSIONS:
             path = folder / f"{name}@{version}{ext}"
             if path.is_file():
-                return Prompt(name, version, path.read_text(encoding="utf-8"), str(path))
+                return Prompt(name, version, read_text(path, "prompt template"), str(path))
     if f"{name}@{version}" in PROMPTS:
         return PROMPTS.get(f"{name}@{version}")
     known = sorted({p.stem for f in _folders(base_dir) if f.is_dir() for p in f.iterdir() if "@" in p.stem}
@@ -100,7 +101,7 @@ def _read_lock(path: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path, "prompt lock file"))
         prompts = data["prompts"]
         if not isinstance(prompts, dict):
             raise TypeError

@@ -337,7 +337,8 @@ def run_benchmark(
     if cfg.rate is None and cfg.concurrency is not None:
         workers = max(1, min(workers, cfg.concurrency))
     if requests is None:
-        from lmmbench.datasets.perf_datasets import build_requests, load_tokenizer
+        from lmmbench.datasets.perf_dataset_catalog import build_requests
+        from lmmbench.datasets.perf_datasets import load_tokenizer
 
         if tokenizer is None and cfg.tokenizer is not None:
             tokenizer = load_tokenizer(cfg.tokenizer)

@@ -8,13 +8,14 @@ values were checked against lmms-eval's own functions (benchmarks/lmms_eval_cros
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from lmmbench.core.errors import UserError
 
 __all__ = [
     "anls_lmms",
@@ -212,7 +213,13 @@ def _whisper_normalizers() -> tuple[Callable[[str], str], Callable[[str], str]]:
     from transformers.models.whisper.english_normalizer import BasicTextNormalizer, EnglishTextNormalizer
 
     path = spelling_mapping_file()
-    mapping = json.loads(path.read_text(encoding="utf-8")) if path is not None else {}
+    mapping: Any = {}
+    if path is not None:
+        from lmmbench.config.input_files import load_json, read_text
+
+        mapping = load_json(read_text(path, "spelling table ($LMMBENCH_WHISPER_SPELLING)"), path)
+        if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+            raise UserError(f"{path}: not a spelling table (a JSON object of British -> American words)")
     return EnglishTextNormalizer(mapping), BasicTextNormalizer()
 
 

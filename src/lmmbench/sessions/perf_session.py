@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.backends.readiness import wait_for_server
-from lmmbench.config.cli_options import parse_model
 from lmmbench.config.input_files import check_writable_dir, prepare_out_dir
 from lmmbench.config.limits import check_limit
+from lmmbench.config.loaders import parse_model
 from lmmbench.config.perf import PerfConfig
 from lmmbench.config.perf_workload import load_workload
 from lmmbench.core.clock import wall_label

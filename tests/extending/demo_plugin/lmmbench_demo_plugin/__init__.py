@@ -203,3 +203,26 @@ def demo_sink(run_log: Any, run_dir: Path, target: str) -> None:
     """Append the run's id and headline to ``<run folder>/<target>``."""
     with (run_dir / target).open("a", encoding="utf-8") as fh:
         fh.write(json.dumps({"run_id": run_log.run_id, "kind": run_log.kind, "headline": run_log.headline}) + "\n")
+
+
+# lmmbench.prompts: a named, versioned template (the entry's name is name@version)
+def _demo_prompt() -> Any:
+    from lmmbench.evaluation.prompt_registry import Prompt
+
+    return Prompt("demo-qa", "1", "Question: {{question}}\nAnswer in one word:", "python:lmmbench_demo_plugin")
+
+
+DEMO_PROMPT = _demo_prompt()
+
+
+# lmmbench.lmms_tasks: a multimodal benchmark (here ChartQA's scoring under another name and split)
+def _demo_chartqa() -> Any:
+    import dataclasses
+
+    from lmmbench.evaluation.lmms.image_tasks import IMAGE_TASKS
+
+    chartqa = next(t for t in IMAGE_TASKS if t.name == "chartqa")
+    return dataclasses.replace(chartqa, name="demo_chartqa", split="train")
+
+
+demo_chartqa = _demo_chartqa()
