@@ -163,6 +163,15 @@ def test_hf_mlperf_system_prompt_and_vision_arena_image(hf_requests: dict[str, l
     assert hf_requests["arena"][0]["out"] == 128  # VisionArena's default output length
 
 
+def _templated_tokenizer(tmp: Path) -> Path:
+    """vLLM's sampler tokenizer with a chat template (vLLM's spec_bench applies it to every prompt)."""
+    from lmmbench.testing.sampler_tokenizer import build_sampler_tokenizer
+
+    tok = build_sampler_tokenizer(tmp / "tok")
+    (tok / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{% for m in messages %}[{{ m.content }}]{% endfor %}"}))  # noqa: E501
+    return tok
+
+
 def test_bench_serve_and_perf_take_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     """`vllm bench serve --dataset-name spec_bench / burstgpt` command lines, and `perf --dataset spec_bench` with
@@ -179,7 +188,7 @@ def test_bench_serve_and_perf_take_them(tmp_path: Path, monkeypatch: pytest.Monk
     port = free_loopback_port()
     with running_testserver(TestServerConfig(port=port, ttft_ms=1.0, itl_ms=0.2)) as url:
         base = ["--model", "test-model", "--port", str(port), "--num-prompts", "5", "--save-result",
-                "--result-filename", "r.json"]  # fmt: skip
+                "--result-filename", "r.json", "--tokenizer", str(_templated_tokenizer(tmp_path))]  # fmt: skip
         assert main(["bench", "serve", "--dataset-name", "spec_bench", "--dataset-path", "q.jsonl", *base]) == 0
         assert json.loads(Path("r.json").read_text())["total_output_tokens"] == 5 * 256  # vLLM's default
         assert main(["bench", "serve", "--dataset-name", "burstgpt", "--dataset-path", "b.csv", *base]) == 0
