@@ -33,7 +33,7 @@ from lmmbench.datasets.perf_datasets import (
 )
 
 __all__ = ["HF_DATASETS", "HF_REFUSED", "HfItem", "HfOptions", "HubClass", "burstgpt_rows", "hf_items",
-           "spec_bench_prompts"]
+           "spec_bench_prompts"]  # fmt: skip
 
 Row = dict[str, Any]
 
