@@ -443,3 +443,55 @@ def test_speculative_decoding_summary_from_the_servers_counters() -> None:
                                  "request_throughput": 1.0, "output_throughput": 1.0, "total_token_throughput": 2.0,
                                  **stats}, [], [99.0], float("inf"), None, False)  # fmt: skip
     assert "Acceptance rate (%):                     60.00" in table and "  Position 2:" in table
+
+
+def _templated(tok: Path, tmp: Path) -> Path:
+    out = tmp / "templated"
+    out.mkdir()
+    (out / "tokenizer.json").write_text((tok / "tokenizer.json").read_text())
+    (out / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{% for m in messages %}[{{ m.content }}]{% endfor %}"}))  # noqa: E501
+    return out
+
+
+def test_spec_bench_flags(tok: Path, tmp_path: Path) -> None:
+    """--spec-bench-category keeps one category's first turns, --spec-bench-output-len (or --output-len over it)
+    sets max_tokens; rows shuffled by random.seed(seed), each through the chat template (vLLM's SpecBench)."""
+    q = tmp_path / "question.jsonl"
+    q.write_text("".join(json.dumps({"category": c, "turns": [f"{c} {i}", "second"]}) + "\n"
+                         for i, c in enumerate(["math", "qa", "math", "qa", "math"])))  # fmt: skip
+    tmpl = _templated(tok, tmp_path)
+    line = f"--model m --dataset-name spec_bench --dataset-path {q} --seed 4 --num-prompts 3"
+    _, reqs = _build(f"{line} --spec-bench-category math --spec-bench-output-len 11", tmpl)
+    want = ["math 0", "math 2", "math 4"]
+    random.Random(4).shuffle(want)  # vLLM: random.seed(seed); random.shuffle(data)
+    assert [r.payload["prompt"] for r in reqs] == [f"[{p}]" for p in want]
+    assert {r.payload["max_tokens"] for r in reqs} == {11}
+    _, plain = _build(f"{line} --disable-shuffle --output-len 6 --spec-bench-output-len 11", tmpl)
+    assert [r.payload["prompt"] for r in plain] == ["[math 0]", "[qa 1]", "[math 2]"]
+    assert {r.payload["max_tokens"] for r in plain} == {6}
+    assert {r.payload["max_tokens"] for r in _build(line, tmpl)[1]} == {256}  # vLLM's default
+    with pytest.raises(UserError, match="chat template"):  # vLLM's spec_bench always applies it
+        _build(line, tok)
+    with pytest.raises(UserError, match="no rows of category code"):
+        _build(f"{line} --spec-bench-category code", tmpl)
+
+
+def test_burstgpt_rows_drawn_as_pandas_samples_them(tok: Path, tmp_path: Path) -> None:
+    """vLLM's BurstGPT: GPT-4 rows with a response, picked by DataFrame.sample(n, random_state=seed); each prompt
+    the decoded ids (i + j) % vocab_size of the row's request tokens, max_tokens its response tokens."""
+    import pandas as pd
+
+    from lmmbench.datasets.vllm_samplers import VllmTokenizer
+
+    csv = tmp_path / "b.csv"
+    rows = [(t, "GPT-4" if t % 3 else "ChatGPT", 5 + t, t % 4) for t in range(12)]
+    csv.write_text("Timestamp,Model,Request tokens,Response tokens,Log Type\n"
+                   + "".join(f"{t},{m},{a},{b},Conversation log\n" for t, m, a, b in rows))  # fmt: skip
+    df = pd.read_csv(csv)
+    kept = df[(df["Model"] == "GPT-4") & (df["Response tokens"] > 0)]
+    vt = VllmTokenizer.load(tok)
+    for n in (3, 9):  # fewer than the kept rows, then more (drawn with replacement)
+        want = kept.sample(n=n, random_state=7, replace=n > len(kept)).values.tolist()
+        _, reqs = _build(f"--model m --dataset-name burstgpt --dataset-path {csv} --seed 7 --num-prompts {n}", tok)
+        assert [(r.input_tokens, r.payload["max_tokens"]) for r in reqs] == [(int(w[2]), int(w[3])) for w in want]
+        assert reqs[1].payload["prompt"] == vt.decode([(1 + j) % vt.vocab_size for j in range(int(want[1][2]))])

@@ -4,6 +4,7 @@ telemetry.jsonl and plotted; GPU telemetry through NVML, here a fake NVML module
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from lmmbench.loadgen.server_metrics import SERVER_METRICS, CounterRatio
 from lmmbench.loadgen.telemetry import TelemetrySampler, map_server_metrics, parse_prometheus, read_telemetry
 from lmmbench.profiling.nvml_sampler import NvmlSampler
 from lmmbench.testing import running_testserver
+from lmmbench.testing.sampler_tokenizer import build_sampler_tokenizer
 from lmmbench.testing.server_model import PrefixCacheModel, render_metrics
 
 
@@ -262,19 +264,34 @@ def test_a_server_without_metrics_is_asked_once_fake_nvml(tmp_path: Path) -> Non
     assert sampler.rows >= 3 and sampler.data_rows == sampler.rows  # the GPUs are still sampled
 
 
-def test_vllm_result_file_has_spec_decode_keys_when_the_server_has_them(tmp_path: Path) -> None:
+def test_vllm_result_file_has_spec_decode_keys_when_the_server_has_them(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """Two engines drafting 3 tokens a step, each accepted with probability 0.5 (the test server's model: every
     step emits its accepted tokens plus one): vLLM's keys from the counters' increments over the point, acceptance
     50 % and length 1 + 3 x 0.5 = 2.5 (within the per-engine rounding of whole drafts); a server without them
-    gives no keys, as vLLM."""
+    gives no keys, as vLLM; the printed table has vLLM's "Speculative Decoding" section with the file's values
+    (and none without the counters)."""
     argv = ["bench", "serve", "--model", "test-model", "--num-prompts", "40", "--random-input-len", "8",
-            "--random-output-len", "25", "--ignore-eos", "--save-result", "--result-dir", str(tmp_path)]  # fmt: skip
+            "--random-output-len", "25", "--ignore-eos", "--save-result", "--result-dir", str(tmp_path),
+            "--tokenizer", str(build_sampler_tokenizer(tmp_path / "tok"))]  # fmt: skip
+    printed: dict[int, str] = {}
     for spec in (3, 0):
         cfg = TestServerConfig(port=free_loopback_port(), ttft_ms=1, itl_ms=0.2, metrics_names="vllm",
                                metrics_engines=2, spec_draft_tokens=spec, spec_acceptance=0.5)  # fmt: skip
         with running_testserver(cfg) as u:
+            capsys.readouterr()
             assert main([*argv, "--base-url", u, "--result-filename", f"spec{spec}.json"]) == 0
+            printed[spec] = capsys.readouterr().out
     res = json.loads((tmp_path / "spec3.json").read_text())
+    section = printed[3].split("-Speculative Decoding-", 1)[1].split("\n=====", 1)[0]
+    rows = dict(re.findall(r"^(\S[^:\n]*:|  Position \d+:) +(\S+) *$", section, flags=re.M))
+    assert float(rows["Acceptance rate (%):"]) == pytest.approx(res["spec_decode_acceptance_rate"], abs=0.005)
+    assert float(rows["Acceptance length:"]) == pytest.approx(res["spec_decode_acceptance_length"], abs=0.005)
+    assert int(rows["Drafts:"]) == res["spec_decode_num_drafts"]
+    assert int(rows["Draft tokens:"]) == res["spec_decode_draft_tokens"]
+    assert int(rows["Accepted tokens:"]) == res["spec_decode_accepted_tokens"]
+    assert [float(rows[f"  Position {i}:"]) for i in range(3)] == pytest.approx([50.0] * 3, abs=1.0)
+    assert "Speculative Decoding" not in printed[0] and "Serving Benchmark Result" in printed[0]
     assert res["spec_decode_acceptance_rate"] == pytest.approx(50.0, abs=1.0)
     assert res["spec_decode_acceptance_length"] == pytest.approx(2.5, abs=0.02)
     assert res["spec_decode_num_drafts"] == pytest.approx(40 * 25 / 2.5, abs=4)  # 1000 tokens, 2.5 per step

@@ -120,6 +120,27 @@ for name, kw in (("gsm8k", {"hf_name": "openai/gsm8k"}), ("mtbench", {"dataset_p
     cfg = PerfConfig.model_validate({"dataset": "hf", "endpoint": "completions", "seed": 5, **kw})
     out[name] = [{"payload": r.payload, "in": r.input_tokens, "out": r.output_tokens}
                  for r in build_requests(cfg, 4, tok)]
+write_dataset_cache(home, "openai/gsm8k", "socratic", {"test": [{"question": "socratic " + text(i, 5), "answer": "1"}
+                                                                for i in range(3)]})
+from lmmbench.config.vllm_bench_serve import build_parser, translate
+from lmmbench.sessions.bench_serve_session import build_bench_requests
+for name, line in (("bs_gsm8k_plain", "--hf-name openai/gsm8k --disable-shuffle --hf-output-len 7"),
+                   ("bs_gsm8k_shuffled", "--hf-name openai/gsm8k --hf-output-len 7"),
+                   ("bs_gsm8k_train", "--hf-name openai/gsm8k --hf-split train --disable-shuffle --output-len 9"),
+                   ("bs_gsm8k_socratic", "--hf-name openai/gsm8k --hf-subset socratic --disable-shuffle"),
+                   ("bs_mtbench", "--dataset-path philschmid/mt-bench --disable-shuffle"),
+                   ("bs_aimo", "--hf-name AI-MO/aimo-validation-aime --disable-shuffle"),
+                   ("bs_mlperf", "--hf-name mgoin/mlperf-inference-llama2-data"),
+                   ("bs_arena", "--hf-name lmarena-ai/VisionArena-Chat --backend openai-chat "
+                                "--endpoint /v1/chat/completions"),
+                   ("bs_arena_completions", "--hf-name lmarena-ai/VisionArena-Chat")):
+    ns = build_parser().parse_args(["--dataset-name", "hf", "--num-prompts", "2", "--seed", "5", "--tokenizer",
+                                    tok_dir, *line.split()])
+    translate(ns)
+    try:
+        out[name] = [{"payload": r.payload, "in": r.input_tokens} for r in build_bench_requests(ns)[0]]
+    except Exception as exc:
+        out[name] = str(exc)
 print(json.dumps(out))
 '''
 
@@ -165,6 +186,45 @@ def test_hf_mlperf_system_prompt_and_vision_arena_image(hf_requests: dict[str, l
     assert hf_requests["arena"][0]["out"] == 128  # VisionArena's default output length
 
 
+def test_bench_serve_hf_flags(hf_requests: dict[str, list[dict[str, Any]]]) -> None:
+    """--hf-name / --hf-split / --hf-subset / --hf-output-len (and --output-len over it) pick the rows and lengths
+    of vLLM's hf data sets for `bench serve`; --disable-shuffle keeps the split's order."""
+    words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet".split()
+
+    def text(i: int, n: int) -> str:
+        return " ".join(words[(i + j) % 10] for j in range(n))
+
+    def prompts(name: str) -> list[str]:
+        return [r["payload"]["prompt"] for r in hf_requests[name]]
+
+    assert prompts("bs_gsm8k_plain") == [text(2, 7), text(3, 8)]  # gsm8k's test split (vLLM's), in its order
+    assert {r["payload"]["max_tokens"] for r in hf_requests["bs_gsm8k_plain"]} == {7}
+    assert [r["in"] for r in hf_requests["bs_gsm8k_plain"]] == [7, 8]
+    shuffled = prompts("bs_gsm8k_shuffled")  # datasets' shuffle(seed=5), as perf's hf reader draws them
+    assert shuffled == [r["payload"]["prompt"] for r in hf_requests["gsm8k"]][:2] != prompts("bs_gsm8k_plain")
+    assert prompts("bs_gsm8k_train") == [text(0, 5), text(1, 6)]
+    assert {r["payload"]["max_tokens"] for r in hf_requests["bs_gsm8k_train"]} == {9}
+    assert prompts("bs_gsm8k_socratic") == ["socratic " + text(i, 5) for i in range(2)]
+    assert {r["payload"]["max_tokens"] for r in hf_requests["bs_gsm8k_socratic"]} == {256}  # vLLM's GSM8K default
+    assert prompts("bs_mtbench") == [text(0, 7), text(1, 7)]
+    aimo = hf_requests["bs_aimo"]  # the solution's length, rows under vLLM's length filter dropped
+    assert [(r["payload"]["prompt"], r["payload"]["max_tokens"]) for r in aimo] == [(text(0, 6), 8), (text(2, 6), 9)]
+    assert {r["payload"]["prompt"] for r in hf_requests["bs_mlperf"]} == {f"be brief\n\n{text(1, 6)}"}
+    [part_text, image] = hf_requests["bs_arena"][0]["payload"]["messages"][0]["content"]
+    assert part_text == {"type": "text", "text": text(3, 4)}
+    assert image["image_url"]["url"].startswith("data:image/jpeg;base64,")
+    assert "openai-chat" in str(hf_requests["bs_arena_completions"])  # vLLM sends images on chat backends only
+
+
+def _templated_tokenizer(tmp: Path) -> Path:
+    """vLLM's sampler tokenizer with a chat template (vLLM's spec_bench applies it to every prompt)."""
+    from lmmbench.testing.sampler_tokenizer import build_sampler_tokenizer
+
+    tok = build_sampler_tokenizer(tmp / "tok")
+    (tok / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{% for m in messages %}[{{ m.content }}]{% endfor %}"}))  # noqa: E501
+    return tok
+
+
 def test_bench_serve_and_perf_take_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     """`vllm bench serve --dataset-name spec_bench / burstgpt` command lines, and `perf --dataset spec_bench` with
@@ -181,7 +241,7 @@ def test_bench_serve_and_perf_take_them(tmp_path: Path, monkeypatch: pytest.Monk
     port = free_loopback_port()
     with running_testserver(TestServerConfig(port=port, ttft_ms=1.0, itl_ms=0.2)) as url:
         base = ["--model", "test-model", "--port", str(port), "--num-prompts", "5", "--save-result",
-                "--result-filename", "r.json"]  # fmt: skip
+                "--result-filename", "r.json", "--tokenizer", str(_templated_tokenizer(tmp_path))]  # fmt: skip
         assert main(["bench", "serve", "--dataset-name", "spec_bench", "--dataset-path", "q.jsonl", *base]) == 0
         assert json.loads(Path("r.json").read_text())["total_output_tokens"] == 5 * 256  # vLLM's default
         assert main(["bench", "serve", "--dataset-name", "burstgpt", "--dataset-path", "b.csv", *base]) == 0

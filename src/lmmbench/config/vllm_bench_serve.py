@@ -26,10 +26,10 @@ VLLM_FLAGS: list[dict[str, Any]] = json.loads(
     resources.files("lmmbench.config").joinpath("vllm_bench_serve_flags.json").read_text(encoding="utf-8"))["flags"]
 
 _BACKENDS = {"openai": "completions", "vllm": "completions", "openai-chat": "chat"}
-#: --dataset-name values this drop-in draws (datasets.vllm_bench_requests.VLLM_SAMPLERS holds their samplers)
+#: --dataset-name values this drop-in draws (datasets.vllm_bench_requests and its MORE_SAMPLERS draw them)
 _DATASETS = {"random": "random", "random-mm": "random-mm", "sharegpt": "sharegpt", "custom": "custom",
              "prefix_repetition": "prefix_repetition", "custom_image": "custom_image",
-             "timed_trace": "timed_trace"}  # fmt: skip
+             "timed_trace": "timed_trace", "burstgpt": "burstgpt", "spec_bench": "spec_bench", "hf": "hf"}  # fmt: skip
 _ENDPOINTS = {"/v1/completions": "completions", "/completions": "completions", "/v1/chat/completions": "chat",
               "/chat/completions": "chat"}  # fmt: skip
 _SAMPLING = ("top_p", "top_k", "min_p", "temperature", "frequency_penalty", "presence_penalty", "repetition_penalty")
@@ -45,6 +45,9 @@ _OTHER_FEATURES = {
     "random_batch_size": "it batches prompts for vLLM's embeddings and rerank backends, which lmmbench does not "
                          "measure",
     "no_reranker": "it belongs to the random-rerank dataset (rerank backends), which lmmbench does not measure",
+    "no_stream": "lmmbench's hf reader always loads the data set whole from the datasets cache and shuffles it "
+                 "with datasets' shuffle(seed), which is vLLM's --no-stream order; vLLM's default streaming (a "
+                 "buffered shuffle) is not read, so the switch would change nothing here",
 }  # fmt: skip
 #: flags (destinations) this drop-in carries to lmmbench's engine
 _CARRIED = {
@@ -63,6 +66,7 @@ _CARRIED = {
     "plot_dataset_stats", "insecure", "probe_request_rate", "custom_ensure_client_side_data", "self_timed",
     "timed_trace_chunk_hash_size", "timed_trace_sec_multiplier", "timed_trace_label_timestamp",
     "timed_trace_label_input_length", "timed_trace_label_output_length", "timed_trace_label_hash_ids",
+    "hf_name", "hf_split", "hf_subset", "hf_output_len", "spec_bench_category", "spec_bench_output_len",
 }  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest
 from lmmbench.datasets import vllm_samplers as vs
 
-__all__ = ["CHAT_BACKENDS", "MORE_SAMPLERS", "build_vllm_requests", "draw_samples", "request_rates",
+__all__ = ["CHAT_BACKENDS", "MORE_SAMPLERS", "build_vllm_requests", "chat_template", "draw_samples", "request_rates",
            "vllm_schedule_s"]
 
 #: vLLM's backends whose requests go to the chat API (and may carry images / videos)
@@ -33,14 +33,17 @@ MORE_SAMPLERS: dict[str, Callable[[argparse.Namespace, vs.VllmTokenizer, vs.Vllm
                                   list[vs.VllmSample]]] = {}  # fmt: skip
 
 
-def _chat_template(tokenizer_dir: Path | None, kwargs: dict[str, Any] | None) -> Any:
-    """The tokenizer's chat template as a function of one user prompt (vLLM applies it to custom prompts)."""
+def chat_template(tokenizer_dir: Path | None, kwargs: dict[str, Any] | None, dataset: str = "custom",
+                  skippable: bool = True) -> Any:  # fmt: skip
+    """The tokenizer's chat template as a function of one user prompt (vLLM applies it to custom and spec_bench
+    prompts)."""
     config = None if tokenizer_dir is None else (tokenizer_dir if tokenizer_dir.is_dir() else tokenizer_dir.parent)
     path = None if config is None else config / "tokenizer_config.json"
     template = json.loads(path.read_text(encoding="utf-8")).get("chat_template") if path and path.is_file() else None
     if not template:
-        raise UserError("--dataset-name custom applies the tokenizer's chat template, as vLLM does, and this "
-                        "tokenizer has none; add --skip-chat-template")  # fmt: skip
+        how = "add --skip-chat-template" if skippable else "give a --tokenizer that has one"
+        raise UserError(f"--dataset-name {dataset} applies the tokenizer's chat template, as vLLM does, and this "
+                        f"tokenizer has none; {how}")  # fmt: skip
     try:
         import jinja2
     except ImportError:
@@ -71,6 +74,8 @@ def _buckets(value: Any) -> dict[tuple[int, int, int], float] | None:
 def draw_samples(ns: argparse.Namespace, tok: vs.VllmTokenizer, rngs: vs.VllmRng,
                  tokenizer_dir: Path | None) -> list[vs.VllmSample]:  # fmt: skip
     """The requests vLLM's sampler of ``--dataset-name`` draws for this command line."""
+    from lmmbench.datasets import vllm_hub_samplers  # noqa: F401  (registers burstgpt, spec_bench, hf)
+
     name, n, seed, pre = ns.dataset_name, ns.num_prompts, ns.seed, ns.request_id_prefix
     if name in MORE_SAMPLERS:
         return MORE_SAMPLERS[name](ns, tok, rngs, tokenizer_dir)
@@ -109,7 +114,7 @@ def draw_samples(ns: argparse.Namespace, tok: vs.VllmTokenizer, rngs: vs.VllmRng
         out = ns.output_len if ns.output_len is not None else ns.sharegpt_output_len
         return vs.sample_sharegpt(tok, rngs, path, n, out, pre, shuffle, over)
     out = ns.output_len if ns.output_len is not None else ns.custom_output_len
-    template = None if ns.skip_chat_template else _chat_template(tokenizer_dir, ns.chat_template_kwargs)
+    template = None if ns.skip_chat_template else chat_template(tokenizer_dir, ns.chat_template_kwargs)
     return vs.sample_custom(tok, rngs, path, n, out, pre, shuffle, over, template)
 
 

@@ -32,7 +32,8 @@ from lmmbench.datasets.perf_datasets import (
     token_pool,
 )
 
-__all__ = ["HF_DATASETS", "HF_REFUSED", "HubClass"]
+__all__ = ["HF_DATASETS", "HF_REFUSED", "HfItem", "HfOptions", "HubClass", "burstgpt_rows", "hf_items",
+           "spec_bench_prompts"]  # fmt: skip
 
 Row = dict[str, Any]
 
@@ -114,10 +115,8 @@ def _requests(cfg: PerfConfig, items: list[tuple[Any, int, int, dict[str, Any]]]
     return out
 
 
-@PERF_DATASETS.register("burstgpt")
-def _burstgpt(cfg: PerfConfig, n: int, tok: Any | None, rng: random.Random) -> list[PerfRequest]:
-    """BurstGPT's CSV: GPT-4 rows with a response; each a synthetic prompt of its request tokens."""
-    path = _path(cfg, "burstgpt", "BurstGPT's CSV (e.g. BurstGPT_without_fails_2.csv)")
+def burstgpt_rows(path: Path) -> list[tuple[int, int]]:
+    """BurstGPT's CSV as vLLM keeps it: (request tokens, response tokens) of the GPT-4 rows with a response."""
     rows: list[tuple[int, int]] = []
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
@@ -130,36 +129,51 @@ def _burstgpt(cfg: PerfConfig, n: int, tok: Any | None, rng: random.Random) -> l
             except ValueError:
                 raise UserError(f"{path}:{lineno}: 'Request tokens' / 'Response tokens' must be numbers") from None
             if row["Model"] == "GPT-4" and resp > 0:
-                rows.append((max(req, 1), resp))
+                rows.append((req, resp))
     if not rows:
         raise UserError(f"{path}: no GPT-4 rows with a response (vLLM keeps only those)")
+    return rows
+
+
+@PERF_DATASETS.register("burstgpt")
+def _burstgpt(cfg: PerfConfig, n: int, tok: Any | None, rng: random.Random) -> list[PerfRequest]:
+    """BurstGPT's CSV: GPT-4 rows with a response; each a synthetic prompt of its request tokens."""
+    rows = burstgpt_rows(_path(cfg, "burstgpt", "BurstGPT's CSV (e.g. BurstGPT_without_fails_2.csv)"))
     rnd = random.Random(cfg.seed)
     picked = rnd.sample(rows, n) if n <= len(rows) else rnd.choices(rows, k=n)
     pool = token_pool(tok)
     items: list[tuple[Any, int, int, dict[str, Any]]] = []
     for req, resp in picked:
-        text, real = synthetic_prompt(tok, pool, req, rng)
+        text, real = synthetic_prompt(tok, pool, max(req, 1), rng)
         items.append((text, real, resp, {}))  # the row's response tokens, as vLLM (no override)
     return _requests(cfg, items)
+
+
+def spec_bench_prompts(path: Path, category: str | None, seed: int, shuffle: bool = True) -> list[str]:
+    """Spec-Bench's question.jsonl as vLLM loads it: each row's first turn (of ``category`` only, when given),
+    shuffled by ``random.seed(seed); random.shuffle`` unless ``shuffle`` is off."""
+    from lmmbench.config.input_files import read_text
+    from lmmbench.datasets.json_lines import parse_json_lines
+
+    prompts = []
+    for lineno, row in parse_json_lines(read_text(path, "dataset file"), path):
+        if not isinstance(row, dict) or not isinstance(row.get("turns"), list) or not row["turns"]:
+            raise UserError(f"{path}:{lineno}: expected an object with a 'turns' list")
+        if not category or row.get("category") == category:
+            prompts.append(str(row["turns"][0]))
+    if not prompts:
+        which = f" of category {category}" if category else ""
+        raise UserError(f"{path}: no rows{which}")
+    if shuffle:
+        random.Random(seed).shuffle(prompts)
+    return prompts
 
 
 @PERF_DATASETS.register("spec_bench")
 def _spec_bench(cfg: PerfConfig, n: int, tok: Any | None, rng: random.Random) -> list[PerfRequest]:
     """Spec-Bench's question.jsonl: each row's first turn, optionally of one category."""
-    from lmmbench.config.input_files import read_text
-    from lmmbench.datasets.json_lines import parse_json_lines
-
     path = _path(cfg, "spec_bench", "Spec-Bench's question.jsonl")
-    prompts = []
-    for lineno, row in parse_json_lines(read_text(path, "dataset file"), path):
-        if not isinstance(row, dict) or not isinstance(row.get("turns"), list) or not row["turns"]:
-            raise UserError(f"{path}:{lineno}: expected an object with a 'turns' list")
-        if not cfg.spec_bench_category or row.get("category") == cfg.spec_bench_category:
-            prompts.append(str(row["turns"][0]))
-    if not prompts:
-        which = f" of category {cfg.spec_bench_category}" if cfg.spec_bench_category else ""
-        raise UserError(f"{path}: no rows{which}")
-    random.Random(cfg.seed).shuffle(prompts)  # vLLM: random.seed(seed); random.shuffle(data)
+    prompts = spec_bench_prompts(path, cfg.spec_bench_category, cfg.seed)
     out_len = cfg.spec_bench_output_len
     return _requests(cfg, [(p, count_tokens(tok, p), out_len, {}) for p in _oversample(prompts, n, cfg.seed)])
 
@@ -182,62 +196,96 @@ def _image_part(image: Any) -> dict[str, Any]:
                                                .decode()}}  # fmt: skip
 
 
-def _load_hf(cfg: PerfConfig, hub_id: str, spec: HubClass) -> Any:
+@dataclass(frozen=True)
+class HfOptions:
+    """What vLLM's ``hf`` loader reads of a command line (``--hf-*``, ``--dataset-path``, the seed)."""
+
+    hf_name: str | None
+    dataset_path: str | None
+    subset: str | None
+    split: str | None
+    output_len: int | None
+    seed: int
+    shuffle: bool = True
+
+
+@dataclass(frozen=True)
+class HfItem:
+    """One kept row: its text, tokens, output tokens, image (an ``image_url`` part) and system prompt."""
+
+    text: str
+    prompt_len: int
+    output_len: int
+    image: dict[str, Any] | None
+    system: str | None
+
+
+def _load_hf(opts: HfOptions, hub_id: str, spec: HubClass) -> Any:
     try:
         import datasets
     except ImportError:
         raise UserError("--dataset hf needs the datasets library: pip install 'lmmbench[hub-datasets]'") from None
-    source = str(cfg.dataset_path) if cfg.dataset_path is not None else hub_id
+    source = opts.dataset_path if opts.dataset_path is not None else hub_id
     try:
-        ds = datasets.load_dataset(source, name=cfg.hf_subset or spec.subset, split=cfg.hf_split or spec.split)
+        ds = datasets.load_dataset(source, name=opts.subset or spec.subset, split=opts.split or spec.split)
     except Exception as exc:  # datasets raises many kinds; each is one line here
         raise UserError(f"--dataset hf {hub_id}: cannot load it with datasets ({type(exc).__name__}: "
                         f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); online it is downloaded, offline "
                         "(HF_HUB_OFFLINE=1) it must be in the datasets cache") from None  # fmt: skip
-    return ds.shuffle(seed=cfg.seed)
+    return ds.shuffle(seed=opts.seed) if opts.shuffle else ds
 
 
-@PERF_DATASETS.register("hf")
-def _hf(cfg: PerfConfig, n: int, tok: Any | None, rng: random.Random) -> list[PerfRequest]:
-    """A Hugging Face data set that vLLM's ``hf`` loader names (``--hf-name``, else ``--dataset-path``)."""
-    hub_id = cfg.hf_name or (str(cfg.dataset_path) if cfg.dataset_path is not None else "")
+def hf_items(opts: HfOptions, tok: Any | None, n: int) -> list[HfItem]:
+    """Up to ``n`` rows of the ``hf`` data set vLLM names (``hf_name``, else ``dataset_path``) that vLLM's filter
+    keeps, oversampled to ``n`` (a ``tokenizers.Tokenizer`` counts, or words without one)."""
+    hub_id = opts.hf_name or opts.dataset_path or ""
     if hub_id in HF_REFUSED:
         raise UserError(f"--dataset hf {hub_id}: refused: {HF_REFUSED[hub_id]}")
     spec = HF_DATASETS.get(hub_id)
     if spec is None:
         raise UserError(f"--dataset hf {hub_id or '(no --hf-name / --dataset-path)'}: not one of vLLM's hf data "
                         f"sets; supported: {', '.join(HF_DATASETS)}")  # fmt: skip
-    items: list[tuple[Any, int, int, dict[str, Any]]] = []
-    for row in _load_hf(cfg, hub_id, spec):
+    items: list[HfItem] = []
+    for row in _load_hf(opts, hub_id, spec):
         if len(items) >= n:
             break
-        item = _hf_item(cfg, tok, spec, row)
+        item = _hf_item(opts, tok, spec, row)
         if item is not None:
             items.append(item)
     if not items:
         raise UserError(f"--dataset hf {hub_id}: no usable rows (vLLM's length filter: prompt <= {spec.limits[0]}, "
                         f"prompt + output <= {spec.limits[1]} tokens)")  # fmt: skip
-    return _requests(cfg, _oversample(items, n, cfg.seed))
+    return _oversample(items, n, opts.seed)
 
 
-def _hf_item(cfg: PerfConfig, tok: Any | None, spec: HubClass, row: Row) -> tuple[Any, int, int, dict[str, Any]] | None:
-    """One row as (content, prompt tokens, output tokens, extra body), or None when vLLM's filter drops it."""
+@PERF_DATASETS.register("hf")
+def _hf(cfg: PerfConfig, n: int, tok: Any | None, rng: random.Random) -> list[PerfRequest]:
+    """A Hugging Face data set that vLLM's ``hf`` loader names (``--hf-name``, else ``--dataset-path``)."""
+    opts = HfOptions(cfg.hf_name, None if cfg.dataset_path is None else str(cfg.dataset_path), cfg.hf_subset,
+                     cfg.hf_split, cfg.hf_output_len, cfg.seed)  # fmt: skip
+    out: list[tuple[Any, int, int, dict[str, Any]]] = []
+    for it in hf_items(opts, tok, n):
+        content: Any = it.text if it.image is None else [it.image, {"type": "text", "text": it.text}]
+        extra: dict[str, Any] = {}
+        if it.system is not None:
+            if cfg.endpoint == "chat":
+                extra["messages"] = [{"role": "system", "content": it.system}, {"role": "user", "content": it.text}]
+            else:
+                content = f"{it.system}\n\n{it.text}"
+        out.append((content, it.prompt_len, it.output_len, extra))
+    return _requests(cfg, out)
+
+
+def _hf_item(opts: HfOptions, tok: Any | None, spec: HubClass, row: Row) -> HfItem | None:
+    """One row, or None when vLLM's length filter drops it."""
     try:
         text, answer, image, system = spec.read(row)
     except (KeyError, IndexError, TypeError) as exc:
         raise UserError(f"--dataset hf: a row lacks the field vLLM's {spec.vllm_class} reads ({exc!r}); "
                         f"columns: {sorted(row)}") from None  # fmt: skip
     in_len = count_tokens(tok, text)
-    fixed = cfg.hf_output_len if cfg.hf_output_len is not None else spec.output_len
+    fixed = opts.output_len if opts.output_len is not None else spec.output_len
     out_len = fixed if fixed is not None else count_tokens(tok, answer or "")
     if fixed is None and not (4 <= in_len <= spec.limits[0] and out_len >= 4 and in_len + out_len <= spec.limits[1]):
         return None
-    content: Any = text if image is None else [_image_part(image), {"type": "text", "text": text}]
-    extra: dict[str, Any] = {}
-    if system is not None:
-        if cfg.endpoint == "chat":
-            extra["messages"] = [{"role": "system", "content": system}, {"role": "user", "content": text}]
-        else:
-            content = f"{system}\n\n{text}"
-    return content, in_len, out_len, extra
-
+    return HfItem(text, in_len, out_len, None if image is None else _image_part(image), system)

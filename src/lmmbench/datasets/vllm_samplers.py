@@ -25,8 +25,8 @@ from typing import Any
 
 from lmmbench.core.errors import UserError
 
-__all__ = ["VllmRng", "VllmSample", "VllmTokenizer", "sample_custom", "sample_prefix_repetition", "sample_random",
-           "sample_random_mm", "sample_sharegpt"]  # fmt: skip
+__all__ = ["VllmRng", "VllmSample", "VllmTokenizer", "custom_samples", "sample_custom", "sample_prefix_repetition",
+           "sample_random", "sample_random_mm", "sample_sharegpt"]  # fmt: skip
 
 
 def _np() -> Any:
@@ -386,6 +386,14 @@ def sample_custom(tok: VllmTokenizer, rngs: VllmRng, path: Path, n: int, output_
     rngs.py.seed(rngs.seed)
     if shuffle:
         rngs.py.shuffle(rows)
+    return custom_samples(tok, rngs, rows, n, output_len, id_prefix, no_oversample, chat_template, path)
+
+
+def custom_samples(tok: VllmTokenizer, rngs: VllmRng, rows: list[dict[str, Any]], n: int, output_len: int | None,
+                   id_prefix: str, no_oversample: bool, chat_template: Any | None, path: Path | str
+                   ) -> list[VllmSample]:  # fmt: skip
+    """vLLM's ``CustomDataset.sample`` over rows already loaded (and shuffled) with a ``prompt`` each: the first n
+    (all when n <= 0), each prompt through ``chat_template``, counted with special tokens; then oversampled."""
     n = len(rows) if n <= 0 else n
     out: list[VllmSample] = []
     for i, row in enumerate(rows):
