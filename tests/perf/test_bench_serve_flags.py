@@ -416,8 +416,8 @@ def test_without_model_the_servers_first_model_is_sent(tok: Path) -> None:
 def test_speculative_decoding_summary_from_the_servers_counters() -> None:
     """vLLM reads its server's vllm:spec_decode_*_total counters before and after the load; from 2 engines'
     increments of 100 drafts, 300 draft tokens, 180 accepted (positions 90, 60, 30): 60 %, 2.8, 0.9 / 0.6 / 0.3."""
+    from lmmbench.loadgen.spec_decode import parse_spec_decode, spec_decode_keys
     from lmmbench.reports.vllm_table import format_result_table
-    from lmmbench.sessions.bench_serve_spec import parse_spec_counters, spec_decode_stats
 
     def page(drafts: int, tokens: int, accepted: int, pos: tuple[int, int, int]) -> str:
         lines = ["# TYPE vllm:spec_decode_num_drafts counter"]
@@ -430,15 +430,15 @@ def test_speculative_decoding_summary_from_the_servers_counters() -> None:
                         for i, v in enumerate(pos))]  # fmt: skip
         return "\n".join([*lines, "vllm:num_requests_running 3"])
 
-    before = parse_spec_counters(page(10, 30, 20, (10, 6, 4)))
-    after = parse_spec_counters(page(110, 330, 200, (100, 66, 34)))
-    stats = spec_decode_stats(before, after)
-    assert stats is not None and stats["spec_decode_acceptance_rate"] == pytest.approx(60.0)
+    before = parse_spec_decode(page(10, 30, 20, (10, 6, 4)))
+    after = parse_spec_decode(page(110, 330, 200, (100, 66, 34)))
+    stats = spec_decode_keys(before, after)
+    assert stats and stats["spec_decode_acceptance_rate"] == pytest.approx(60.0)
     assert stats["spec_decode_acceptance_length"] == pytest.approx(2.8)
     assert (stats["spec_decode_num_drafts"], stats["spec_decode_draft_tokens"]) == (100, 300)
     assert stats["spec_decode_per_position_acceptance_rates"] == pytest.approx([0.9, 0.6, 0.3])
-    assert parse_spec_counters("vllm:num_requests_running 1\n") is None  # no speculative decoding: no section
-    assert spec_decode_stats(before, before) is None
+    assert parse_spec_decode("vllm:num_requests_running 1\n") is None  # no speculative decoding: no section
+    assert spec_decode_keys(before, before) == {}
     table = format_result_table({"completed": 1, "duration": 1.0, "total_input_tokens": 1, "total_output_tokens": 1,
                                  "request_throughput": 1.0, "output_throughput": 1.0, "total_token_throughput": 2.0,
                                  **stats}, [], [99.0], float("inf"), None, False)  # fmt: skip

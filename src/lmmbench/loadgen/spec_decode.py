@@ -16,10 +16,28 @@ from typing import Any
 
 from lmmbench.loadgen.server_metrics import parse_prometheus
 
-__all__ = ["scrape_spec_decode", "spec_decode_keys"]
+__all__ = ["parse_spec_decode", "scrape_spec_decode", "spec_decode_keys"]
 
 _PREFIX = "vllm:spec_decode_num_"
 _POSITION = re.compile(r'position="?(\d+)"?')
+
+
+def parse_spec_decode(text: str) -> dict[str, Any] | None:
+    """The spec-decode counters of one Prometheus page, summed over engines (None without them)."""
+    scrape = {k: v for k, v in parse_prometheus(text).items() if k.startswith(_PREFIX) and k.endswith("_total")}
+    if not scrape:
+        return None
+    per_pos: dict[int, float] = {}
+    for key, value in scrape.get(f"{_PREFIX}accepted_tokens_per_pos_total", {}).items():
+        m = _POSITION.search(key)
+        if m:
+            per_pos[int(m.group(1))] = per_pos.get(int(m.group(1)), 0.0) + value
+
+    def total(name: str) -> float:
+        return sum(scrape.get(f"{_PREFIX}{name}_total", {}).values())
+
+    return {"drafts": total("drafts"), "draft_tokens": total("draft_tokens"), "accepted": total("accepted_tokens"),
+            "per_pos": per_pos}
 
 
 def scrape_spec_decode(base_url: str, timeout_s: float = 5.0) -> dict[str, Any] | None:
@@ -30,19 +48,7 @@ def scrape_spec_decode(base_url: str, timeout_s: float = 5.0) -> dict[str, Any] 
             text = resp.read().decode("utf-8", "replace")
     except (urllib.error.URLError, OSError, ValueError):
         return None
-    scrape = {k: v for k, v in parse_prometheus(text).items() if k.startswith(_PREFIX) and k.endswith("_total")}
-    if not scrape:
-        return None
-    per_pos: dict[int, float] = {}
-    for key, value in scrape.get(f"{_PREFIX}accepted_tokens_per_pos_total", {}).items():
-        m = _POSITION.search(key)
-        if m:
-            per_pos[int(m.group(1))] = per_pos.get(int(m.group(1)), 0.0) + value
-    def total(name: str) -> float:
-        return sum(scrape.get(f"{_PREFIX}{name}_total", {}).values())
-
-    return {"drafts": total("drafts"), "draft_tokens": total("draft_tokens"), "accepted": total("accepted_tokens"),
-            "per_pos": per_pos}
+    return parse_spec_decode(text)
 
 
 def spec_decode_keys(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:

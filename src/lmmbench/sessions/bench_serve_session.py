@@ -221,9 +221,9 @@ def run_bench_serve(argv: list[str]) -> BenchServeRun:
     date = datetime.now().strftime("%Y%m%d-%H%M%S")
     if ns.profile:  # as vLLM: the server's profiler on around the benchmark
         _post(cfg.url, "/start_profile", headers(ns))
-    from lmmbench.sessions.bench_serve_spec import read_spec_counters, spec_decode_stats
+    from lmmbench.loadgen.spec_decode import scrape_spec_decode, spec_decode_keys
 
-    spec_before = read_spec_counters(cfg.url)
+    spec_before = scrape_spec_decode(cfg.url)
     probes = _start_probes(ns, cfg.url, requests[0])
     started = datetime.now()
     try:
@@ -241,7 +241,7 @@ def run_bench_serve(argv: list[str]) -> BenchServeRun:
     result = _before_metrics(result, probe_stats(probes) if probes is not None else None)
     if ns.ramp_up_strategy is not None:
         result = _before_metrics(result, {"rps_change_events": _rps_events(ns, requests, started)})
-    result = _before_metrics(result, spec_decode_stats(spec_before, read_spec_counters(cfg.url)))
+    result = _before_metrics(result, spec_decode_keys(spec_before, scrape_spec_decode(cfg.url)) or None)
     table = format_result_table(result, cfg.percentile_metrics, cfg.percentiles, float(ns.request_rate),
                                 ns.max_concurrency, bool(cfg.slo)) if result else ""  # fmt: skip
     model = ns.model or (run.results[0].model if run.results else cfg.model) or ""  # vLLM: the server's first
