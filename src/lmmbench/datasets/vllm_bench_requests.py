@@ -73,9 +73,8 @@ def _buckets(value: Any) -> dict[tuple[int, int, int], float] | None:
 
 def draw_samples(ns: argparse.Namespace, tok: vs.VllmTokenizer, rngs: vs.VllmRng,
                  tokenizer_dir: Path | None) -> list[vs.VllmSample]:  # fmt: skip
-    """The requests vLLM's sampler of ``--dataset-name`` draws for this command line."""
-    from lmmbench.datasets import vllm_hub_samplers  # noqa: F401  (registers burstgpt, spec_bench, hf)
-
+    """The requests vLLM's sampler of ``--dataset-name`` draws for this command line (the samplers of
+    ``MORE_SAMPLERS`` are registered by their modules: ``vllm_hub_samplers``, imported by the caller)."""
     name, n, seed, pre = ns.dataset_name, ns.num_prompts, ns.seed, ns.request_id_prefix
     if name in MORE_SAMPLERS:
         return MORE_SAMPLERS[name](ns, tok, rngs, tokenizer_dir)

@@ -140,6 +140,7 @@ def build_bench_requests(ns: Any, align_url: str | None = None) -> tuple[list[An
     """The drawn requests of a parsed (and translated) command line, as vLLM sends them, with send times;
     ``align_url``: the server whose tokenizer random / prefix_repetition prompts are re-aligned to (as vLLM)."""
     from lmmbench.config.vllm_bench_serve import headers, sampling_body
+    from lmmbench.datasets import vllm_hub_samplers  # noqa: F401  (registers burstgpt, spec_bench, hf)
     from lmmbench.datasets.vllm_bench_requests import build_vllm_requests, draw_samples
     from lmmbench.datasets.vllm_samplers import VllmRng
 
