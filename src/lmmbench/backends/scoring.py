@@ -280,8 +280,8 @@ class InProcessScorer:
         keys = sorted(inputs, key=lambda k: (-len(k), k))
         out: list[tuple[float, bool] | None] = [None] * len(pairs)
         for chunk in self._batches(keys):
-            same_width = len({len(k) for k in chunk}) == 1
-            hidden = self._forward_hidden([list(k) for k in chunk]) if same_width else None
+            # right padding (--pad-batches) leaves each row's own positions where they are: causal attention
+            hidden = self._forward_hidden([list(k) for k in chunk])
             logprobs = hidden if hidden is not None else self._forward_logprobs([list(k) for k in chunk])
             for row, key in zip(logprobs, chunk, strict=True):
                 inplen = len(key)
