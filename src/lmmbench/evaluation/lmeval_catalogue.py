@@ -155,6 +155,27 @@ def _write_predictions(run_dir: Path, task: str, samples: list[dict[str, Any]]) 
             fh.write(json.dumps(row, default=str) + "\n")
 
 
+def _write_sample_metrics(run_dir: Path, task: str, samples: list[dict[str, Any]]) -> None:
+    """``results/<task>_metrics.csv``: one row per document, each metric (``name,filter`` past the first filter),
+    as lmmbench's own tasks write it (``runs compare`` reads per-sample values from it)."""
+    import csv
+
+    rows: dict[Any, dict[str, Any]] = {}
+    for s in samples:
+        flt = str(s.get("filter") or "none")
+        row = rows.setdefault(s.get("doc_id"), {})
+        for metric in s.get("metrics") or []:
+            value = s.get(metric)
+            if isinstance(value, (int, float)):  # bools too: a per-sample accuracy
+                row[metric if flt in ("", "none") else f"{metric},{flt}"] = float(value)
+    columns = list(dict.fromkeys(k for r in rows.values() for k in r))
+    with (run_dir / "results" / f"{task}_metrics.csv").open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["doc_id", *columns, "error"])
+        for doc, row in rows.items():
+            writer.writerow([doc, *(row.get(c, "") for c in columns), ""])
+
+
 def run_catalogue(cfg: Any, names: list[str], backend: Any, run_dir: Path) -> list[Any]:
     """Evaluate catalogue ``names`` with lm-eval's task system and lmmbench's ``backend``; returns
     ``TaskResult``s (tasks, then groups) written into ``run_dir/results``."""
@@ -189,6 +210,7 @@ def run_catalogue(cfg: Any, names: list[str], backend: Any, run_dir: Path) -> li
         result = _task_result(task, rows, kind, str(cfg.model), n, (out.get("versions") or {}).get(task))
         if not group:
             _write_predictions(run_dir, task, samples[task])
+            _write_sample_metrics(run_dir, task, samples[task])
         (run_dir / "results" / f"{task}.json").write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n",
                                                         encoding="utf-8")  # fmt: skip
         results.append(result)
