@@ -98,9 +98,11 @@ def _jinja_walk(node: Any, fields: dict[str, Shape]) -> None:
             return base.key(expr.attr)
         if isinstance(expr, nodes.Getitem):
             base = shape_of(expr.node)
+            arg = expr.arg
+            if isinstance(arg, nodes.Name):  # an index read from the document: an integer
+                fields.setdefault(arg.name, Shape()).kind = "int"
             if base is None:
                 return None
-            arg = expr.arg
             if isinstance(arg, nodes.Const) and isinstance(arg.value, str):
                 return base.key(arg.value)
             if isinstance(arg, nodes.Name):

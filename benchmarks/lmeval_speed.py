@@ -55,6 +55,7 @@ def run_side(side: str, args: argparse.Namespace, hf_home: Path, work: Path) -> 
         cmd = [sys.executable, "-m", "lmmbench.cli.main", "eval", "--model", str(args.model_dir), "--tasks",
                args.tasks, "--limit", str(args.limit), "--threads", str(args.threads), "--batch-size",
                str(args.lmmbench_batch_size), "--device", "cpu", "--out-dir", str(out)]  # fmt: skip
+        cmd += ["--pad-batches"] if args.pad_batches else []
     else:
         bs = side.removeprefix("lm_eval-bs")
         cmd = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
@@ -108,6 +109,53 @@ def compare(ours: Path, theirs: Path, side: str) -> dict[str, Any]:
     return {"against": side, "loglikelihoods": n, "max_rel_diff": worst, "metrics_differ": differ}
 
 
+def scoring_only(args: argparse.Namespace, hf_home: Path) -> dict[str, Any]:
+    """The model calls alone, in this process, on one loaded model: lm-eval builds the three tasks' instances
+    once; lm-eval's HFLM (each batch size) and lmmbench's adapter over its in-process scorer answer the same
+    log-likelihood instances, interleaved, ``--repeats`` times. What end to end adds on both sides (imports,
+    lm-eval's task index, data, model load) is the same lm-eval and transformers code."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    from lmmbench.backends.scoring import InProcessScorer
+    from lmmbench.evaluation.lmeval_catalogue import make_lm
+    from lmmbench.models import load_model
+
+    loaded = load_model(str(args.model_dir), device="cpu", dtype="float32")
+    tasks = TaskManager().load(args.tasks.split(","))["tasks"]
+    instances = []
+    for task in tasks.values():
+        task.build_all_requests(limit=args.limit, rank=0, world_size=1)
+        instances.extend(task.instances)
+    print(f"{len(instances)} log-likelihood instances", file=sys.stderr, flush=True)
+    scorer = InProcessScorer(loaded, batch_size=args.lmmbench_batch_size, pad_batches=args.pad_batches)
+    sides: dict[str, Any] = {"lmmbench": make_lm(scorer)}
+    for b in args.batch_sizes.split(","):
+        sides[f"lm_eval-bs{b}"] = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=int(b),
+                                       device="cpu")  # fmt: skip
+    runs: list[dict[str, Any]] = []
+    values: dict[str, list[float]] = {}
+    names = list(sides)
+    for rep in range(args.repeats):
+        for side in names[rep % len(names):] + names[: rep % len(names)]:
+            t0 = time.perf_counter_ns()
+            out = sides[side].loglikelihood(instances, disable_tqdm=True)
+            runs.append({"side": side, "wall_s": (time.perf_counter_ns() - t0) / 1e9, "repeat": rep})
+            values[side] = [float(x[0]) for x in out]
+            print(f"{side}: {runs[-1]['wall_s']:.1f} s", file=sys.stderr, flush=True)
+            _write(args, runs, None)
+    checks = []
+    for side in names[1:]:
+        worst = max(abs(a - b) / max(abs(a), abs(b), 1.0) for a, b in zip(values["lmmbench"], values[side],
+                                                                           strict=True))  # fmt: skip
+        checks.append({"against": side, "loglikelihoods": len(values[side]), "max_rel_diff": worst})
+    _write(args, runs, checks)
+    return summary(runs, checks)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model-dir", type=Path, required=True)
@@ -118,10 +166,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-sizes", default="1,4,8,16")
     p.add_argument("--lmmbench-batch-size", type=int, default=16)
     p.add_argument("--out", type=Path, default=Path("lmeval_speed.json"))
+    p.add_argument("--pad-batches", action="store_true", help="lmmbench right-pads mixed lengths (as lm-eval)")
+    p.add_argument("--scoring-only", action="store_true", help="time the model calls alone, in one process")
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="lmeval_speed_"))
     hf_home = work / "hf"
-    write_data(hf_home, args.limit)
+    if args.scoring_only:  # `datasets` reads HF_HOME when first imported
+        os.environ.update(_env(hf_home, args.threads))
+    write_data(hf_home, max(args.limit, 1))
+    if args.scoring_only:
+        print(json.dumps(scoring_only(args, hf_home), indent=1))
+        return 0
     sides = ["lmmbench"] + [f"lm_eval-bs{b}" for b in args.batch_sizes.split(",")]
     runs: list[dict[str, Any]] = []
     for rep in range(args.repeats):
@@ -164,7 +219,8 @@ def _write(args: argparse.Namespace, runs: list[dict[str, Any]], checks: list[di
             versions[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
             versions[pkg] = None
-    data = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "cpu": cpu, "cores": os.cpu_count(),
+    data = {"mode": "scoring only" if args.scoring_only else "end to end",
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "cpu": cpu, "cores": os.cpu_count(),
             "python": platform.python_version(), "versions": versions, "args": {k: str(v) for k, v in
             vars(args).items()}, "runs": runs, "summary": summary(runs, checks)}  # fmt: skip
     args.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
