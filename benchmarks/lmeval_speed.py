@@ -139,6 +139,8 @@ def scoring_only(args: argparse.Namespace, hf_home: Path) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     values: dict[str, list[float]] = {}
     names = list(sides)
+    if args.warmup:  # one untimed pass: the first pass of a process also reads the weights in from disk
+        sides[names[-1]].loglikelihood(instances, disable_tqdm=True)
     for rep in range(args.repeats):
         for side in names[rep % len(names):] + names[: rep % len(names)]:
             t0 = time.perf_counter_ns()
@@ -167,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lmmbench-batch-size", type=int, default=16)
     p.add_argument("--out", type=Path, default=Path("lmeval_speed.json"))
     p.add_argument("--pad-batches", action="store_true", help="lmmbench right-pads mixed lengths (as lm-eval)")
+    p.add_argument("--warmup", action="store_true", help="scoring only: one untimed pass before the timed ones")
     p.add_argument("--scoring-only", action="store_true", help="time the model calls alone, in one process")
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="lmeval_speed_"))
