@@ -61,6 +61,9 @@ class GenRequest:
     # the last user turn's parts in order, interleaved: str = a text part, int = index into images + audio
     # (default: the media, then the text)
     layout: list[str | int] | None = None
+    temperature: float = 0.0  # 0 is greedy; lm-eval's do_sample=True with a temperature samples
+    top_p: float = 1.0
+    top_k: int = 0
 
 
 class ScoringBackend(Protocol):
@@ -185,6 +188,7 @@ class InProcessScorer:
         self.prefix_token_id: int = int(tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id)
         self._prefix_str = tok.decode(self.prefix_token_id)
         self._batch_engine: Any = None
+        self._hidden_ok: bool | None = None  # whether logits == output embedding(last hidden state)
 
     # ------------------------------------------------------------------ tokenisation (lm-eval's rules)
     def tok_encode(self, text: str, add_special_tokens: bool | None = None) -> list[int]:
@@ -197,15 +201,59 @@ class InProcessScorer:
 
     # ------------------------------------------------------------------ token-level scoring
     def _forward_logprobs(self, batch: list[list[int]]) -> Any:
+        """log_softmax of the model's logits for ``batch`` (right-padded to one width), all positions."""
         import torch
         import torch.nn.functional as F
+
+        with torch.no_grad():
+            logits = self.model(self._input(batch)).logits
+        return F.log_softmax(logits, dim=-1)
+
+    def _input(self, batch: list[list[int]]) -> Any:
+        import torch
 
         width = max(len(x) for x in batch)
         pad = int(self.tokenizer.pad_token_id or 0)
         rows = [x + [pad] * (width - len(x)) for x in batch]
-        inp = torch.tensor(rows, dtype=torch.long, device=self.device)
+        return torch.tensor(rows, dtype=torch.long, device=self.device)
+
+    def _forward_hidden(self, batch: list[list[int]]) -> Any | None:
+        """The last hidden states of ``batch`` (the vocabulary projection left out), or None when the model's
+        logits are not its output embedding applied to them (checked once, exactly, on the first batch).
+
+        The projection and log_softmax over a 150k-token vocabulary at every context position cost more
+        than the layers of a small model, and lm-eval reads only the continuation's positions: each
+        request's positions are projected on their own, so its numbers do not depend on its batch."""
+        import torch
+
+        if self._hidden_ok is False:
+            return None
+        inp = self._input(batch)
         with torch.no_grad():
-            logits = self.model(inp).logits
+            try:
+                out = self.model(inp, output_hidden_states=True, logits_to_keep=1)
+            except TypeError:  # a model without logits_to_keep
+                self._hidden_ok = False
+                return None
+            hidden = out.hidden_states[-1]
+            if self.model.get_output_embeddings() is None:
+                self._hidden_ok = False
+                return None
+            if self._hidden_ok is None:
+                last = self.model.get_output_embeddings()(hidden[:, -1:, :])
+                self._hidden_ok = bool(last.shape == out.logits.shape and torch.equal(last, out.logits))
+                if not self._hidden_ok:
+                    log.info("scoring: %s logits are not its output embedding of the last hidden state; "
+                             "projecting every position", type(self.model).__name__)  # fmt: skip
+                    return None
+        return hidden
+
+    def _row_logprobs(self, hidden_row: Any, start: int, end: int) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        with torch.no_grad():
+            logits = self.model.get_output_embeddings()(hidden_row[start:end].unsqueeze(0))
         return F.log_softmax(logits, dim=-1)
 
     def _batches(self, keys: list[tuple[int, ...]]) -> list[list[tuple[int, ...]]]:
@@ -235,12 +283,20 @@ class InProcessScorer:
         keys = sorted(inputs, key=lambda k: (-len(k), k))
         out: list[tuple[float, bool] | None] = [None] * len(pairs)
         for chunk in self._batches(keys):
-            logprobs = self._forward_logprobs([list(k) for k in chunk])
+            # right padding (--pad-batches) leaves each row's own positions where they are: causal attention
+            hidden = self._forward_hidden([list(k) for k in chunk])
+            logprobs = hidden if hidden is not None else self._forward_logprobs([list(k) for k in chunk])
             for row, key in zip(logprobs, chunk, strict=True):
                 inplen = len(key)
+                longest = max(len(pairs[i][1]) for i in inputs[key])
+                if hidden is not None:  # project only this request's continuation positions
+                    row_lp = self._row_logprobs(row, inplen - longest, inplen)[0]
+                    base = inplen - longest
+                else:
+                    row_lp, base = row, 0
                 for i in inputs[key]:
                     cont = pairs[i][1]
-                    sel = row[inplen - len(cont) : inplen].unsqueeze(0)
+                    sel = row_lp[inplen - len(cont) - base : inplen - base].unsqueeze(0)
                     greedy = sel.argmax(dim=-1)
                     cont_t = torch.tensor(cont, dtype=torch.long, device=self.device).unsqueeze(0)
                     max_equal = bool((greedy[:, -len(cont) :] == cont_t).all())
@@ -308,7 +364,8 @@ class InProcessScorer:
         engine_idx: list[int] = []
         engine_reqs: list[Any] = []
         for i, r in enumerate(requests):
-            sampling = SamplingParams(max_tokens=r.max_tokens, temperature=0.0, stop=[x for x in r.stop if x])
+            sampling = SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p,
+                                      top_k=r.top_k, stop=[x for x in r.stop if x])  # fmt: skip
             if r.chat:
                 engine_reqs.append(GenerationRequest(messages=to_messages(r), sampling=sampling))
             elif not r.images and not r.audio:

@@ -205,14 +205,14 @@ class OpenAIScorer:
                 "model": self.model,
                 "messages": messages,
                 "max_tokens": r.max_tokens,
-                "temperature": 0.0,
+                **_sampling(r),
             }
             if r.stop:
                 body["stop"] = r.stop[:4]
             answer = await self._post(session, "/chat/completions", body)
             text = answer["choices"][0]["message"].get("content") or ""
         else:
-            body = {"model": self.model, "prompt": r.prompt, "max_tokens": r.max_tokens, "temperature": 0.0}
+            body = {"model": self.model, "prompt": r.prompt, "max_tokens": r.max_tokens, **_sampling(r)}
             if r.stop:
                 body["stop"] = r.stop[:4]
             answer = await self._post(session, "/completions", body)
@@ -223,3 +223,13 @@ class OpenAIScorer:
         """Greedy generation per request; a failed request raises its error for the runner to record."""
         jobs = [(lambda s, r=r: self._generate(s, r)) for r in requests]
         return self._run_all(jobs, progress)
+
+
+def _sampling(r: GenRequest) -> dict[str, Any]:
+    """The request's sampling settings in OpenAI terms (greedy: temperature 0 alone)."""
+    body: dict[str, Any] = {"temperature": r.temperature}
+    if r.temperature > 0 and r.top_p < 1.0:
+        body["top_p"] = r.top_p
+    if r.temperature > 0 and r.top_k > 0:
+        body["top_k"] = r.top_k
+    return body

@@ -21,7 +21,14 @@ from typing import Any
 
 from lmmbench.core.errors import UserError
 
-__all__ = ["catalogue_available", "catalogue_knows", "make_lm", "run_catalogue"]
+__all__ = [
+    "catalogue_available",
+    "catalogue_knows",
+    "gen_request",
+    "make_lm",
+    "run_catalogue",
+    "sampling_from_gen_kwargs",
+]
 
 log = logging.getLogger("lmmbench.eval")
 INSTALL = "pip install -c constraints.txt 'lmmbench[lmeval]'"
@@ -52,7 +59,7 @@ def make_lm(backend: Any) -> Any:
     """An ``lm_eval.api.model.LM`` whose requests lmmbench's scoring ``backend`` answers."""
     from lm_eval.api.model import LM
 
-    from lmmbench.backends.scoring import GenRequest, LLRequest
+    from lmmbench.backends.scoring import LLRequest
 
     def _values(out: list[Any], what: str) -> list[Any]:
         for o in out:
@@ -72,12 +79,7 @@ def make_lm(backend: Any) -> Any:
             return [float(x) for x in _values(out, "loglikelihood_rolling")]
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-            gens = []
-            for r in requests:
-                context, kwargs = r.args[0], dict(r.args[1] or {})
-                until = kwargs.get("until") or []
-                gens.append(GenRequest(prompt=context, max_tokens=int(kwargs.get("max_gen_toks", 256)),
-                                       stop=[until] if isinstance(until, str) else list(until)))  # fmt: skip
+            gens = [gen_request(r.args[0], dict(r.args[1] or {})) for r in requests]
             return [str(x) for x in _values(backend.generate(gens), "generate_until")]
 
         def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
@@ -88,6 +90,32 @@ def make_lm(backend: Any) -> Any:
             return str(backend.model_id)
 
     return LmmbenchLM()
+
+
+def sampling_from_gen_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """lm-eval's sampling rule (``normalize_gen_kwargs``): ``do_sample`` true, or absent with a temperature
+    above 0, samples at that temperature (with ``top_p`` / ``top_k`` when given); otherwise greedy."""
+    temperature = float(kwargs.get("temperature") or 0.0)
+    do_sample = kwargs.get("do_sample")
+    sample = bool(do_sample) if do_sample is not None else temperature > 0.0
+    if not sample or temperature <= 0.0:
+        return {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
+    return {"temperature": temperature, "top_p": float(kwargs.get("top_p") or 1.0),
+            "top_k": int(kwargs.get("top_k") or 0)}  # fmt: skip
+
+
+_MAX_TOKEN_KEYS = ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")  # lm-eval's priority
+
+
+def gen_request(context: str, kwargs: dict[str, Any], default_max: int = 256) -> Any:
+    """lmmbench's generation request for lm-eval's ``generate_until`` arguments (``until``, the max-token
+    aliases in lm-eval's priority, its default of 256, its sampling rule)."""
+    from lmmbench.backends.scoring import GenRequest
+
+    until = kwargs.get("until") or []
+    max_tokens = next((kwargs[k] for k in _MAX_TOKEN_KEYS if kwargs.get(k) is not None), default_max)
+    return GenRequest(prompt=context, max_tokens=int(max_tokens), stop=[until] if isinstance(until, str) else
+                      list(until), **sampling_from_gen_kwargs(kwargs))  # fmt: skip
 
 
 def _metric_name(key: str) -> tuple[str, bool] | None:
@@ -127,6 +155,27 @@ def _write_predictions(run_dir: Path, task: str, samples: list[dict[str, Any]]) 
             fh.write(json.dumps(row, default=str) + "\n")
 
 
+def _write_sample_metrics(run_dir: Path, task: str, samples: list[dict[str, Any]]) -> None:
+    """``results/<task>_metrics.csv``: one row per document, each metric (``name,filter`` past the first filter),
+    as lmmbench's own tasks write it (``runs compare`` reads per-sample values from it)."""
+    import csv
+
+    rows: dict[Any, dict[str, Any]] = {}
+    for s in samples:
+        flt = str(s.get("filter") or "none")
+        row = rows.setdefault(s.get("doc_id"), {})
+        for metric in s.get("metrics") or []:
+            value = s.get(metric)
+            if isinstance(value, (int, float)):  # bools too: a per-sample accuracy
+                row[metric if flt in ("", "none") else f"{metric},{flt}"] = float(value)
+    columns = list(dict.fromkeys(k for r in rows.values() for k in r))
+    with (run_dir / "results" / f"{task}_metrics.csv").open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["doc_id", *columns, "error"])
+        for doc, row in rows.items():
+            writer.writerow([doc, *(row.get(c, "") for c in columns), ""])
+
+
 def run_catalogue(cfg: Any, names: list[str], backend: Any, run_dir: Path) -> list[Any]:
     """Evaluate catalogue ``names`` with lm-eval's task system and lmmbench's ``backend``; returns
     ``TaskResult``s (tasks, then groups) written into ``run_dir/results``."""
@@ -161,6 +210,7 @@ def run_catalogue(cfg: Any, names: list[str], backend: Any, run_dir: Path) -> li
         result = _task_result(task, rows, kind, str(cfg.model), n, (out.get("versions") or {}).get(task))
         if not group:
             _write_predictions(run_dir, task, samples[task])
+            _write_sample_metrics(run_dir, task, samples[task])
         (run_dir / "results" / f"{task}.json").write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n",
                                                         encoding="utf-8")  # fmt: skip
         results.append(result)
