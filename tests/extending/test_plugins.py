@@ -91,6 +91,7 @@ def test_the_library_uses_every_other_plugin_by_name(library_uses: dict[str, Any
     gaps = [b - a for a, b in zip(u["arrivals"], u["arrivals"][1:], strict=False)]
     assert gaps == [50_000_000, 150_000_000, 50_000_000]  # half, one and a half, half of the 100 ms mean gap
     assert u["accuracy_metrics"] == 0.5  # one of two predictions right
+    assert u["lmeval_aggregation"] == "mean"  # an lm-eval-format task file may name the plugin metric
     assert u["model_families"] == "demo_vlm" and u["processor_parts"] == "demo_vlm"
     assert u["hook_layouts"] == ["demo_vlm", "the vision tower", "the text model"]  # detected by class name
     assert len(u["perf_dataset"]) == 3 and all(set(t.split()) == {"word"} for t in u["perf_dataset"])

@@ -24,6 +24,9 @@ def main(work: Path) -> dict[str, Any]:
     scores = [metric.score({"prediction": "4", "references": ["4"]}, {}),
               metric.score({"prediction": "Lyon", "references": ["Paris"]}, {})]  # fmt: skip
     out["accuracy_metrics"] = metric.aggregate(scores)
+    from lmmbench.evaluation.lmeval_tasks import lmeval_aggregations
+
+    out["lmeval_aggregation"] = lmeval_aggregations().get("demo_exact")
     out.update(_models(work))
     out.update(_datasets())
     out.update(_episodes())

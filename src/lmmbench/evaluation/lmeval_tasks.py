@@ -38,16 +38,6 @@ _KIND = {
     "loglikelihood_rolling": "loglikelihood_rolling",
     "generate_until": "generate",
 }
-# lm-eval metric -> its aggregation (only these metrics, with these aggregations, are lm-eval's here)
-METRIC_AGGREGATION = {
-    "acc": "mean",
-    "acc_norm": "mean",
-    "exact_match": "mean",
-    "perplexity": "perplexity",
-    "word_perplexity": "weighted_perplexity",
-    "byte_perplexity": "weighted_perplexity",
-    "bits_per_byte": "bits_per_byte",
-}
 _METRIC_KEYS = {
     "metric",
     "aggregation",
@@ -189,19 +179,29 @@ def _metrics(cfg: dict[str, Any], path: Path) -> list[dict[str, Any]]:
         if not isinstance(m, dict) or "metric" not in m:
             raise UserError(f"{where}: each entry needs a 'metric'")
         name = str(m["metric"])
-        if name not in METRIC_AGGREGATION:
-            raise UserError(f"{where}: metric '{name}' is not supported; supported: {', '.join(METRIC_AGGREGATION)}")
+        aggregations = lmeval_aggregations()
+        if name not in aggregations:
+            raise UserError(f"{where}: metric '{name}' is not supported; supported: {', '.join(aggregations)}")
         extra = set(m) - _METRIC_KEYS
         if extra:
             raise UserError(f"{where}: key(s) {', '.join(sorted(extra))} are not supported")
-        agg = m.get("aggregation", METRIC_AGGREGATION[name])
-        if agg != METRIC_AGGREGATION[name]:
+        agg = m.get("aggregation", aggregations[name])
+        if agg != aggregations[name]:
             raise UserError(
-                f"{where}: aggregation '{agg}' of '{name}' is not supported (lm-eval's: {METRIC_AGGREGATION[name]})"
+                f"{where}: aggregation '{agg}' of '{name}' is not supported (lm-eval's: {aggregations[name]})"
             )
         opts = {k: v for k, v in m.items() if k not in ("metric", "aggregation", "higher_is_better")}
         out.append({"name": name, "options": opts})
     return out
+
+
+def lmeval_aggregations() -> dict[str, str]:
+    """lm-eval metric name -> its aggregation, for every registered metric that declares one (a plugin's
+    ``AccuracyMetric(..., lmeval_aggregation=...)`` included)."""
+    from lmmbench.metrics.accuracy import ACCURACY_METRICS
+
+    return {name: m.lmeval_aggregation for name in ACCURACY_METRICS.names()
+            if (m := ACCURACY_METRICS.get(name)).lmeval_aggregation is not None}  # fmt: skip
 
 
 def _filters(cfg: dict[str, Any], path: Path) -> list[dict[str, Any]]:

@@ -45,6 +45,8 @@ class AccuracyMetric:
     higher_is_better: bool = True
     mean_like: bool = True  # the stderr of a mean has a formula; otherwise bootstrap
     unit: str = ""
+    #: the name of lm-eval's aggregation this metric equals, when an lm-eval-format task file may use it
+    lmeval_aggregation: str | None = None
 
 
 @dataclass
@@ -230,13 +232,16 @@ _ROLL = ("loglikelihood_rolling",)
 _GEN = ("generate",)
 
 for _m in (
-    AccuracyMetric("acc", (*_MC, *_LL), _acc, _mean),
-    AccuracyMetric("perplexity", _LL, _ll, _perplexity, False, False),
-    AccuracyMetric("acc_norm", _MC, _acc_norm, _mean),
-    AccuracyMetric("word_perplexity", _ROLL, _word_ppl, _weighted_perplexity, False, False),
-    AccuracyMetric("byte_perplexity", _ROLL, _byte_ppl, _weighted_perplexity, False, False),
-    AccuracyMetric("bits_per_byte", _ROLL, _byte_ppl, _bits_per_byte, False, False, "bits"),
-    AccuracyMetric("exact_match", _GEN, _exact_match, _mean),
+    AccuracyMetric("acc", (*_MC, *_LL), _acc, _mean, lmeval_aggregation="mean"),
+    AccuracyMetric("perplexity", _LL, _ll, _perplexity, False, False, lmeval_aggregation="perplexity"),
+    AccuracyMetric("acc_norm", _MC, _acc_norm, _mean, lmeval_aggregation="mean"),
+    AccuracyMetric("word_perplexity", _ROLL, _word_ppl, _weighted_perplexity, False, False,
+                   lmeval_aggregation="weighted_perplexity"),
+    AccuracyMetric("byte_perplexity", _ROLL, _byte_ppl, _weighted_perplexity, False, False,
+                   lmeval_aggregation="weighted_perplexity"),
+    AccuracyMetric("bits_per_byte", _ROLL, _byte_ppl, _bits_per_byte, False, False, "bits",
+                   lmeval_aggregation="bits_per_byte"),
+    AccuracyMetric("exact_match", _GEN, _exact_match, _mean, lmeval_aggregation="mean"),
     AccuracyMetric("f1", _GEN, _f1, _mean),
     AccuracyMetric("rougeL", _GEN, _rouge, _mean),
     AccuracyMetric("anls", _GEN, _anls, _mean),

@@ -48,7 +48,8 @@ def _exact(sample: Any, opts: Any) -> float:
     return float(str(sample.get("prediction") or "").strip() in refs)
 
 
-DEMO_METRIC = AccuracyMetric("demo_exact", ("generate",), _exact, lambda vs: sum(float(v) for v in vs) / len(vs))
+DEMO_METRIC = AccuracyMetric("demo_exact", ("generate",), _exact, lambda vs: sum(float(v) for v in vs) / len(vs),
+                             lmeval_aggregation="mean")  # also usable from lm-eval-format task files
 
 
 # lmmbench.model_families + lmmbench.hook_layouts + lmmbench.processor_parts: one family, its hook
