@@ -17,7 +17,8 @@ from lmmbench.core.errors import UserError
 from lmmbench.evaluation import EvalConfig, run_eval
 from lmmbench.evaluation.lmeval_compare import compare_run
 from lmmbench.evaluation.lmeval_filters import apply_pipeline
-from lmmbench.evaluation.task_config import FilterPipeline, load_task_file
+from lmmbench.evaluation.task_config import FilterPipeline
+from lmmbench.evaluation.task_files import load_task_file
 from lmmbench.evaluation.task_registry import resolve_selection
 
 TASKS_DIR = Path(__file__).parent / "lmeval_tasks"

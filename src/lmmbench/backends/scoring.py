@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from lmmbench.backends.stop_strings import cut_at_stop
+
 __all__ = [
     "GenRequest",
     "InProcessScorer",
@@ -157,14 +159,6 @@ def lmeval_encode_pair(
     whole = lmeval_encode(tokenizer, prefix_str, context + continuation)
     ctx = lmeval_encode(tokenizer, prefix_str, context)
     return ctx, whole[len(ctx) :]
-
-
-def cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    """The text before the first occurrence of any stop string (lm-eval's ``until``)."""
-    for s in stop:
-        if s:
-            text = text.split(s)[0]
-    return text
 
 
 class InProcessScorer:

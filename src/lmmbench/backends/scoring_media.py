@@ -194,7 +194,7 @@ def generate_one(scorer: InProcessScorer, req: GenRequest, text: str) -> str:
     """Greedy generation of one media request."""
     import torch
 
-    from lmmbench.backends.scoring import cut_at_stop
+    from lmmbench.backends.stop_strings import cut_at_stop
 
     inputs = _process(scorer, text, [str(Path(p)) for p in req.images], req.audio)
     with torch.no_grad():

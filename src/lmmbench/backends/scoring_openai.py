@@ -18,10 +18,10 @@ from lmmbench.backends.scoring import (
     GenRequest,
     LLRequest,
     Progress,
-    cut_at_stop,
     disjoint_rolling_windows,
     lmeval_encode_pair,
 )
+from lmmbench.backends.stop_strings import cut_at_stop
 from lmmbench.core.errors import UserError
 
 __all__ = ["OpenAIScorer", "lmeval_encode_pair"]

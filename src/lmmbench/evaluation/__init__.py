@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from lmmbench.evaluation.eval_config import EvalConfig
     from lmmbench.evaluation.modes import EvalRun, make_backend, run_eval
-    from lmmbench.evaluation.task_config import TaskConfig, load_task_file
+    from lmmbench.evaluation.task_config import TaskConfig
+    from lmmbench.evaluation.task_files import load_task_file
     from lmmbench.evaluation.task_registry import SHIPPED_TASKS_DIR, TASKS, list_tasks, resolve_task
 
 _WHERE = {
@@ -21,7 +22,7 @@ _WHERE = {
     "make_backend": "modes",
     "run_eval": "modes",
     "TaskConfig": "task_config",
-    "load_task_file": "task_config",
+    "load_task_file": "task_files",
     "SHIPPED_TASKS_DIR": "task_registry",
     "TASKS": "task_registry",
     "list_tasks": "task_registry",

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from lmmbench.core.errors import UserError
 from lmmbench.core.registry import Registry
-from lmmbench.evaluation.task_config import TaskConfig, load_task_file
+from lmmbench.evaluation.task_config import TaskConfig
+from lmmbench.evaluation.task_files import load_task_file
 from lmmbench.models.tiny import lmmbench_home
 
 if TYPE_CHECKING:
