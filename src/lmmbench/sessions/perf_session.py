@@ -29,7 +29,7 @@ from lmmbench.config.input_files import check_writable_dir, prepare_out_dir
 from lmmbench.config.limits import check_limit
 from lmmbench.config.loaders import parse_model
 from lmmbench.config.perf import PerfConfig
-from lmmbench.config.perf_workload import load_workload
+from lmmbench.config.perf_workload_file import load_workload
 from lmmbench.core.clock import wall_label
 from lmmbench.core.environment import capture_environment
 from lmmbench.core.errors import UserError
