@@ -14,7 +14,7 @@ from lmmbench.core.run_log import RunLog, write_run_log
 from lmmbench.core.run_summaries import perf_headline
 from lmmbench.loadgen.api import LoadResult
 from lmmbench.loadgen.journal import JOURNAL_NAME
-from lmmbench.metrics.perf_metrics import summarize_records
+from lmmbench.metrics.perf_metrics import PerfSummary, summarize_records
 from lmmbench.reports.perf_report import RecordWriter, bytemlperf_entry, summary_row, write_json
 
 __all__ = ["PerfFiles", "point_load", "point_name"]
@@ -38,7 +38,7 @@ class PerfFiles:
         self.writer = RecordWriter(run_dir)
         self.rows: list[dict[str, Any]] = []
         self.perf: list[dict[str, Any]] = []
-        self.points: list[tuple[str, list[RequestRecord], dict[str, Any], float]] = []
+        self.points: list[tuple[str, list[RequestRecord], PerfSummary, float]] = []
         self.env = capture_environment()
         self.extra: dict[str, Any] = {}
         self.model = model

@@ -16,7 +16,7 @@ __all__ = ["client_late", "run_search"]
 
 def client_late(res: LoadResult) -> bool:
     """True when the client could not keep the schedule of this point (the lateness warning)."""
-    late = res.summary["metrics"]["lateness_ms"]["p99"]
+    late = res.summary.metrics["lateness_ms"].p99
     return bool(late == late and late > LATENESS_WARN_MS)  # NaN (nothing sent): not late
 
 
@@ -37,7 +37,7 @@ def run_search(base: PerfConfig, one: Callable[[int, PerfConfig], LoadResult],
             res = one(len(results), point_config(probe_base, point))
             if res.interrupted:
                 raise KeyboardInterrupt
-            passed = bool(res.summary["slo_attainment"] >= base.slo_attainment)
+            passed = bool(res.summary.slo_attainment >= base.slo_attainment)
             if passed or not client_late(res):  # a late pass is a pass: lateness only adds latency
                 return passed
             if attempt == 1:

@@ -64,21 +64,20 @@ class PerfRun:
 
     def request_counts(self) -> tuple[int, int]:
         """(requests sent, requests that succeeded) over every load point."""
-        return (sum(int(r.summary.get("requests", 0)) for r in self.results),
-                sum(int(r.summary.get("ok", 0)) for r in self.results))
+        return (sum(r.summary.requests for r in self.results), sum(r.summary.ok for r in self.results))
     interrupted: bool = False
     already_finished: bool = False  # --resume of a run whose every point was measured: nothing was run
 
 
 def _print_point(labels: dict[str, Any], res: LoadResult) -> None:
-    s, m = res.summary, res.summary["metrics"]
+    s, m = res.summary, res.summary.metrics
     load = f"rate={labels['rate']:g}/s" if labels.get("rate") is not None else f"conc={labels.get('concurrency')}"
     print(f"[perf] {load} in={labels.get('input_tokens')} out={labels.get('output_tokens')}: "
-          f"{s['ok']}/{s['requests']} ok, QPS {s['qps']:.2f}, out tok/s {s['output_token_throughput']:.1f}, "
-          f"TTFT mean/p99 {m['ttft_ms']['mean']:.2f}/{m['ttft_ms']['p99']:.2f} ms, "
-          f"TPOT {m['tpot_ms']['mean']:.2f} ms, ITL {m['itl_ms']['mean']:.2f} ms, "
-          f"lateness p99 {m['lateness_ms']['p99']:.3f} ms"
-          + (f", errors {s['errors_by_kind']}" if s["errors"] else ""), file=sys.stderr)  # fmt: skip
+          f"{s.ok}/{s.requests} ok, QPS {s.qps:.2f}, out tok/s {s.output_token_throughput:.1f}, "
+          f"TTFT mean/p99 {m['ttft_ms'].mean:.2f}/{m['ttft_ms'].p99:.2f} ms, "
+          f"TPOT {m['tpot_ms'].mean:.2f} ms, ITL {m['itl_ms'].mean:.2f} ms, "
+          f"lateness p99 {m['lateness_ms'].p99:.3f} ms"
+          + (f", errors {s.errors_by_kind}" if s.errors else ""), file=sys.stderr)  # fmt: skip
     for w in res.warnings:
         print(f"[perf] {w}", file=sys.stderr)
 
@@ -143,7 +142,7 @@ class _PerfSession:
         if pcfg.wants_vllm_result():
             from lmmbench.reports.vllm_result_file import write_vllm_result
 
-            path = write_vllm_result(pcfg, res.records, res.model, res.summary["duration_s"], run_dir, i,
+            path = write_vllm_result(pcfg, res.records, res.model, res.summary.duration_s, run_dir, i,
                                      len(self.points))  # fmt: skip
             spec = spec_decode_keys(spec_before, scrape_spec_decode(pcfg.url) if spec_before else None)
             if spec:  # the server's speculative decoding during this point, as vLLM adds it
