@@ -86,7 +86,7 @@ def recover_perf(run_dir: Path) -> list[Path]:
         "recovered": True, "recovered_requests": len(lines), "Performance": perf,
     })  # fmt: skip
     facts = {**(info.get("run") or {}), "status": "recovered", "requests_measured": len(lines)}
-    write_json(run_dir / "run.json", {**info, "run": facts})  # the run log, its status now "recovered"
+    write_json(run_dir / "run.json", {**info, "status": "recovered", "run": facts})  # the run log, now "recovered"
     from lmmbench.reports.html_report import write_reports
 
     return [summary_path, report, *write_reports("perf", run_dir)]

@@ -106,7 +106,7 @@ def load_previous(run_dir: Path, points: list[dict[str, Any]]) -> Previous:
         text = read_text(run_dir / "summary.csv", "summary.csv")
         prev.rows = [dict(r) for r in csv.DictReader(io.StringIO(text, newline=""))]
         # an interrupted run's last point stopped half-way: measure it again
-        if facts.get("status", info.get("status")) == "interrupted" and prev.rows:
+        if (info.get("status") or facts.get("status")) == "interrupted" and prev.rows:
             prev.rows.pop()
         prev.done = {int(r["point"]) for r in prev.rows if str(r.get("point", "")).isdigit()}
     _set_aside(run_dir, prev.done)

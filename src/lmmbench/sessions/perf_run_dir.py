@@ -64,7 +64,7 @@ def previous_status(run_dir: Path) -> str | None:
         info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    status = (info.get("run") or {}).get("status", info.get("status"))
+    status = info.get("status") or (info.get("run") or {}).get("status")  # the run log's, or older logs' run
     return str(status) if status is not None else None
 
 

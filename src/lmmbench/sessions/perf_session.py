@@ -29,7 +29,7 @@ from lmmbench.config.perf import PerfConfig
 from lmmbench.core.clock import wall_label
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest
-from lmmbench.core.run_log import RunLog, measurement_from, new_run_id
+from lmmbench.core.run_log import RunLog, RunStatus, measurement_from, new_run_id
 from lmmbench.loadgen.api import LoadResult, Preflight, measurement_facts, preflight, run_benchmark
 from lmmbench.loadgen.journal import JOURNAL_NAME
 from lmmbench.loadgen.search import SearchResult
@@ -154,7 +154,7 @@ class _PerfSession:
     def measure(self, done: Previous | None, pf: Preflight | None) -> None:
         """The search or the sweep; Ctrl-C ends it as interrupted, anything else as failed (and raises)."""
         base, run = self.base, self.run
-        status = "complete"
+        status: RunStatus = "complete"
         try:
             if base.action == "search":
                 ready = pf if pf is not None else wait_ready(base, None)
@@ -173,7 +173,7 @@ class _PerfSession:
             self.out.close()
             self.close(status)
 
-    def close(self, status: str) -> None:
+    def close(self, status: RunStatus) -> None:
         """Stop telemetry; a run that failed before measuring leaves nothing, any other one is finished."""
         out, run, run_dir, telemetry = self.out, self.run, self.run.run_dir, self.telemetry
         telemetry_files = [] if telemetry is None else finish_telemetry(
@@ -186,6 +186,7 @@ class _PerfSession:
         run.files += telemetry_files
         if telemetry is not None and telemetry.deprecated_names:  # fallbacks the run log must name
             self.run_log.measurement.telemetry_deprecated_metrics = telemetry.deprecated_names  # type: ignore[attr-defined]
+        self.run_log.status = status
         self.run_log.run.update(status=status, points_done=len(out.rows),
                                 requests_measured=sum(len(p[1]) for p in out.points))
         self.finish(run.interrupted or any(r.interrupted for r in run.results))
