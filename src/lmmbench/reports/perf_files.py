@@ -17,7 +17,17 @@ from lmmbench.loadgen.journal import JOURNAL_NAME
 from lmmbench.metrics.perf_metrics import PerfSummary, summarize_records
 from lmmbench.reports.perf_report import RecordWriter, bytemlperf_entry, summary_row, write_json
 
-__all__ = ["PerfFiles", "point_load", "point_name"]
+__all__ = ["PerfFiles", "point_load", "point_name", "write_summary_csv"]
+
+
+def write_summary_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """summary.csv: one row per point, the union of the rows' columns in first-seen order."""
+    cols = list(dict.fromkeys(c for row in rows for c in row))
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+    return path
 
 
 def point_load(labels: dict[str, Any]) -> float:
@@ -64,13 +74,7 @@ class PerfFiles:
     def flush(self) -> None:
         """Rewrite summary.csv (every row, the union of their columns) and report.json."""
         if self.rows:
-            cols: list[str] = []
-            for row in self.rows:
-                cols += [c for c in row if c not in cols]
-            with (self.run_dir / "summary.csv").open("w", newline="", encoding="utf-8") as fh:
-                w = csv.DictWriter(fh, fieldnames=cols)
-                w.writeheader()
-                w.writerows(self.rows)
+            write_summary_csv(self.run_dir / "summary.csv", self.rows)
         out_tokens = [p["labels"].get("output_tokens") for p in self.perf]
         write_json(self.run_dir / "report.json", {
             "schema_version": 1, "Model": self.model, "Backend": "openai-http", "Host Info": self.env["cpu"],
