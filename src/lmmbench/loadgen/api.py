@@ -4,7 +4,8 @@ Steps: pre-flight (endpoint reachable, model served, continuous usage accepted),
 the dataset, one global schedule (open loop) or id list (closed loop) split over ``workers``
 processes that share one ``t0`` (``perf_counter_ns`` is system-wide monotonic), records merged
 and summarised. The only file written here is the optional journal of finished requests
-(``lmmbench.loadgen.journal``); the result files are ``lmmbench.sessions.perf_session``'s.
+(``lmmbench.loadgen.journal``); ``lmmbench.sessions.perf_session`` writes the result files
+(``reports.perf_files``).
 """
 
 from __future__ import annotations

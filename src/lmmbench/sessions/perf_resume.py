@@ -3,7 +3,7 @@
 The points the earlier session finished (their rows in ``summary.csv``, their entries in
 ``report.json`` and their records in ``records.jsonl``) are kept as written and skipped; the point
 it was measuring when it stopped is measured again: after a crash its journal is kept aside by
-``perf_session``; after Ctrl-C / SIGTERM (which wrote that point's partial records and row) its
+``perf_run_dir``; after Ctrl-C / SIGTERM (which wrote that point's partial records and row) its
 records move to ``records.interrupted-point<N>.jsonl``, so no point is ever counted twice.
 The plots are redrawn over every point, the kept ones rebuilt from ``records.jsonl``.
 """
