@@ -22,7 +22,7 @@ KNOWN_PENDING_CIRCLES: dict[str, str] = {
 #: Library modules that must load without typer (the CLI's library), and any that still pull it in (none).
 TYPER_FREE = ("lmmbench.config.loaders", "lmmbench.sessions.perf_session", "lmmbench.sessions.spec_session",
               "lmmbench.sessions.eval_session", "lmmbench.sessions.runs_session", "lmmbench.loadgen",
-              "lmmbench.executors.plan", "lmmbench.config.perf_workload")  # fmt: skip
+              "lmmbench.executors.plan", "lmmbench.config.perf_workload_file")  # fmt: skip
 KNOWN_PENDING_TYPER: tuple[str, ...] = ()
 
 

@@ -16,9 +16,9 @@ import math
 import secrets
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmmbench.core.errors import UserError
 
@@ -29,6 +29,7 @@ __all__ = [
     "Outcome",
     "RunKind",
     "RunLog",
+    "RunStatus",
     "load_run_log",
     "measurement_from",
     "new_run_id",
@@ -40,6 +41,10 @@ log = logging.getLogger(__name__)
 RUN_LOG_VERSION = 2
 RUN_LOG_NAME = "run.json"
 RunKind = Literal["spec", "perf", "eval", "reference", "episodic", "plan"]
+#: Where a run stands: in progress, ran to its end, stopped by a signal, ended by an error, rebuilt from
+#: its journal after a crash (``perf recover``).
+RunStatus = Literal["running", "complete", "interrupted", "failed", "recovered"]
+_STATUSES = frozenset(get_args(RunStatus))
 
 
 class Measurement(BaseModel):
@@ -81,6 +86,9 @@ class RunLog(BaseModel):
     run_id: str
     kind: RunKind
     name: str = Field(description="Spec name, perf run name or eval run folder.")
+    status: RunStatus | None = Field(
+        default=None, description="running, complete, interrupted, failed or recovered (set when read or written)."
+    )
     model: str | None = None
     labels: dict[str, Any] = Field(default_factory=dict)
     started_at: str | None = None
@@ -93,6 +101,28 @@ class RunLog(BaseModel):
     run: dict[str, Any] = Field(default_factory=dict, description="Kind-specific facts (spec context, points).")
     files: list[str] = Field(default_factory=list, description="Files of the run, relative to its folder.")
     legacy_layout: str | None = Field(default=None, description="Set when read from an older layout.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_status(cls, data: Any) -> Any:
+        """A status this schema does not know (a hand-edited or future file) is read as unset, not refused."""
+        if isinstance(data, dict) and data.get("status") is not None and data["status"] not in _STATUSES:
+            return {k: v for k, v in data.items() if k != "status"}
+        return data
+
+    @model_validator(mode="after")
+    def _fill_status(self) -> RunLog:
+        """A log without ``status`` (older files): the one its ``run`` section kept, else from its outcome."""
+        if self.status is None:
+            kept = self.run.get("status")
+            self.status = kept if kept in _STATUSES else self.settled_status()
+        return self
+
+    def settled_status(self) -> RunStatus:
+        """The status its times and outcome say: running until finished, then interrupted or complete."""
+        if self.finished_at is None:
+            return "running"
+        return "interrupted" if self.outcome.interrupted else "complete"
 
 
 def new_run_id(kind: str) -> str:
@@ -146,6 +176,8 @@ def write_run_log(run_dir: Path, run_log: RunLog, *, index: bool = True) -> Path
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RUN_LOG_NAME
+    if run_log.status in (None, "running"):  # a log written at the start and finished in place
+        run_log.status = run_log.settled_status()
     from lmmbench.core.hub import resolved_snapshots
     from lmmbench.core.secrets import redact_config
 

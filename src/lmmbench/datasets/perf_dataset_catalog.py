@@ -1,6 +1,6 @@
 """Every built-in perf data set, registered: what ``perf --dataset`` is checked against and built from.
 
-``perf_datasets`` holds the registry and the plain data sets; ``perf_workloads`` (multi-turn,
+``perf_datasets`` holds the registry and the plain data sets; ``perf_structured_datasets`` (multi-turn,
 shared-prefix, trace replay) and ``vllm_hub_datasets`` (vLLM's burstgpt, spec_bench, hf) register
 into it. Importing this module registers them all, so a config field names this module's
 ``PERF_DATASETS`` (``config.registry_field.registered_in``) and ``build_requests`` lives here rather
@@ -15,12 +15,12 @@ from typing import Any
 from lmmbench.config.perf import PerfConfig
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest
-from lmmbench.datasets import perf_workloads, vllm_hub_datasets
+from lmmbench.datasets import perf_structured_datasets, vllm_hub_datasets
 from lmmbench.datasets.perf_datasets import PERF_DATASETS
 
 __all__ = ["PERF_DATASETS", "build_requests"]
 
-_REGISTERING = (perf_workloads, vllm_hub_datasets)  # imported for their registrations
+_REGISTERING = (perf_structured_datasets, vllm_hub_datasets)  # imported for their registrations
 
 
 def build_requests(cfg: PerfConfig, n: int, tok: Any | None = None) -> list[PerfRequest]:

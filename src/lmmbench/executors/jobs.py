@@ -13,13 +13,16 @@ import platform
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from lmmbench.config.loaders import parse_model
 from lmmbench.core.errors import user_error_from_validation
 from lmmbench.executors.plan import PlanRow
+
+if TYPE_CHECKING:
+    from lmmbench.metrics.perf_summary import PerfSummary
 
 __all__ = ["SERVER_URL_PLACEHOLDER", "TIMING_KINDS", "Job", "RowResult", "config_model", "execute_job", "is_timing",
            "resolve_job", "validate_options", "write_result"]
@@ -160,17 +163,14 @@ def _run_metrics(job: Job, cfg: Any) -> tuple[str, dict[str, Any]]:
     return str(prun.run_dir), _perf_metrics([r.summary for r in prun.results])
 
 
-def _perf_metrics(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+def _perf_metrics(summaries: list[PerfSummary]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for i, s in enumerate(summaries):
         prefix = "" if len(summaries) == 1 else f"p{i}."
-        m = s.get("metrics", {})
-        out.update({f"{prefix}requests": s.get("requests"), f"{prefix}ok": s.get("ok"),
-                    f"{prefix}errors": s.get("errors"), f"{prefix}qps": s.get("qps"),
-                    f"{prefix}ttft_ms_mean": m.get("ttft_ms", {}).get("mean"),
-                    f"{prefix}ttft_ms_p50": m.get("ttft_ms", {}).get("p50"),
-                    f"{prefix}ttft_ms_p99": m.get("ttft_ms", {}).get("p99"),
-                    f"{prefix}tpot_ms_mean": m.get("tpot_ms", {}).get("mean")})  # fmt: skip
+        ttft, tpot = s.metrics["ttft_ms"], s.metrics["tpot_ms"]
+        out.update({f"{prefix}requests": s.requests, f"{prefix}ok": s.ok, f"{prefix}errors": s.errors,
+                    f"{prefix}qps": s.qps, f"{prefix}ttft_ms_mean": ttft.mean, f"{prefix}ttft_ms_p50": ttft.p50,
+                    f"{prefix}ttft_ms_p99": ttft.p99, f"{prefix}tpot_ms_mean": tpot.mean})  # fmt: skip
     return out
 
 

@@ -6,7 +6,8 @@ Python API::
     from lmmbench.loadgen import run_benchmark
 
     result = run_benchmark(PerfConfig(url="http://127.0.0.1:8000", model="m", concurrency=8, num_requests=64))
-    result.summary["metrics"]["ttft_ms"]["p99"]
+    result.summary.metrics["ttft_ms"].p99      # a metrics.perf_summary.PerfSummary
+    result.summary.to_dict()                   # as report.json writes it
 """
 
 from lmmbench.loadgen.api import LoadResult, Preflight, preflight, run_benchmark

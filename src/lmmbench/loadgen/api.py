@@ -4,7 +4,8 @@ Steps: pre-flight (endpoint reachable, model served, continuous usage accepted),
 the dataset, one global schedule (open loop) or id list (closed loop) split over ``workers``
 processes that share one ``t0`` (``perf_counter_ns`` is system-wide monotonic), records merged
 and summarised. The only file written here is the optional journal of finished requests
-(``lmmbench.loadgen.journal``); the result files are ``lmmbench.sessions.perf_session``'s.
+(``lmmbench.loadgen.journal``); ``lmmbench.sessions.perf_session`` writes the result files
+(``reports.perf_files``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from lmmbench.core.signals import record_stop_signal
 from lmmbench.loadgen.arrivals import arrival_offsets_ns
 from lmmbench.loadgen.driver import WorkerPlan, WorkerResult, run_worker
 from lmmbench.loadgen.protocol import make_client
-from lmmbench.metrics.perf_metrics import summarize_records
+from lmmbench.metrics.perf_metrics import PerfSummary, summarize_records
 
 __all__ = ["LoadResult", "Preflight", "measurement_facts", "preflight", "run_benchmark"]
 
@@ -49,7 +50,7 @@ class LoadResult:
 
     config: PerfConfig
     records: list[RequestRecord]
-    summary: dict[str, Any]
+    summary: PerfSummary
     not_sent: int = 0
     interrupted: bool = False
     connections_opened: int = 0
@@ -377,15 +378,15 @@ def run_benchmark(
         result.warnings.append("note: Ray actors' clock offsets from this process (ms, +- half the best ping): "
                                + ", ".join(f"{c.node} {c.offset_ns / 1e6:+.3f} +- {c.rtt_ns / 2e6:.3f}"
                                            for c in clocks))  # fmt: skip
-    late = summary["metrics"]["lateness_ms"]["p99"]
+    late = summary.metrics["lateness_ms"].p99
     if late > LATENESS_WARN_MS:
         result.warnings.append(
             f"WARNING: client p99 lateness {late:.2f} ms > {LATENESS_WARN_MS} ms: this client could not keep "
             f"the schedule (busy machine, or too much load for one process: try --workers N); latencies from "
             f"the scheduled time include its lateness"
         )
-    if summary["new_connections"]:
-        result.warnings.append(f"note: {summary['new_connections']} requests had to open a new connection")
+    if summary.new_connections:
+        result.warnings.append(f"note: {summary.new_connections} requests had to open a new connection")
     return result
 
 

@@ -19,10 +19,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lmmbench.core.request_records import RequestRecord
-from lmmbench.metrics.stats import summarize as summarize_values
+from lmmbench.metrics.perf_summary import Distribution, PerfSummary, metric_unit
 
 __all__ = [
     "LATENCY_METRICS",
+    "PerfSummary",
     "inter_chunk_ms",
     "itl_ms",
     "meets_slo",
@@ -127,12 +128,9 @@ def summarize_records(
     slo: dict[str, float] | None = None,
     not_sent: int = 0,
     percentiles: Sequence[float] = (50.0, 90.0, 95.0, 99.0),
-) -> dict[str, Any]:
+) -> PerfSummary:
     """Aggregate metrics of the measured (non-warmup) records (``percentiles`` in every metric's stats)."""
-
-    def summarize(values: Sequence[float]) -> dict[str, float]:
-        return summarize_values(values, percentiles)
-
+    pcts = tuple(percentiles)
     recs = [r for r in records if not r.warmup]
     vals = [request_values(r) for r in recs]
     ok = [v for v in vals if v["ok"]]
@@ -144,37 +142,38 @@ def summarize_records(
     send_rate = (len(sent) - 1) / ((sent[-1] - sent[0]) / 1e9) if len(sent) > 1 and sent[-1] > sent[0] else math.nan
     out_tokens = sum(v["output_tokens"] for v in ok)
     in_tokens = sum((v["prompt_tokens"] if v["prompt_tokens"] is not None else v["input_tokens"] or 0) for v in ok)
-    metrics: dict[str, dict[str, float]] = {}
+    series: dict[str, list[float]] = {}
     for name in LATENCY_METRICS:
         source = vals if name in ("lateness_ms", "queue_ms") else ok
-        metrics[name] = summarize([v[name] for v in source if v[name] is not None])
-    metrics["itl_ms"] = summarize([x for r in ok_recs for x in itl_ms(r)])
-    metrics["inter_chunk_ms"] = summarize([x for r in ok_recs for x in inter_chunk_ms(r)])
-    metrics["output_tokens"] = summarize([v["output_tokens"] for v in ok])
-    metrics["input_tokens"] = summarize([v["input_tokens"] for v in ok if v["input_tokens"] is not None])
+        series[name] = [v[name] for v in source if v[name] is not None]
+    series["itl_ms"] = [x for r in ok_recs for x in itl_ms(r)]
+    series["inter_chunk_ms"] = [x for r in ok_recs for x in inter_chunk_ms(r)]
+    series["output_tokens"] = [v["output_tokens"] for v in ok]
+    series["input_tokens"] = [v["input_tokens"] for v in ok if v["input_tokens"] is not None]
     # ByteMLPerf's per-token latency: end-to-end time divided by output tokens, first token included
-    metrics["per_token_latency_ms"] = summarize(
-        [v["e2e_ms"] / v["output_tokens"] for v in ok if v["e2e_ms"] is not None and v["output_tokens"]]
-    )
+    series["per_token_latency_ms"] = [
+        v["e2e_ms"] / v["output_tokens"] for v in ok if v["e2e_ms"] is not None and v["output_tokens"]
+    ]
+    metrics = {name: Distribution.of(xs, metric_unit(name), pcts) for name, xs in series.items()}
     slo = slo or {}
     good = sum(1 for v in vals if meets_slo(v, slo)) if slo else len(ok)
     errors = Counter(v["error_kind"] for v in vals if not v["ok"])
-    return {
-        "requests": len(recs),
-        "ok": len(ok),
-        "errors": len(recs) - len(ok),
-        "not_sent": not_sent,
-        "errors_by_kind": dict(sorted(errors.items())),
-        "duration_s": duration_s,
-        "send_rate_rps": send_rate,
-        "qps": len(ok) / duration_s if duration_s and not math.isnan(duration_s) else math.nan,
-        "input_token_throughput": in_tokens / duration_s if duration_s else math.nan,
-        "output_token_throughput": out_tokens / duration_s if duration_s else math.nan,
-        "total_token_throughput": (in_tokens + out_tokens) / duration_s if duration_s else math.nan,
-        "goodput_qps": good / duration_s if duration_s else math.nan,
-        "slo": slo,
-        "slo_attainment": good / len(recs) if recs else math.nan,
-        "token_sources": dict(Counter(v["token_source"] for v in ok)),
-        "new_connections": sum(1 for r in recs if r.new_connection),
-        "metrics": metrics,
-    }
+    return PerfSummary(
+        requests=len(recs),
+        ok=len(ok),
+        errors=len(recs) - len(ok),
+        not_sent=not_sent,
+        errors_by_kind=dict(sorted(errors.items())),
+        duration_s=duration_s,
+        send_rate_rps=send_rate,
+        qps=len(ok) / duration_s if duration_s and not math.isnan(duration_s) else math.nan,
+        input_token_throughput=in_tokens / duration_s if duration_s else math.nan,
+        output_token_throughput=out_tokens / duration_s if duration_s else math.nan,
+        total_token_throughput=(in_tokens + out_tokens) / duration_s if duration_s else math.nan,
+        goodput_qps=good / duration_s if duration_s else math.nan,
+        slo=slo,
+        slo_attainment=good / len(recs) if recs else math.nan,
+        token_sources=dict(Counter(v["token_source"] for v in ok)),
+        new_connections=sum(1 for r in recs if r.new_connection),
+        metrics=metrics,
+    )

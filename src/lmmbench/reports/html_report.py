@@ -280,7 +280,7 @@ class HtmlReport:
         meta = (f"model <b>{_e(model)}</b> &middot; {_e(run.get('config', {}).get('url', ''))} &middot; "
                 f"{len(summary)} point(s) &middot; {_e(env.get('time_utc', ''))}")  # fmt: skip
         facts = run.get("run") or {}
-        status = facts.get("status", run.get("status"))
+        status = run.get("status") or facts.get("status")
         if status in ("interrupted", "failed", "recovered"):  # the run did not end normally: say so
             meta += (f" &middot; <span class='warn'>{_e(status)}</span>, "
                      f"{format_value(facts.get('requests_measured', run.get('requests_measured')))} requests measured")

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from lmmbench.core.request_records import RequestRecord
-from lmmbench.metrics.perf_metrics import itl_ms, request_values
+from lmmbench.metrics.perf_metrics import PerfSummary, itl_ms, request_values
 
 __all__ = ["PLOTS_NOTE", "plot_run"]
 
 PLOTS_NOTE = "plots skipped: matplotlib is not installed (pip install 'lmmbench[plots]')"
 
 
-def plot_run(run_dir: Path, points: list[tuple[str, list[RequestRecord], dict[str, Any], float]]) -> list[Path]:
+def plot_run(run_dir: Path, points: list[tuple[str, list[RequestRecord], PerfSummary, float]]) -> list[Path]:
     """Write the plots; ``points`` is (label, records, summary, load) per point. Returns the files."""
     try:
         import matplotlib
@@ -49,15 +48,15 @@ def plot_run(run_dir: Path, points: list[tuple[str, list[RequestRecord], dict[st
     if len(points) > 1:
         loads = [p[3] for p in points]
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-        a1.plot(loads, [p[2]["output_token_throughput"] for p in points], "o-", label="output tok/s")
+        a1.plot(loads, [p[2].output_token_throughput for p in points], "o-", label="output tok/s")
         a1.set_ylabel("output tokens/s")
         a1b = a1.twinx()
-        a1b.plot(loads, [p[2]["qps"] for p in points], "s--", color="tab:orange", label="QPS")
+        a1b.plot(loads, [p[2].qps for p in points], "s--", color="tab:orange", label="QPS")
         a1b.set_ylabel("requests/s")
         a1.set_xlabel("load (rate req/s or concurrency)")
         for stat in ("p50", "p90", "p99"):
-            a2.plot(loads, [p[2]["metrics"]["ttft_ms"][stat] for p in points], "o-", label=f"TTFT {stat}")
-            a2.plot(loads, [p[2]["metrics"]["tpot_ms"][stat] for p in points], "x--", label=f"TPOT {stat}")
+            a2.plot(loads, [p[2].metrics["ttft_ms"].percentiles[stat] for p in points], "o-", label=f"TTFT {stat}")
+            a2.plot(loads, [p[2].metrics["tpot_ms"].percentiles[stat] for p in points], "x--", label=f"TPOT {stat}")
         a2.set_xlabel("load (rate req/s or concurrency)")
         a2.set_ylabel("ms")
         a2.legend(fontsize=7)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lmmbench.core.request_records import RequestRecord
-from lmmbench.metrics.perf_metrics import request_values
+from lmmbench.metrics.perf_metrics import PerfSummary, request_values
 from lmmbench.reports.json_files import json_safe, write_json
 
 __all__ = ["RecordWriter", "bytemlperf_entry", "summary_row", "write_json"]
@@ -58,36 +58,36 @@ class RecordWriter:
         self.csv_file.close()
 
 
-def summary_row(point: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+def summary_row(point: dict[str, Any], summary: PerfSummary) -> dict[str, Any]:
     """One flat summary.csv row: the point's settings, counts, throughputs, every metric's stats."""
     row: dict[str, Any] = dict(point)
     for key in ("requests", "ok", "errors", "not_sent", "duration_s", "send_rate_rps", "qps",
                 "input_token_throughput", "output_token_throughput", "total_token_throughput",
                 "goodput_qps", "slo_attainment", "new_connections"):  # fmt: skip
-        row[key] = summary[key]
-    row["errors_by_kind"] = ";".join(f"{k}={v}" for k, v in summary["errors_by_kind"].items())
-    for name, stats in summary["metrics"].items():
-        for stat in stats:
+        row[key] = getattr(summary, key)
+    row["errors_by_kind"] = ";".join(f"{k}={v}" for k, v in summary.errors_by_kind.items())
+    for name, dist in summary.metrics.items():
+        for stat, value in dist.to_dict().items():
             if stat != "count":
-                row[f"{name}_{stat}"] = stats[stat]
+                row[f"{name}_{stat}"] = value
     return {k: json_safe(v) for k, v in row.items()}
 
 
-def bytemlperf_entry(labels: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+def bytemlperf_entry(labels: dict[str, Any], summary: PerfSummary) -> dict[str, Any]:
     """A ByteMLPerf ``Performance`` entry (seconds, as ByteMLPerf reports) next to lmmbench's fields."""
-    m = summary["metrics"]
+    ttft, per_token = summary.metrics["ttft_ms"], summary.metrics["per_token_latency_ms"]
     entry: dict[str, Any] = json_safe({
         "TP Size": labels.get("tp", 1),
         "Batch Size": labels.get("batch", labels.get("concurrency")),
         "Input Tokens": labels.get("input_tokens"),
-        "First Token Latency(AVG)": m["ttft_ms"]["mean"] / 1e3,
-        "Per Token Latency(AVG)": m["per_token_latency_ms"]["mean"] / 1e3,
-        "First Token Latency(P90)": m["ttft_ms"]["p90"] / 1e3,
-        "Per Token Latency(P90)": m["per_token_latency_ms"]["p90"] / 1e3,
-        "Token Throughput": summary["output_token_throughput"],
-        "Request Number": summary["ok"],
-        "QPS": summary["qps"],
+        "First Token Latency(AVG)": ttft.mean / 1e3,
+        "Per Token Latency(AVG)": per_token.mean / 1e3,
+        "First Token Latency(P90)": ttft.p90 / 1e3,
+        "Per Token Latency(P90)": per_token.p90 / 1e3,
+        "Token Throughput": summary.output_token_throughput,
+        "Request Number": summary.ok,
+        "QPS": summary.qps,
         "labels": labels,
-        "lmmbench": summary,
+        "lmmbench": summary.to_dict(),
     })  # fmt: skip
     return entry

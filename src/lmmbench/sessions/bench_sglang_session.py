@@ -110,7 +110,7 @@ def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
         return BenchSglangRun("", None, sent, ok, run.run_dir)
     res = run.results[0]
     tok = load_tokenizer(cfg.tokenizer) if cfg.tokenizer is not None else None
-    result = sglang_benchmark_result(res.records, duration_s=float(res.summary["duration_s"]), tokenizer=tok,
+    result = sglang_benchmark_result(res.records, duration_s=res.summary.duration_s, tokenizer=tok,
                                      goodput_ms=dict(ns.goodput) if ns.goodput else None)  # fmt: skip
     info = _server_info(cfg.url) if ns.backend.startswith("sglang") else None
     result["accept_length"] = _accept_length(info)

@@ -9,7 +9,6 @@ then writes ``summary.csv``, ``report.json`` and ``report.html`` next to them, m
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.loadgen.journal import JOURNAL_NAME
 from lmmbench.metrics.perf_metrics import summarize_records
+from lmmbench.reports.perf_files import write_summary_csv
 from lmmbench.reports.perf_report import bytemlperf_entry, summary_row, write_json
 
 __all__ = ["recover_perf"]
@@ -75,18 +75,13 @@ def recover_perf(run_dir: Path) -> list[Path]:
         summary = summarize_records(records, slo)
         rows.append(summary_row(labels, summary))
         perf.append(bytemlperf_entry(labels, summary))
-    cols = list(dict.fromkeys(c for r in rows for c in r))
-    summary_path = run_dir / "summary.csv"
-    with summary_path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=cols)
-        writer.writeheader()
-        writer.writerows(rows)
+    summary_path = write_summary_csv(run_dir / "summary.csv", rows)
     report = write_json(run_dir / "report.json", {
         "schema_version": 1, "Model": (info.get("config") or {}).get("model"), "Backend": "openai-http",
         "recovered": True, "recovered_requests": len(lines), "Performance": perf,
     })  # fmt: skip
     facts = {**(info.get("run") or {}), "status": "recovered", "requests_measured": len(lines)}
-    write_json(run_dir / "run.json", {**info, "run": facts})  # the run log, its status now "recovered"
+    write_json(run_dir / "run.json", {**info, "status": "recovered", "run": facts})  # the run log, now "recovered"
     from lmmbench.reports.html_report import write_reports
 
     return [summary_path, report, *write_reports("perf", run_dir)]

@@ -3,7 +3,7 @@
 The points the earlier session finished (their rows in ``summary.csv``, their entries in
 ``report.json`` and their records in ``records.jsonl``) are kept as written and skipped; the point
 it was measuring when it stopped is measured again: after a crash its journal is kept aside by
-``perf_session``; after Ctrl-C / SIGTERM (which wrote that point's partial records and row) its
+``perf_run_dir``; after Ctrl-C / SIGTERM (which wrote that point's partial records and row) its
 records move to ``records.interrupted-point<N>.jsonl``, so no point is ever counted twice.
 The plots are redrawn over every point, the kept ones rebuilt from ``records.jsonl``.
 """
@@ -106,7 +106,7 @@ def load_previous(run_dir: Path, points: list[dict[str, Any]]) -> Previous:
         text = read_text(run_dir / "summary.csv", "summary.csv")
         prev.rows = [dict(r) for r in csv.DictReader(io.StringIO(text, newline=""))]
         # an interrupted run's last point stopped half-way: measure it again
-        if facts.get("status", info.get("status")) == "interrupted" and prev.rows:
+        if (info.get("status") or facts.get("status")) == "interrupted" and prev.rows:
             prev.rows.pop()
         prev.done = {int(r["point"]) for r in prev.rows if str(r.get("point", "")).isdigit()}
     _set_aside(run_dir, prev.done)

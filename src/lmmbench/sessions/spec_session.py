@@ -50,6 +50,22 @@ class SpecRun:
         return self.row_counts()["ok"] == 0
 
 
+def _analysis(spec: Any, rows: list[dict[str, Any]], model: str) -> tuple[dict[str, Any], Any]:
+    """The spec's analysis (fits, shares, its findings, repeat noise) and the model's random-weights
+    provenance (None: real weights)."""
+    from lmmbench.metrics.noise import repeat_noise
+    from lmmbench.models.shapes import weights_provenance
+    from lmmbench.reports import build_analysis
+
+    analysis = build_analysis(spec.name, rows, spec.stage_fields, spec.fit_pairs, spec.total_field,
+                              spec.unattributed_field, spec.fit_stat)  # fmt: skip
+    analysis.update(spec.findings(rows, analysis))
+    weights = weights_provenance(model)  # not None: a shape-only model, random weights
+    analysis["repeat_noise"] = repeat_noise(rows, [spec.total_field, *spec.stage_fields])
+    analysis["random_weights"] = weights is not None
+    return analysis, weights
+
+
 def run_spec(spec_name: str, options: Any) -> SpecRun:
     """Run ``spec_name`` with validated ``options``; writes ``<out-dir>/<spec>`` and returns what it measured.
 
@@ -59,7 +75,7 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     from lmmbench.config.input_files import prepare_out_dir
     from lmmbench.core.clock import wall_label
     from lmmbench.core.run_log import write_run_log
-    from lmmbench.reports import ResultsCsv, build_analysis, read_rows, run_record, write_json, write_summary
+    from lmmbench.reports import ResultsCsv, read_rows, run_record, write_json, write_summary
     from lmmbench.reports.plots import plot_breakdown
     from lmmbench.reports.run_info import run_files
     from lmmbench.sessions.previous_run import check_baseline
@@ -93,15 +109,7 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     rows: list[dict[str, Any]] = [dict(r) for r in read_rows(results_path)]
     fields = [c for c in sink.columns if c not in BASE_COLUMNS]  # the file's header (a resumed file's own)
     write_summary(rows, fields, spec_dir / f"{spec.name}_summary.csv")
-    analysis = build_analysis(spec.name, rows, spec.stage_fields, spec.fit_pairs, spec.total_field,
-                              spec.unattributed_field, spec.fit_stat)
-    analysis.update(spec.findings(rows, analysis))
-    from lmmbench.metrics.noise import repeat_noise
-    from lmmbench.models.shapes import weights_provenance
-
-    weights = weights_provenance(str(options.model))  # not None: a shape-only model, random weights
-    analysis["repeat_noise"] = repeat_noise(rows, [spec.total_field, *spec.stage_fields])
-    analysis["random_weights"] = weights is not None
+    analysis, weights = _analysis(spec, rows, str(options.model))
     write_json(spec_dir / f"{spec.name}_analysis.json", analysis, float_digits=6)
     plot_path = spec_dir / f"{spec.name}_plot.png"
     if not spec.plot(rows, plot_path):

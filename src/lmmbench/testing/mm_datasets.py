@@ -73,6 +73,28 @@ def _mmmu(i: int, subject: str, question: str, options: list[str], answer: str, 
     return row
 
 
+def _av_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows of the audio (LibriSpeech) and video (Video-MME) benchmarks."""
+    libri = [{"audio": {"bytes": audio_bytes(i), "path": f"{1089 + i}-134686-{i:04d}.wav"}, "gt": gt,
+              "source": "librispeech_test_clean", "task": "asr_en"} for i, gt in enumerate([
+        "HE HOPED THERE WOULD BE STEW FOR DINNER",
+        "MISTER SMITH PAID TWENTY DOLLARS FOR THE BOOK",
+        "THE COLOR OF THE SKY WAS GRAY",
+        "STUFF IT INTO YOU HIS BELLY ADVISED HIM",
+    ])]  # fmt: skip
+    videomme = [{"video_id": f"{n:03d}", "duration": d, "domain": dom, "sub_category": "Humanity & History",
+                 "url": f"https://example.invalid/{vid}", "videoID": vid, "question_id": f"{n:03d}-{k}",
+                 "task_type": tt, "question": q, "options": ["A. red", "B. green", "C. blue", "D. yellow"],
+                 "answer": a} for n, k, vid, d, dom, tt, q, a in [
+        (1, 1, "vidAAA001", "short", "Knowledge", "Object Recognition", "Q1: What colour is the square?", "A"),
+        (1, 2, "vidAAA001", "short", "Knowledge", "Counting Problem", "Q2: Which colour appears last?", "B"),
+        (2, 1, "vidBBB002", "medium", "Sports Competition", "Action Reasoning", "Q3: Which colour moves?", "C"),
+        (2, 2, "vidBBB002", "medium", "Sports Competition", "Object Recognition", "Q4: Which colour is absent?",
+         "D"),
+    ]]  # fmt: skip
+    return libri, videomme
+
+
 def _rows() -> dict[str, list[dict[str, Any]]]:
     c4 = ["red", "green", "blue", "yellow"]
     mmmu = [
@@ -135,23 +157,7 @@ def _rows() -> dict[str, list[dict[str, Any]]]:
         ("code_reasoning", 3, "blue", 3, "Q5: Does the code print 3? Please answer yes or no.", "Yes"),
         ("code_reasoning", 3, "blue", 3, "Q6: Does the code print 7? Please answer yes or no.", "No"),
     ]]  # fmt: skip
-    libri = [{"audio": {"bytes": audio_bytes(i), "path": f"{1089 + i}-134686-{i:04d}.wav"}, "gt": gt,
-              "source": "librispeech_test_clean", "task": "asr_en"} for i, gt in enumerate([
-        "HE HOPED THERE WOULD BE STEW FOR DINNER",
-        "MISTER SMITH PAID TWENTY DOLLARS FOR THE BOOK",
-        "THE COLOR OF THE SKY WAS GRAY",
-        "STUFF IT INTO YOU HIS BELLY ADVISED HIM",
-    ])]  # fmt: skip
-    videomme = [{"video_id": f"{n:03d}", "duration": d, "domain": dom, "sub_category": "Humanity & History",
-                 "url": f"https://example.invalid/{vid}", "videoID": vid, "question_id": f"{n:03d}-{k}",
-                 "task_type": tt, "question": q, "options": ["A. red", "B. green", "C. blue", "D. yellow"],
-                 "answer": a} for n, k, vid, d, dom, tt, q, a in [
-        (1, 1, "vidAAA001", "short", "Knowledge", "Object Recognition", "Q1: What colour is the square?", "A"),
-        (1, 2, "vidAAA001", "short", "Knowledge", "Counting Problem", "Q2: Which colour appears last?", "B"),
-        (2, 1, "vidBBB002", "medium", "Sports Competition", "Action Reasoning", "Q3: Which colour moves?", "C"),
-        (2, 2, "vidBBB002", "medium", "Sports Competition", "Object Recognition", "Q4: Which colour is absent?",
-         "D"),
-    ]]  # fmt: skip
+    libri, videomme = _av_rows()
     return {"mmmu_val": mmmu, "chartqa": chartqa, "docvqa_val": docvqa, "textvqa_val": textvqa, "ai2d": ai2d,
             "scienceqa_img": sqa, "mme": mme, "librispeech_test_clean": libri, "videomme": videomme}  # fmt: skip
 

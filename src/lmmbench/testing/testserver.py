@@ -233,65 +233,85 @@ class _ServerConn(asyncio.Protocol):
 
     # request handling --------------------------------------------------------------------
     def handle(self, method: str, path: str, body: bytes) -> None:
-        cfg = self.state.cfg
+        """Answer one HTTP request: a GET route, a control POST, or a completion (whole or streamed)."""
         path = path.split("?", 1)[0]
         if method == "GET":
-            if path.endswith("/models"):
-                self.write(_json_response(200, {"object": "list", "data": [
-                    {"id": cfg.model, "object": "model", "owned_by": "lmmbench"}]}))  # fmt: skip
-            elif path == "/server_info":  # SGLang's: what its bench client reads the spec-decode accept length from
-                self.write(_json_response(200, server_info(cfg)))
-            elif path in ("/health", "/v1/health"):
-                self.write(_json_response(200, {"status": "ok"}))
-            elif path == "/metrics" and cfg.metrics_names != "none":
-                page = render_metrics(cfg, self.state.cache, self.state.active, len(self.state.queued))
-                self.write(_status_line(200) + b"Content-Type: text/plain; version=0.0.4\r\nContent-Length: "
-                           + str(len(page)).encode() + b"\r\n\r\n" + page)  # fmt: skip
-            elif path == "/stats":
-                st = self.state
-                self.write(_json_response(200, {"requests": st.requests, "faults": st.fault_counts,
-                                                "profile_calls": st.profile_calls,
-                                                "cpu_s": time.process_time(),
-                                                "pid": os.getpid()}))  # fmt: skip
-            else:
-                self.write(_error(404, f"no route {path}"))
+            self._get(path)
             return
-        if method == "POST" and path == "/reset_prefix_cache":  # as vLLM's endpoint of that name
+        if method == "POST" and self._control(path):
+            return
+        parsed = self._completion_request(method, path, body)
+        if parsed is not None:
+            req, chat, native = parsed
+            self._serve(req, chat, native, (self, method, path, body))
+
+    def _get(self, path: str) -> None:
+        """The GET routes: models, SGLang's server info, health, Prometheus metrics, the test's stats."""
+        cfg = self.state.cfg
+        if path.endswith("/models"):
+            self.write(_json_response(200, {"object": "list", "data": [
+                {"id": cfg.model, "object": "model", "owned_by": "lmmbench"}]}))  # fmt: skip
+        elif path == "/server_info":  # SGLang's: what its bench client reads the spec-decode accept length from
+            self.write(_json_response(200, server_info(cfg)))
+        elif path in ("/health", "/v1/health"):
+            self.write(_json_response(200, {"status": "ok"}))
+        elif path == "/metrics" and cfg.metrics_names != "none":
+            page = render_metrics(cfg, self.state.cache, self.state.active, len(self.state.queued))
+            self.write(_status_line(200) + b"Content-Type: text/plain; version=0.0.4\r\nContent-Length: "
+                       + str(len(page)).encode() + b"\r\n\r\n" + page)  # fmt: skip
+        elif path == "/stats":
+            st = self.state
+            self.write(_json_response(200, {"requests": st.requests, "faults": st.fault_counts,
+                                            "profile_calls": st.profile_calls,
+                                            "cpu_s": time.process_time(),
+                                            "pid": os.getpid()}))  # fmt: skip
+        else:
+            self.write(_error(404, f"no route {path}"))
+
+    def _control(self, path: str) -> bool:
+        """vLLM's control POSTs (prefix-cache reset, profiler start / stop); False for any other path."""
+        if path == "/reset_prefix_cache":  # as vLLM's endpoint of that name
             self.state.cache.blocks.clear()
-            self.write(_json_response(200, {"status": "ok"}))
-            return
-        if method == "POST" and path in ("/start_profile", "/stop_profile"):  # vLLM's profiler endpoints
+        elif path in ("/start_profile", "/stop_profile"):  # vLLM's profiler endpoints
             self.state.profile_calls.append(path.strip("/"))
-            self.write(_json_response(200, {"status": "ok"}))
-            return
+        else:
+            return False
+        self.write(_json_response(200, {"status": "ok"}))
+        return True
+
+    def _completion_request(self, method: str, path: str, body: bytes) -> tuple[dict[str, Any], bool, bool] | None:
+        """The completion request's body, whether chat, whether SGLang-native; None once an error is written."""
+        cfg = self.state.cfg
         chat = path.endswith("/chat/completions")
         native = path == "/generate"  # SGLang's native API: cumulative text + meta_info per event
         if method != "POST" or not (chat or native or path.endswith("/completions")):
             self.write(_error(404, f"no route {method} {path}"))
-            return
+            return None
         try:
             req = json.loads(body)
             assert isinstance(req, dict)
         except (ValueError, AssertionError, RecursionError):
             self.write(_error(400, "body is not a JSON object"))
-            return
+            return None
         if native:
             req = native_request(req, cfg.model)
         problem = _request_problem(req, chat)
+        if problem is None and not cfg.accept_any_model and req.get("model") != cfg.model:
+            self.write(_error(404, f"The model `{req.get('model')}` does not exist."))
+            return None
+        opts = req.get("stream_options") or {}
+        if problem is None and cfg.reject_continuous_usage and opts.get("continuous_usage_stats"):
+            problem = "unknown field stream_options.continuous_usage_stats"
+        if problem is None and cfg.reject_ignore_eos and ("ignore_eos" in req or "min_tokens" in req):
+            problem = "Unrecognized request arguments supplied: ignore_eos, min_tokens"
         if problem is not None:
             self.write(_error(400, problem))
-            return
-        model = req.get("model")
-        if not cfg.accept_any_model and model != cfg.model:
-            self.write(_error(404, f"The model `{model}` does not exist."))
-            return
-        opts = req.get("stream_options") or {}
-        if cfg.reject_continuous_usage and opts.get("continuous_usage_stats"):
-            self.write(_error(400, "unknown field stream_options.continuous_usage_stats"))
-            return
-        if cfg.reject_ignore_eos and ("ignore_eos" in req or "min_tokens" in req):
-            self.write(_error(400, "Unrecognized request arguments supplied: ignore_eos, min_tokens"))
-            return
+            return None
+        return req, chat, native
+
+    def _serve(self, req: dict[str, Any], chat: bool, native: bool, raw: tuple[_ServerConn, str, str, bytes]) -> None:
+        """Count the request, inject its fault, then answer it whole after its delay or open its stream."""
+        cfg = self.state.cfg
         st = self.state
         st.requests += 1
         st.counter += 1
@@ -307,21 +327,29 @@ class _ServerConn(asyncio.Protocol):
         else:
             text = str(req.get("prompt", ""))
         words = text.split()
-        prompt_tokens = len(words)
         rid = f"cmpl-{os.getpid()}-{st.counter}"
         t0 = time.perf_counter()
         if not req.get("stream"):
             delay = self._ttft_s(words) + (n_out - 1) * cfg.itl_ms / 1e3
-            st.call_at_pc(t0 + delay, self._answer_whole, rid, chat, n_out, prompt_tokens)
+            st.call_at_pc(t0 + delay, self._answer_whole, rid, chat, n_out, len(words))
             return
         if cfg.max_streams and st.active >= cfg.max_streams:
-            st.queued.append((self, method, path, body))  # emulate a saturated server: wait for a slot
+            st.queued.append(raw)  # emulate a saturated server: wait for a slot
             st.requests -= 1
             st.counter -= 1
             if fault:
                 st.fault_counts[fault] -= 1
                 st.fault_acc[fault] += 1.0
             return
+        self._open_stream(req, chat, native, rid, n_out, words, fault, t0)
+
+    def _open_stream(self, req: dict[str, Any], chat: bool, native: bool, rid: str, n_out: int,
+                     words: list[str], fault: str, t0: float) -> None:  # fmt: skip
+        """Write the stream's head (and role chunk), then schedule its first token after the TTFT."""
+        cfg = self.state.cfg
+        st = self.state
+        opts = req.get("stream_options") or {}
+        prompt_tokens = len(words)
         st.active += 1
         s = _Stream(self, rid, chat, n_out, prompt_tokens, bool(opts.get("include_usage")) and cfg.usage,
                     bool(opts.get("continuous_usage_stats")) and cfg.continuous_usage, fault, t0)  # fmt: skip

@@ -1,0 +1,67 @@
+"""Servers of a perf run: ``--server-cmd`` started per ``tp`` group and stopped after it, readiness waits,
+and the sweep over the load points grouped that way."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from lmmbench.config.perf import PerfConfig
+from lmmbench.core.errors import UserError
+from lmmbench.loadgen.api import LoadResult, Preflight, preflight
+from lmmbench.sessions.perf_points import point_config
+from lmmbench.sessions.perf_resume import Previous
+
+__all__ = ["start_server", "sweep", "wait_ready"]
+
+
+def start_server(cmd: str, tp: Any, batch: Any, url: str) -> subprocess.Popen[bytes]:
+    """Start ``--server-cmd`` with its ``{tp}``, ``{batch}`` and ``{port}`` (the URL's) filled in."""
+    port = urlsplit(url).port or 80
+    argv = shlex.split(cmd.format(tp=tp, batch=batch, port=port))
+    print(f"[perf] starting server: {' '.join(argv)}", file=sys.stderr)
+    return subprocess.Popen(argv)
+
+
+def wait_ready(cfg: PerfConfig, proc: subprocess.Popen[bytes] | None, timeout_s: float = 300) -> Preflight:
+    """The preflight of a server that is starting: asked again while the process lives, up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return preflight(cfg)
+        except UserError:
+            if proc is None or time.monotonic() > deadline or proc.poll() is not None:
+                raise
+            time.sleep(0.25)
+
+
+def sweep(base: PerfConfig, points: list[dict[str, Any]], done: Previous | None,
+          one: Callable[[int, PerfConfig, Preflight], LoadResult], pf: Preflight | None) -> None:  # fmt: skip
+    """Every load point in order, grouped by ``tp`` when ``--server-cmd`` starts a server per group;
+    points a resumed run already measured are skipped. An interrupted point raises KeyboardInterrupt."""
+    groups: dict[Any, list[tuple[int, PerfConfig]]] = {}
+    for i, point in enumerate(points):
+        pcfg = point_config(base, point)
+        groups.setdefault(pcfg.labels.get("tp") if base.server_cmd else None, []).append((i, pcfg))
+    for tp, items in groups.items():
+        proc = None
+        if base.server_cmd:
+            proc = start_server(base.server_cmd, tp, items[0][1].labels.get("batch"), base.url)
+            pf = wait_ready(base, proc)
+        if pf is None:
+            raise UserError("perf: no server to send to (give --url, or --server-cmd to start one)")
+        try:
+            for i, pcfg in items:
+                if done is not None and i in done.done:
+                    continue  # measured by the session this --resume continues
+                if one(i, pcfg, pf).interrupted:
+                    raise KeyboardInterrupt
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
