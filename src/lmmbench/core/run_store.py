@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
-from lmmbench.core.run_log import RunLog
+from lmmbench.core.run_log_schema import RunLog
 
 __all__ = ["SCHEMA_VERSION", "RunStore", "StoredRun", "default_store_url"]
 
@@ -348,7 +348,7 @@ class RunStore:
                         "run name; see `lmmbench runs list`")
 
     def _get_folder(self, folder: Path) -> StoredRun:
-        from lmmbench.core.run_log import load_run_log
+        from lmmbench.core.run_log_schema import load_run_log
 
         run_log = load_run_log(folder)
         run_dir = folder if folder.is_dir() else folder.parent
