@@ -31,6 +31,7 @@ class BenchSglangRun:
     sent: int
     ok: int
     run_dir: Path
+    interrupted: bool = False
 
 
 def sharegpt_file() -> Path:
@@ -107,7 +108,7 @@ def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
             _post(cfg.url, "/stop_profile")
     sent, ok = run.request_counts()
     if not run.results:
-        return BenchSglangRun("", None, sent, ok, run.run_dir)
+        return BenchSglangRun("", None, sent, ok, run.run_dir, run.interrupted)
     res = run.results[0]
     tok = load_tokenizer(cfg.tokenizer) if cfg.tokenizer is not None else None
     result = sglang_benchmark_result(res.records, duration_s=res.summary.duration_s, tokenizer=tok,
@@ -119,4 +120,4 @@ def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
     line = result_line(result, vars(ns), info if info is not None else _server_info(cfg.url), ns.output_details)
     (run.run_dir / "sglang_result.json").write_text(json.dumps(line), encoding="utf-8")  # kept whatever happens next
     path = append_output_line(output_file_name(ns), line)
-    return BenchSglangRun(summary, path, sent, ok, run.run_dir)
+    return BenchSglangRun(summary, path, sent, ok, run.run_dir, run.interrupted)
