@@ -19,40 +19,14 @@ import argparse
 import importlib.util
 import json
 import sys
-import types
 from pathlib import Path
 from typing import Any
+
+from peer_stubs import StubLoader
 
 REAL = {"sglang.benchmark.serving", "sglang.benchmark.goodput"}
 PACKAGES = {"sglang", "sglang.benchmark"}
 STUBBED_TOP = ("aiohttp", "msgspec", "numpy", "orjson", "requests", "tqdm", "transformers")
-
-
-def _stub_class(name: str) -> type:
-    return type(name, (), {"__init__": lambda s, *a, **k: None, "__call__": lambda s, *a, **k: None,
-                           "__getattr__": lambda s, n: None, "__init_subclass__": classmethod(lambda c, **k: None),
-                           "__class_getitem__": classmethod(lambda c, i: c)})  # fmt: skip
-
-
-class Stub(types.ModuleType):
-    """A module whose every attribute is a do-nothing class."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        obj = _stub_class(name)
-        setattr(self, name, obj)
-        return obj
-
-
-class StubLoader:
-    def create_module(self, spec: Any) -> Any:
-        module = Stub(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module: Any) -> None:
-        del module
 
 
 class Finder:

@@ -16,36 +16,14 @@ import argparse
 import importlib.util
 import json
 import sys
-import types
 from pathlib import Path
 from typing import Any
+
+from peer_stubs import Stub, StubLoader
 
 REAL = {"vllm", "vllm.benchmarks", "vllm.benchmarks.serve", "vllm.benchmarks.datasets",
         "vllm.benchmarks.datasets.datasets", "vllm.benchmarks.datasets.utils", "vllm.benchmarks.lib",
         "vllm.benchmarks.lib.endpoint_request_func"}  # fmt: skip
-
-
-class Stub(types.ModuleType):
-    """A module whose every attribute is a do-nothing class."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        obj = type(name, (), {"__init__": lambda s, *a, **k: None, "__call__": lambda s, *a, **k: None,
-                              "__getattr__": lambda s, n: None,
-                              "__class_getitem__": classmethod(lambda c, i: c)})  # fmt: skip
-        setattr(self, name, obj)
-        return obj
-
-
-class StubLoader:
-    def create_module(self, spec: Any) -> Any:
-        module = Stub(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module: Any) -> None:
-        del module
 
 
 class Finder:

@@ -92,13 +92,10 @@ def make_app(loaded: Any, name: str, logprobs_supported: bool = True, refuse_log
 
 
 @contextmanager
-def serve(
-    loaded: Any, port: int, name: str = "tiny-llm", logprobs_supported: bool = True, refuse_logprobs: bool = False,
-    max_model_len: int | None = None,
-) -> Iterator[str]:
-    """Run the server in a thread on 127.0.0.1:port; yields its base URL; shuts it down after."""
+def serve_app(app: Any, port: int) -> Iterator[str]:
+    """Run an aiohttp ``app`` in a thread on 127.0.0.1:port; yields its base URL; shuts it down after."""
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(make_app(loaded, name, logprobs_supported, refuse_logprobs, max_model_len))
+    runner = web.AppRunner(app)
     started = threading.Event()
 
     def run() -> None:
@@ -119,3 +116,13 @@ def serve(
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
         loop.close()
+
+
+@contextmanager
+def serve(
+    loaded: Any, port: int, name: str = "tiny-llm", logprobs_supported: bool = True, refuse_logprobs: bool = False,
+    max_model_len: int | None = None,
+) -> Iterator[str]:
+    """Run the server in a thread on 127.0.0.1:port; yields its base URL; shuts it down after."""
+    with serve_app(make_app(loaded, name, logprobs_supported, refuse_logprobs, max_model_len), port) as url:
+        yield url

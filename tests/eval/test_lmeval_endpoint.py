@@ -9,10 +9,8 @@ both the completions and the chat-completions routes.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,8 @@ from typing import Any
 import pytest
 
 from lmmbench.core.net import free_loopback_port
+
+from .logprob_server import serve_app
 
 ROWS = [{"question": f"How many apples are {i} apples and {i + 3} apples?",
          "answer": f"{i} + {i + 3} = {2 * i + 3}.\n#### {2 * i + 3}"} for i in range(12)]  # fmt: skip
@@ -58,26 +58,8 @@ def scripted_server() -> Iterator[str]:
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    port = free_loopback_port()
-    started = threading.Event()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert started.wait(30)
-    yield f"http://127.0.0.1:{port}/v1"
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(30)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(30)
-    loop.close()
+    with serve_app(app, free_loopback_port()) as url:
+        yield f"{url}/v1"
 
 
 @pytest.fixture(scope="module")
