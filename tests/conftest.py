@@ -35,7 +35,8 @@ def lmmbench_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 #: Test modules (or folders) that time things against a ground truth: run alone, never beside another worker.
 SERIAL_PATHS = (
     "perf/test_fidelity.py", "perf/test_perf_cli.py", "perf/test_workloads.py", "perf/test_journal.py",
-    "perf/test_exit_codes.py", "perf/test_vllm_compat.py", "perf/test_bench_serve.py",
+    "perf/test_exit_codes.py", "perf/test_vllm_compat.py", "perf/test_bench_serve.py", "perf/test_bench_sglang.py",
+    "plans/test_timing_rows.py",  # two workers' sleeps must overlap
     "runs/test_runs_compare.py", "runs/test_previous_run.py",  # verdicts on injected 20 / 26 / 30 ms TTFT
     "reliability/test_lifecycle.py", "reliability/test_perf_search_and_recover.py",  # signals, lateness
     "fuzz/test_fuzz_traces.py", "fuzz/test_fuzz_store.py", "fuzz/test_fuzz_every_bound.py",  # "within 5 s"

@@ -35,7 +35,10 @@ N = 40
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
     """A local Ray cluster for the module's tests, shut down after them."""
-    ray = pytest.importorskip("ray", reason="the ray extra is part of lmmbench[all], which CI installs")
+    if os.environ.get("CI"):  # CI installs lmmbench[all]: a missing ray fails here instead of skipping
+        import ray
+    else:
+        ray = pytest.importorskip("ray", reason="the ray extra is part of lmmbench[all]")
     from lmmbench.loadgen.ray_fanout import MACHINE_RESOURCE, MACHINE_UNITS
 
     ray.init(num_cpus=max(2, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,

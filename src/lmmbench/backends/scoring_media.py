@@ -191,13 +191,16 @@ def to_messages(req: GenRequest) -> list[dict[str, Any]]:
 
 
 def generate_one(scorer: InProcessScorer, req: GenRequest, text: str) -> str:
-    """Greedy generation of one media request."""
+    """Generation of one media request: greedy, or sampled with the request's settings (lm-eval's do_sample)."""
     import torch
 
     from lmmbench.backends.stop_strings import cut_at_stop
 
     inputs = _process(scorer, text, [str(Path(p)) for p in req.images], req.audio)
     with torch.no_grad():
-        gen = scorer.model.generate(**inputs, max_new_tokens=req.max_tokens, do_sample=False)
+        sampling: dict[str, Any] = {"do_sample": req.temperature > 0}
+        if req.temperature > 0:
+            sampling.update(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k)
+        gen = scorer.model.generate(**inputs, max_new_tokens=req.max_tokens, **sampling)
     new = gen[0, inputs["input_ids"].shape[1] :]
     return cut_at_stop(scorer.tokenizer.decode(new.tolist(), skip_special_tokens=True), req.stop)

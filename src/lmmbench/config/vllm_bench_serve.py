@@ -97,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _percentiles(value: Any) -> list[float]:
+    """``--metric-percentiles 25,50,99`` as numbers; anything else is one clear error."""
+    try:
+        return [float(p) for p in str(value).split(",")]
+    except ValueError:
+        raise UserError(f"--metric-percentiles {value!r}: comma-separated numbers, e.g. 50,90,99") from None
+
+
 def refusal(dest: str) -> str:
     """Why flag ``dest`` is refused (only for flags not carried)."""
     flag = next(f["flags"][0] for f in VLLM_FLAGS if f["dest"] == dest)
@@ -198,7 +206,7 @@ def translate(ns: argparse.Namespace) -> dict[str, Any]:
         "warmup_requests": ns.num_warmups, "save_detailed": ns.save_detailed,
         "metadata": _pairs(ns.metadata, "=", "--metadata"),
         "percentile_metrics": (ns.percentile_metrics or "ttft,tpot,itl").split(","),
-        "percentiles": [float(p) for p in str(ns.metric_percentiles).split(",")], "slo": slo,
+        "percentiles": _percentiles(ns.metric_percentiles), "slo": slo,
         "progress": not ns.disable_tqdm, "wait_for_server": float(ns.ready_check_timeout_sec),
         "continuous_usage": True, "insecure": bool(ns.insecure),
     }  # fmt: skip

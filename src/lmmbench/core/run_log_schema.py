@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from lmmbench.core.errors import UserError
+from lmmbench.core.errors import UserError, user_error_from_validation
 
 __all__ = [
     "RUN_LOG_NAME",
@@ -97,7 +97,8 @@ class RunLog(BaseModel):
     @classmethod
     def _known_status(cls, data: Any) -> Any:
         """A status this schema does not know (a hand-edited or future file) is read as unset, not refused."""
-        if isinstance(data, dict) and data.get("status") is not None and data["status"] not in _STATUSES:
+        status = data.get("status") if isinstance(data, dict) else None
+        if status is not None and not (isinstance(status, str) and status in _STATUSES):
             return {k: v for k, v in data.items() if k != "status"}
         return data
 
@@ -106,7 +107,7 @@ class RunLog(BaseModel):
         """A log without ``status`` (older files): the one its ``run`` section kept, else from its outcome."""
         if self.status is None:
             kept = self.run.get("status")
-            self.status = kept if kept in _STATUSES else self.settled_status()
+            self.status = kept if isinstance(kept, str) and kept in _STATUSES else self.settled_status()  # type: ignore[assignment]
         return self
 
     def settled_status(self) -> RunStatus:
@@ -179,4 +180,7 @@ def load_run_log(target: Path) -> RunLog:
     fields, measured_from = upgrade(data, path)
     if measured_from is not None:
         fields = {**fields, "measurement": measurement_from(*measured_from)}
-    return RunLog.model_validate(fields)
+    try:
+        return RunLog.model_validate(fields)
+    except ValidationError as exc:
+        raise user_error_from_validation(exc, f"{path}: not a run log lmmbench can read") from None

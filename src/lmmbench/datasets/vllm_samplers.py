@@ -112,9 +112,12 @@ def _to_target_len(tok: VllmTokenizer, ids: list[int], target: int, np_draw: Any
 
 
 def _range_ratios(ratio: float | dict[str, float]) -> tuple[float, float]:
-    if isinstance(ratio, dict):
-        return float(ratio["input"]), float(ratio["output"])
-    return float(ratio), float(ratio)
+    try:
+        if isinstance(ratio, dict):
+            return float(ratio["input"]), float(ratio["output"])
+        return float(ratio), float(ratio)
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"--random-range-ratio {ratio!r}: a number, or {{\"input\": r, \"output\": r}}") from None
 
 
 def _lengths(rng: Any, n: int, ratio: float | dict[str, float], input_len: int, output_len: int,
@@ -303,6 +306,8 @@ def sample_prefix_repetition(tok: VllmTokenizer, rngs: VllmRng, n: int, prefix_l
                              num_prefixes: int = 10, output_len: int = 128, shuffle: bool = True) -> list[VllmSample]:
     """vLLM's ``prefix_repetition``: ``num_prefixes`` random prefixes, each with n // num_prefixes random suffixes
     (numpy's global generator, re-seeded), shuffled by Python's (re-seeded)."""
+    if num_prefixes < 1:
+        raise UserError(f"--prefix-repetition-num-prefixes {num_prefixes}: at least 1")
     per = n // num_prefixes
     if per == 0:
         raise UserError(f"--num-prompts {n} must be at least --prefix-repetition-num-prefixes {num_prefixes}")

@@ -117,9 +117,13 @@ def check_lock(prompt: Prompt, lock_path: Path) -> None:
     if have is None:
         locked[prompt.ref] = prompt.sha256
         body: dict[str, Any] = {"version": 1, "prompts": dict(sorted(locked.items()))}
-        tmp = lock_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(lock_path)
+        tmp = lock_path.with_suffix(f".tmp{os.getpid()}")  # two runs locking at once never share a file
+        try:
+            tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+            tmp.replace(lock_path)
+        except OSError as exc:
+            raise UserError(f"{lock_path}: cannot write the prompt lock ({exc.strerror or exc}); make the folder "
+                            f"writable, or lock {prompt.ref} there once by hand") from None
     elif have != prompt.sha256:
         raise UserError(f"prompt {prompt.ref} ({prompt.source}) changed without a new version: {lock_path} locks "
                         f"sha256 {have[:12]}..., the text now hashes to {prompt.sha256[:12]}...; give the new text "

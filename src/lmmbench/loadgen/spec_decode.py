@@ -58,12 +58,12 @@ def spec_decode_keys(before: dict[str, Any] | None, after: dict[str, Any] | None
     drafts = int(after["drafts"] - before["drafts"])
     draft_tokens = int(after["draft_tokens"] - before["draft_tokens"])
     accepted = int(after["accepted"] - before["accepted"])
-    if draft_tokens <= 0:
+    if draft_tokens <= 0 or drafts <= 0:  # nothing drafted, or a server without the drafts counter
         return {}
     positions = sorted(set(before["per_pos"]) | set(after["per_pos"]))
     per_pos = [(after["per_pos"].get(p, before["per_pos"].get(p, 0)) - before["per_pos"].get(p, 0)) / drafts
                for p in positions] if drafts > 0 else []  # fmt: skip
     return {"spec_decode_acceptance_rate": accepted / draft_tokens * 100,
-            "spec_decode_acceptance_length": 1 + accepted / drafts if drafts > 0 else 0.0,
+            "spec_decode_acceptance_length": 1 + accepted / drafts,
             "spec_decode_num_drafts": drafts, "spec_decode_draft_tokens": draft_tokens,
             "spec_decode_accepted_tokens": accepted, "spec_decode_per_position_acceptance_rates": per_pos}  # fmt: skip

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
+from lmmbench.metrics.accuracy_text import levenshtein as _levenshtein
 
 __all__ = [
     "anls_lmms",
@@ -30,19 +31,6 @@ __all__ = [
 ]
 
 
-def _levenshtein(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """Edit distance between two sequences (characters or words)."""
-    if len(a) > len(b):
-        a, b = b, a
-    prev = list(range(len(a) + 1))
-    for j, cb in enumerate(b, 1):
-        cur = [j]
-        for i, ca in enumerate(a, 1):
-            cur.append(prev[i - 1] if ca == cb else 1 + min(prev[i - 1], prev[i], cur[-1]))
-        prev = cur
-    return prev[-1]
-
-
 def anls_lmms(prediction: str, references: Sequence[str], threshold: float = 0.5) -> float:
     """ANLS of one answer: 1 − the smallest normalised edit distance to a reference, 0 below ``threshold``.
 
@@ -54,7 +42,9 @@ def anls_lmms(prediction: str, references: Sequence[str], threshold: float = 0.5
         gt = " ".join(ref.strip().lower().split())
         length = max(len(ref.upper()), len(prediction.upper()))
         values.append(0.0 if length == 0 else _levenshtein(gt, det) / length)
-    result = 1.0 - min(values) if values else 0.0
+    if not values:
+        raise ValueError("no reference answers")  # not a score of 0: the sample cannot be scored
+    result = 1.0 - min(values)
     return 0.0 if result < threshold else result
 
 
@@ -131,7 +121,7 @@ def vqa_normalize(answer: str) -> str:
 def vqa_accuracy(prediction: str, answers: Sequence[str]) -> float:
     """VQA accuracy: mean over the ten leave-one-out subsets of min(1, matches / 3)."""
     if not answers:
-        return 0.0
+        raise ValueError("no reference answers")  # not a score of 0: the sample cannot be scored
     pred = vqa_normalize(prediction)
     gts = [vqa_normalize(a) for a in answers]
     accs = []

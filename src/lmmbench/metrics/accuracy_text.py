@@ -13,8 +13,9 @@ import collections
 import re
 import string
 from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["anls", "exact_match", "normalize_squad", "rouge_l", "sacre_bleu", "token_f1"]
+__all__ = ["anls", "exact_match", "levenshtein", "normalize_squad", "rouge_l", "sacre_bleu", "token_f1"]
 
 _PUNCT_TABLE = str.maketrans("", "", string.punctuation)
 _DIGIT_TABLE = str.maketrans("", "", string.digits)
@@ -88,7 +89,8 @@ def rouge_l(prediction: str, reference: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _levenshtein(a: str, b: str) -> int:
+def levenshtein(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Edit distance between two sequences (characters of strings, or words of lists)."""
     if len(a) < len(b):
         a, b = b, a
     prev = list(range(len(b) + 1))
@@ -107,7 +109,7 @@ def anls(prediction: str, references: Sequence[str], threshold: float = 0.5) -> 
     for ref in references:
         gt = " ".join(ref.strip().lower().split())
         longest = max(len(pred), len(gt))
-        nl = 0.0 if longest == 0 else _levenshtein(pred, gt) / longest
+        nl = 0.0 if longest == 0 else levenshtein(pred, gt) / longest
         best = max(best, 1.0 - nl if nl < threshold else 0.0)
     return best
 

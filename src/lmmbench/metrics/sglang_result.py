@@ -40,10 +40,10 @@ def _stats(name: str, values_s: Sequence[float], with_max: bool = False) -> dict
     return out
 
 
-def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
+def _peaks(ok: list[RequestRecord]) -> tuple[float | None, int | None]:
     """SGLang's max_output_tokens_per_s and max_concurrent_requests: one-second buckets from the first start."""
     if not ok:
-        return 0.0, 0
+        return None, None  # no request finished: no peak was measured
     t0 = min(r.scheduled_ns or r.sent_ns for r in ok)
     tokens: dict[int, int] = {}
     active: dict[int, int] = {}
@@ -95,7 +95,11 @@ def sglang_benchmark_result(records: Sequence[RequestRecord], *, duration_s: flo
         rows.append((t, tpot, e))
     retok = [len(tokenizer.encode(r.output_text, add_special_tokens=False).ids) if r.ok else 0
              for r in recs] if tokenizer is not None else None  # fmt: skip
-    dur = duration_s if duration_s > 0 else math.nan
+    dur = duration_s if duration_s > 0 else math.nan  # no duration: the rates below are null, never NaN
+
+    def per_s(x: float) -> float | None:
+        return x / dur if duration_s > 0 else None
+
     total_in = sum(r.input_tokens or r.prompt_tokens or 0 for r in ok)
     total_out = sum(out_lens)
     peak_tokens, peak_conc = _peaks(ok)
@@ -103,18 +107,18 @@ def sglang_benchmark_result(records: Sequence[RequestRecord], *, duration_s: flo
         "duration": duration_s, "completed": len(ok), "total_input_tokens": total_in,
         "total_input_text_tokens": total_in, "total_input_vision_tokens": 0, "total_output_tokens": total_out,
         "total_output_tokens_retokenized": sum(retok) if retok is not None else None,
-        "request_throughput": len(ok) / dur, "input_throughput": total_in / dur, "output_throughput": total_out / dur,
-        "total_throughput": (total_in + total_out) / dur,
+        "request_throughput": per_s(len(ok)), "input_throughput": per_s(total_in),
+        "output_throughput": per_s(total_out), "total_throughput": per_s(total_in + total_out),
         **_stats("e2e_latency", [x for x in lat if x is not None]),
         **_stats("ttft", [x for x in ttft if x is not None]),
         **_stats("tpot", tpots), **_stats("itl", [x for i, r in enumerate(recs) if r.ok for x in itls[i]], True),
-        "concurrency": math.fsum(x for x in lat if x is not None) / dur, "accept_length": None,
+        "concurrency": per_s(math.fsum(x for x in lat if x is not None)), "accept_length": None,
         "max_output_tokens_per_s": peak_tokens, "max_concurrent_requests": peak_conc,
     }  # fmt: skip
-    if goodput_ms:
+    if goodput_ms and duration_s > 0:
         res.update(_goodput(rows, goodput_ms, dur))
     res["details"] = {
-        "input_lens": [r.prompt_tokens or r.input_tokens or 0 for r in recs], "output_lens": out_lens,
+        "input_lens": [r.input_tokens or r.prompt_tokens for r in recs], "output_lens": out_lens,
         "ttfts": ttft, "itls": itls, "generated_texts": [r.output_text for r in recs],
         "errors": [r.error_message for r in recs],
     }  # fmt: skip

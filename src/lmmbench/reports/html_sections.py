@@ -292,7 +292,7 @@ def eval_charts(results: list[dict[str, Any]]) -> str:
     return _charts_block(charts)
 
 
-_SHARES = ("acc", "exact_match", "em", "f1", "anls", "accuracy", "match", "pass", "bleu", "rouge", "mcc")
+_SHARES = ("acc", "exact_match", "em", "f1", "anls", "accuracy", "match", "pass", "bleu", "rouge")  # mcc spans -1..1
 
 
 def _interval(mv: dict[str, Any], name: str = "") -> tuple[float, float] | None:

@@ -63,12 +63,13 @@ def write_dataset_stats(result: dict[str, Any], path: Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UserError("--plot-dataset-stats needs matplotlib: pip install 'lmmbench[plots]'") from None
-    totals = [(a or 0) + (b or 0) for a, b in zip(ins, outs, strict=False)]
+    totals = [a + b for a, b in zip(ins, outs, strict=False) if a is not None and b is not None]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for ax, values, name in zip(axes, (ins, outs, totals), ("prompt tokens", "output tokens",
                                                                "prompt + output tokens"), strict=True):  # fmt: skip
-        ax.hist([v or 0 for v in values], bins=min(50, max(len(set(values)), 1)))
-        ax.set_title(f"{name} (n={len(values)})")
+        known = [v for v in values if v is not None]  # an unknown length is left out, never drawn as 0
+        ax.hist(known, bins=min(50, max(len(set(known)), 1)))
+        ax.set_title(f"{name} (n={len(known)})")
         ax.set_xlabel("tokens")
         ax.set_ylabel("requests")
     fig.tight_layout()

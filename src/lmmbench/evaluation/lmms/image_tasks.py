@@ -14,7 +14,14 @@ from typing import Any
 
 from lmmbench.evaluation.lmms.media import open_image
 from lmmbench.evaluation.lmms.spec import LmmsTask, Scored, mean_of
-from lmmbench.metrics.accuracy_mm import anls_lmms, mme_parse, mme_scores, relaxed_correctness, vqa_accuracy
+from lmmbench.metrics.accuracy_mm import (
+    MME_PERCEPTION,
+    anls_lmms,
+    mme_parse,
+    mme_scores,
+    relaxed_correctness,
+    vqa_accuracy,
+)
 from lmmbench.metrics.accuracy_text import exact_match
 from lmmbench.metrics.mc_parse import (
     ai2d_filter,
@@ -198,6 +205,11 @@ def mme_aggregate(samples: Sequence[Scored]) -> dict[str, float]:
     return mme_scores(samples)[0]
 
 
+def _mme_metric_of(sample: Scored) -> str:
+    """MME's perception score is over its perception categories, the cognition score over the rest."""
+    return "mme_perception_score" if sample["category"] in MME_PERCEPTION else "mme_cognition_score"
+
+
 IMAGE_TASKS = [
     LmmsTask("mmmu_val", "lmms-lab-encoder/MMMU", None, "validation", "image", 128, mmmu_prompt, mmmu_images,
              mmmu_score, mmmu_aggregate, ("mmmu_acc",), ("mmmu_acc",), ("subject", "domain"), meta=_mmmu_meta,
@@ -218,5 +230,5 @@ IMAGE_TASKS = [
              ("subject",), meta=lambda d: {"subject": d.get("subject")}),
     LmmsTask("mme", "lmms-lab-encoder/MME", None, "test", "image", 16, mme_prompt, _one_image, mme_score,
              mme_aggregate, ("mme_perception_score", "mme_cognition_score"), (), ("category",),
-             meta=lambda d: {"category": d["category"]}),
+             meta=lambda d: {"category": d["category"]}, metric_of=_mme_metric_of),
 ]  # fmt: skip

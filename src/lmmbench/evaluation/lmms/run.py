@@ -149,7 +149,10 @@ def _values(task: LmmsTask, samples: Sequence[Scored]) -> dict[str, MetricValue]
             continue
         per = [float(s[name]) for s in samples if name in s]
         stderr = mean_stderr(per) if name in task.mean_metrics else None
-        n = len(per) if name in task.mean_metrics else len(samples)
+        if name in task.mean_metrics:
+            n = len(per)
+        else:  # the samples this aggregate is over
+            n = sum(1 for s in samples if task.metric_of is None or task.metric_of(s) == name)
         extra = {"lower_is_better": name in task.lower_is_better, **task.notes()}
         out[name] = MetricValue(name, float(agg[name]), stderr, n, extra)
     return out

@@ -51,5 +51,7 @@ class LmmsTask:
     layout: Callable[[Doc], list[str | int]] | None = None
     #: how the numbers were measured where a choice was made (recorded with each metric)
     notes: Callable[[], dict[str, Any]] = field(default=lambda: {})
+    #: for an aggregate over part of the samples (MME: perception or cognition), the metric a sample feeds
+    metric_of: Callable[[Scored], str] | None = None
     version: str = "lmms-eval-0.7.3"
     licence: str | None = None
