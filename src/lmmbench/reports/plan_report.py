@@ -88,7 +88,7 @@ def _perf_points(row: dict[str, Any]) -> list[tuple[float, float]]:
     points = []
     with (Path(folder) / "summary.csv").open(newline="", encoding="utf-8") as fh:
         for r in csv.DictReader(fh):
-            load = to_float(r.get("rate")) or to_float(r.get("concurrency"))  # offered load only, never throughput
+            load = to_float(r.get("rate")) or to_float(r.get("concurrency")) or to_float(r.get("qps"))
             ttft = to_float(r.get("ttft_ms_mean"))
             if load is not None and ttft is not None:
                 points.append((load, ttft))
