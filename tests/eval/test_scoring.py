@@ -50,10 +50,11 @@ def test_loglikelihood_matches_the_definition(tiny_llm: Any) -> None:
 
 def test_equal_length_batches_are_bit_identical_and_padding_is_not_required(tiny_llm: Any) -> None:
     reqs = [LLRequest(f"Sentence number {i} is about", c) for i in range(6) for c in (" cats", " a dog", " x")]
-    one = InProcessScorer(tiny_llm, batch_size=1).loglikelihood(reqs)
-    batched = InProcessScorer(tiny_llm, batch_size=8).loglikelihood(reqs)
+    # every input whole (--no-share-context): equal-length batches change nothing, bit for bit
+    one = InProcessScorer(tiny_llm, batch_size=1, share_context=False).loglikelihood(reqs)
+    batched = InProcessScorer(tiny_llm, batch_size=8, share_context=False).loglikelihood(reqs)
     assert one == batched  # exact, not approximately
-    padded = InProcessScorer(tiny_llm, batch_size=8, pad_batches=True).loglikelihood(reqs)
+    padded = InProcessScorer(tiny_llm, batch_size=8, pad_batches=True, share_context=False).loglikelihood(reqs)
     assert max(abs(a[0] - b[0]) for a, b in zip(one, padded, strict=True)) < 1e-4
 
 

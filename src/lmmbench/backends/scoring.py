@@ -4,7 +4,9 @@ The numerics are lm-evaluation-harness 0.4.13's ``HFLM`` (see docs/eval.md): tra
 context moves to the continuation; continuation tokens are ``tokens(ctx + cont)`` minus the count of
 ``tokens(ctx)``; the model sees ``(ctx + cont)[-(max_length + 1):][:-1]`` with no attention mask;
 ``log_softmax`` over the vocabulary in the model's dtype, gathered at the continuation and summed.
-Batches hold only inputs of equal length (no padding), which on CPU gives bit-identical log-probs to
+By default each distinct context runs once and its continuations run on its KV cache
+(``backends.context_sharing``; float32 rounding apart, the same numbers). With ``share_context=False``
+batches hold only inputs of equal length (no padding), which on CPU gives bit-identical log-probs to
 one forward per input (measured: max difference 0.0), so the numbers are those of lm-eval at batch size
 1. ``pad_batches=True`` right-pads mixed lengths like lm-eval at batch size > 1 (faster, differences up
 to ~4e-6 measured). Requests with identical inputs share one forward (lm-eval does the same for
@@ -167,7 +169,12 @@ class InProcessScorer:
     supports_media = True
 
     def __init__(
-        self, loaded: Any, batch_size: int = 16, max_length: int | None = None, pad_batches: bool = False
+        self,
+        loaded: Any,
+        batch_size: int = 16,
+        max_length: int | None = None,
+        pad_batches: bool = False,
+        share_context: bool = True,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -176,6 +183,7 @@ class InProcessScorer:
         self.device = loaded.device
         self.batch_size = max(1, int(batch_size))
         self.pad_batches = pad_batches
+        self.share_context = share_context
         self.model_id = f"{loaded.ref.name}@{loaded.ref.path}:{loaded.dtype}"
         self.max_length = max_length or resolve_max_length(self.model.config, self.tokenizer)
         tok = self.tokenizer
@@ -211,13 +219,18 @@ class InProcessScorer:
         rows = [x + [pad] * (width - len(x)) for x in batch]
         return torch.tensor(rows, dtype=torch.long, device=self.device)
 
-    def _forward_hidden(self, batch: list[list[int]]) -> Any | None:
+    def _forward_hidden(self, batch: list[list[int]], **model_kwargs: Any) -> Any | None:
         """The last hidden states of ``batch`` (the vocabulary projection left out), or None when the model's
         logits are not its output embedding applied to them (checked once, exactly, on the first batch).
 
         The projection and log_softmax over a 150k-token vocabulary at every context position cost more
         than the layers of a small model, and lm-eval reads only the continuation's positions: each
         request's positions are projected on their own, so its numbers do not depend on its batch."""
+        out = self._forward_hidden_output(batch, **model_kwargs)
+        return None if out is None else out.hidden_states[-1]
+
+    def _forward_hidden_output(self, batch: list[list[int]], **model_kwargs: Any) -> Any | None:
+        """The model's output for ``batch`` with hidden states (``_forward_hidden``), or None."""
         import torch
 
         if self._hidden_ok is False:
@@ -225,22 +238,21 @@ class InProcessScorer:
         inp = self._input(batch)
         with torch.no_grad():
             try:
-                out = self.model(inp, output_hidden_states=True, logits_to_keep=1)
+                out = self.model(inp, output_hidden_states=True, logits_to_keep=1, **model_kwargs)
             except TypeError:  # a model without logits_to_keep
                 self._hidden_ok = False
                 return None
-            hidden = out.hidden_states[-1]
             if self.model.get_output_embeddings() is None:
                 self._hidden_ok = False
                 return None
             if self._hidden_ok is None:
-                last = self.model.get_output_embeddings()(hidden[:, -1:, :])
+                last = self.model.get_output_embeddings()(out.hidden_states[-1][:, -1:, :])
                 self._hidden_ok = bool(last.shape == out.logits.shape and torch.equal(last, out.logits))
                 if not self._hidden_ok:
                     log.info("scoring: %s logits are not its output embedding of the last hidden state; "
                              "projecting every position", type(self.model).__name__)  # fmt: skip
                     return None
-        return hidden
+        return out
 
     def _row_logprobs(self, hidden_row: Any, start: int, end: int) -> Any:
         import torch
@@ -264,8 +276,16 @@ class InProcessScorer:
     def score_tokens(
         self, pairs: Sequence[tuple[list[int], list[int]]], progress: Progress | None = None
     ) -> list[tuple[float, bool]]:
-        """(LL, is_greedy) of each (context tokens, continuation tokens) pair."""
+        """(LL, is_greedy) of each (context tokens, continuation tokens) pair: each distinct context run once
+        (``share_context``, backends/context_sharing.py), or each distinct input whole."""
         import torch
+
+        if self.share_context:
+            from lmmbench.backends.context_sharing import score_with_shared_contexts
+
+            shared = score_with_shared_contexts(self, pairs, progress)
+            if shared is not None:
+                return shared
 
         inputs: dict[tuple[int, ...], list[int]] = {}
         for i, (ctx, cont) in enumerate(pairs):

@@ -58,6 +58,10 @@ class EvalConfig(BaseModel):
     pad_batches: bool = Field(
         False, description="right-pad mixed lengths into one batch (faster; log-likelihoods move by up to ~4e-6)"
     )
+    share_context: bool = Field(
+        True, description="run each distinct context once and its answer choices on its KV cache (faster; "
+        "log-likelihoods move within float32 rounding); --no-share-context runs every input whole"
+    )
     device: str = device_field()
     dtype: Dtype = dtype_field()
     limit: float | None = Field(None, gt=0, description="only the first N samples of each task; a fraction below 1 "

@@ -99,7 +99,8 @@ def make_backend(cfg: EvalConfig) -> ScoringBackend:
         torch.set_num_threads(cfg.threads)
 
     loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
-    return InProcessScorer(loaded, batch_size=cfg.batch_size, max_length=cfg.max_length, pad_batches=cfg.pad_batches)
+    return InProcessScorer(loaded, batch_size=cfg.batch_size, max_length=cfg.max_length, pad_batches=cfg.pad_batches,
+                           share_context=cfg.share_context)
 
 
 def _random_weights(model: str | None) -> bool:

@@ -1,0 +1,87 @@
+"""Each distinct context runs once and its answer choices run on its KV cache: the same log-likelihoods and
+greedy flags as running every input whole (within float32 rounding), with fewer tokens through the model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lmmbench.backends.context_sharing import group_by_context
+from lmmbench.backends.scoring import InProcessScorer, LLRequest
+
+QUESTIONS = [
+    ("Question: What is the capital of France?\nAnswer:", [" Paris", " London is big", " Berlin, in Germany", " Rome"]),
+    ("The fox jumps over the dog. Then it", [" ran away quickly.", " slept.", " ate the dog whole and left", " x"]),
+    ("Q: 2+2=?\nA:", [" A", " B", " C", " D"]),  # tiny-llm: a space token, then the letter: one shared row
+    ("A context with a single choice", [" and its only continuation"]),
+]
+
+
+def _requests() -> list[LLRequest]:
+    reqs = [LLRequest(q, c) for q, cs in QUESTIONS for c in cs]
+    return [*reqs, reqs[1], reqs[9]]  # duplicates answer from the same rows
+
+
+class _TokenCounter:
+    """Counts the input tokens of every forward of the model (a forward pre-hook)."""
+
+    def __init__(self, model: Any) -> None:
+        self.tokens = 0
+        self.forwards = 0
+        self.handle = model.register_forward_pre_hook(self._count, with_kwargs=True)
+
+    def _count(self, _module: Any, args: Any, kwargs: Any) -> None:
+        ids = args[0] if args else kwargs["input_ids"]
+        self.tokens += int(ids.numel())
+        self.forwards += 1
+
+
+def _score(tiny_llm: Any, **kwargs: Any) -> tuple[list[tuple[float, bool]], _TokenCounter]:
+    counter = _TokenCounter(tiny_llm.model)
+    try:
+        return InProcessScorer(tiny_llm, **kwargs).loglikelihood(_requests()), counter
+    finally:
+        counter.handle.remove()
+
+
+@pytest.mark.parametrize("batch_size", [16, 2])  # 2: a question's four choices take two forwards on copied caches
+def test_shared_contexts_give_the_numbers_of_whole_inputs(tiny_llm: Any, batch_size: int) -> None:
+    whole, whole_count = _score(tiny_llm, batch_size=1, share_context=False)
+    shared, shared_count = _score(tiny_llm, batch_size=batch_size, share_context=True, pad_batches=True)
+    assert len(shared) == len(whole) == len(_requests())
+    for (a, ga), (b, gb) in zip(shared, whole, strict=True):
+        assert abs(a - b) <= 1e-6 * max(1.0, abs(b))
+        assert ga == gb
+    assert shared[1] == shared[-2] and shared[9] == shared[-1]
+    # the two multi-token questions run their context once: fewer tokens than every input whole
+    assert shared_count.tokens < whole_count.tokens
+
+
+def test_only_questions_with_several_multi_token_choices_use_the_cache(tiny_llm: Any) -> None:
+    s = InProcessScorer(tiny_llm, pad_batches=True)
+    pairs = [s.encode_pair(r.context, r.continuation) for r in _requests()]
+    groups = group_by_context(pairs, s.max_length)
+    assert groups is not None
+    by_size = sorted((len(g.rows), g.size) for g in groups)
+    # the single choice (1 row); the letters (their one shared row: the space token; 4 requests and a
+    # duplicate); the two four-choice questions (4 distinct rows each; one of them asked twice)
+    assert by_size == [(1, 1), (1, 5), (4, 4), (4, 5)]
+    one_token = group_by_context([([5, 6, 7], [t]) for t in (8, 9, 10, 11)], s.max_length)
+    assert one_token is not None and [(len(g.rows), g.size) for g in one_token] == [(0, 4)]
+    counter = _TokenCounter(tiny_llm.model)
+    try:
+        s.loglikelihood(_requests())
+    finally:
+        counter.handle.remove()
+    # two cached questions (a context forward and a choices forward each) and one padded batch of the rest
+    assert counter.forwards == 5
+
+
+def test_an_input_cut_to_the_context_length_is_scored_whole(tiny_llm: Any) -> None:
+    s = InProcessScorer(tiny_llm, max_length=8)
+    req = [LLRequest("one two three four five six seven eight nine ten", " eleven twelve"),
+           LLRequest("one two three four five six seven eight nine ten", " twelve")]  # fmt: skip
+    shared = s.loglikelihood(req)
+    whole = InProcessScorer(tiny_llm, max_length=8, share_context=False).loglikelihood(req)
+    assert [round(x[0], 4) for x in shared] == [round(x[0], 4) for x in whole]
