@@ -136,7 +136,7 @@ def test_flush_cache_between_warmup_and_load_and_the_cache_report(
     server: tuple[str, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Two groups of three prompts sharing a 16-word prefix, one at a time. With --flush-cache the warm-up
-    (2 copies of the first request, at most 32 output tokens) fills the cache, the flush empties it, and the
+    (2 copies of the first request, at most 32 output tokens, the first adapter) fills the cache, the flush empties it, and the
     load's first request of each group misses: 4 x 16 cached words. Without it, every prompt of the run before
     is still cached whole (the same seed draws the same prompts): 6 x 20. SGLang's OpenAI API reports them in
     sglext (device tier), its native API in meta_info."""
@@ -144,12 +144,13 @@ def test_flush_cache_between_warmup_and_load_and_the_cache_report(
     out = tmp_path / "o.jsonl"
     args = [*GSP[:-1], "40", "--max-concurrency", "1", "--warmup-requests", "2", "--cache-report"]
     before = len(server_received(url))
-    res = _run(port, out, *args, "--flush-cache")
+    res = _run(port, out, *args, "--flush-cache", "--lora-name", "x", "y")
     log = server_received(url)[before:]
     flush = next(i for i, e in enumerate(log) if e["path"] == "/flush_cache")
     assert log[flush]["query"] == "timeout=60.0"  # SGLang's default --flush-cache-timeout
     warm = [e for e in log[:flush] if e["path"] == "/generate"][-2:]
     assert len(warm) == 2 and all(e["body"]["sampling_params"]["max_new_tokens"] == 32 for e in warm)
+    assert [e["body"]["lora_path"] for e in warm] == ["x", "x"]  # SGLang warms up with the first adapter
     load = [e for e in log[flush:] if e["path"] == "/generate"][-6:]
     assert all(e["body"]["sampling_params"]["max_new_tokens"] == 40 for e in load)
     prompt_words = 6 * (16 + 4)

@@ -120,7 +120,11 @@ def warmup_and_flush(ns: argparse.Namespace, cfg: PerfConfig, requests: list[Per
         from lmmbench.backends.readiness import wait_for_server
 
         wait_for_server(cfg.url, cfg.model, cfg.wait_for_server, api_key=cfg.api_key)
-        first = (requests or _build(cfg.model_copy(update={"num_requests": 1})))[0]
+        first = copy.deepcopy((requests or _build(cfg.model_copy(update={"num_requests": 1})))[0])
+        if ns.lora_name:  # SGLang warms up with the first adapter
+            first.payload["lora_path"] = ns.lora_name[0]
+            if first.endpoint != "generate":
+                first.payload["model"] = ns.lora_name[0]
         if cfg.model is None:
             from lmmbench.loadgen.api import preflight
 
