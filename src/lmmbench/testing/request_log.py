@@ -15,31 +15,38 @@ _PROMPT_KEYS = ("prompt", "messages", "text", "input_ids")
 
 
 class RequestLog:
-    """The POSTs one server process received (at most ``cap``; later ones are counted, not kept)."""
+    """The POSTs one server process received, kept raw (parsed only when asked for, so logging costs the server
+    next to nothing): at most ``cap`` of them and ``max_bytes`` of bodies; later ones are counted, not kept."""
 
-    def __init__(self, cap: int = 20000) -> None:
-        self.cap = cap
-        self.entries: list[dict[str, Any]] = []
+    def __init__(self, cap: int = 20000, max_bytes: int = 32 << 20) -> None:
+        self.cap, self.max_bytes = cap, max_bytes
+        self.raw: list[tuple[str, list[str], bytes]] = []
+        self.bytes = 0
         self.dropped = 0
 
     def add(self, target: str, head_lines: list[str], body: bytes) -> None:
         """Log one POST: ``target`` is the request target (path and query), ``head_lines`` its header lines."""
-        if len(self.entries) >= self.cap:
+        if len(self.raw) >= self.cap or self.bytes + len(body) > self.max_bytes:
             self.dropped += 1
             return
-        path, _, query = target.partition("?")
-        headers: dict[str, str] = {}
-        for line in head_lines:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        try:
-            parsed: Any = json.loads(body) if body else None
-        except (ValueError, RecursionError):
-            parsed = None
-        if isinstance(parsed, dict):
-            parsed = {k: v for k, v in parsed.items() if k not in _PROMPT_KEYS}
-        self.entries.append({"path": path, "query": query, "headers": headers, "body": parsed})
+        self.bytes += len(body)
+        self.raw.append((target, head_lines, body))
 
     def page(self) -> dict[str, Any]:
-        """The ``GET /received`` answer."""
-        return {"received": self.entries, "dropped": self.dropped}
+        """The ``GET /received`` answer: each POST's path, query, headers (lower-case names) and JSON body."""
+        return {"received": [_entry(*raw) for raw in self.raw], "dropped": self.dropped}
+
+
+def _entry(target: str, head_lines: list[str], body: bytes) -> dict[str, Any]:
+    path, _, query = target.partition("?")
+    headers: dict[str, str] = {}
+    for line in head_lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    try:
+        parsed: Any = json.loads(body) if body else None
+    except (ValueError, RecursionError):
+        parsed = None
+    if isinstance(parsed, dict):
+        parsed = {k: v for k, v in parsed.items() if k not in _PROMPT_KEYS}
+    return {"path": path, "query": query, "headers": headers, "body": parsed}

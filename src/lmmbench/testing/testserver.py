@@ -5,7 +5,8 @@ the same small machine. Every chunk of a request is scheduled at an absolute tim
 arrival (``ttft_ms`` to the first content chunk, then ``tokens_per_chunk * itl_ms`` between
 chunks), so delays never accumulate. Timers are woken ``timer_lead_us`` early to cancel the
 event loop's ~1 ms timer rounding on average. ``GET /stats`` reports requests and injected
-faults per kind; several processes can share the port (``workers``, SO_REUSEPORT).
+faults per kind, ``GET /received`` every POST's path, headers and body (``testing.request_log``);
+several processes can share the port (``workers``, SO_REUSEPORT).
 """
 
 from __future__ import annotations
