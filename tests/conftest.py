@@ -36,6 +36,7 @@ def lmmbench_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 SERIAL_PATHS = (
     "perf/test_fidelity.py", "perf/test_perf_cli.py", "perf/test_workloads.py", "perf/test_journal.py",
     "perf/test_exit_codes.py", "perf/test_vllm_compat.py", "perf/test_bench_serve.py", "perf/test_bench_sglang.py",
+    "perf/test_bench_sglang_requests.py",  # non-streamed TTFT against the injected TTFT / ITL
     "plans/test_timing_rows.py",  # two workers' sleeps must overlap
     "runs/test_runs_compare.py", "runs/test_previous_run.py",  # verdicts on injected 20 / 26 / 30 ms TTFT
     "reliability/test_lifecycle.py", "reliability/test_perf_search_and_recover.py",  # signals, lateness

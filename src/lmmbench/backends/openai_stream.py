@@ -92,6 +92,7 @@ def finalize_record(rec: RequestRecord, tokenizer: Any | None = None, keep_text:
                 rec.error_kind = "server_error_event"
                 rec.error_message = _error_message(data)
             continue
+        _cached_tokens(obj, rec)
         if "choices" not in obj and isinstance(obj.get("meta_info"), dict):  # SGLang's native /generate event
             obj, native_text = native_event(obj, native_text)
         u = obj.get("usage")
@@ -133,6 +134,22 @@ def finalize_record(rec: RequestRecord, tokenizer: Any | None = None, keep_text:
     rec.event_data = []
     rec.error_body = b""
     return rec
+
+
+def _cached_tokens(obj: dict[str, Any], rec: RequestRecord) -> None:
+    """SGLang's cached prompt tokens, as its bench client reads them: ``meta_info.cached_tokens`` (and
+    ``cached_tokens_details``) of its native API, ``sglext.cached_tokens_details`` (device + host + storage) of its
+    OpenAI API; the last event that carries them wins."""
+    meta = obj.get("meta_info")
+    if isinstance(meta, dict) and isinstance(meta.get("cached_tokens"), int):
+        rec.cached_tokens = meta["cached_tokens"]
+        details = meta.get("cached_tokens_details")
+        rec.cached_tokens_details = details if isinstance(details, dict) else None
+    ext = obj.get("sglext")
+    details = ext.get("cached_tokens_details") if isinstance(ext, dict) else None
+    if isinstance(details, dict) and details:
+        rec.cached_tokens = sum(int(details.get(k) or 0) for k in ("device", "host", "storage"))
+        rec.cached_tokens_details = details
 
 
 def _choice_text(ch: dict[str, Any]) -> tuple[str, str]:

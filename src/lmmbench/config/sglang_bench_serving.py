@@ -17,6 +17,7 @@ import math
 from importlib import resources
 from typing import Any
 
+from lmmbench.config.sglang_bench_run import RUN_FLAGS, check_run_flags, run_extra_body
 from lmmbench.core.errors import UserError
 
 __all__ = ["SGLANG_FLAGS", "SGLANG_USAGE", "SGLANG_VERSION", "build_parser", "refusal", "sglang_defaults",
@@ -66,6 +67,7 @@ CARRIED = {
     "profile", "warmup_requests", "tag", "gsp_num_groups", "gsp_prompts_per_group", "gsp_system_prompt_len",
     "gsp_question_len", "gsp_output_len", "return_logprob", "top_logprobs_num", "token_ids_logprob",
     "logprob_start_len", "return_routed_experts",
+    *RUN_FLAGS,  # the request / run side: headers, streaming, LoRA, cache flush and report, profiler (sglang_bench_run)
 }  # fmt: skip
 _GOODPUT = ("ttft", "tpot", "e2el")
 
@@ -202,8 +204,9 @@ def translate(ns: argparse.Namespace) -> dict[str, Any]:
         raise UserError(f"--extra-request-body: not JSON ({exc})") from None
     if not isinstance(extra, dict):
         raise UserError("--extra-request-body: expected a JSON object")
+    check_run_flags(ns)
     endpoint = BACKENDS[ns.backend]
-    extra = {**_logprob_fields(ns, endpoint), **extra}  # SGLang merges the extra body last
+    extra = {**_logprob_fields(ns, endpoint), **extra, **run_extra_body(ns)}  # SGLang's order of merging
     port = ns.port if ns.port is not None else _PORTS.get(ns.backend, 30000)
     host = f"[{ns.host}]" if ":" in ns.host else ns.host
     out: dict[str, Any] = {

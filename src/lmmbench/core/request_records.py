@@ -43,6 +43,7 @@ class PerfRequest:
     next_turn: int | None = None  # multi-turn: index of the request sent after this one completes
     think_ns: int = 0  # multi-turn: pause between this request's completion and the next turn
     headers: dict[str, str] = field(default_factory=dict)  # HTTP headers of this request only
+    stream: bool = True  # False: asked for one whole response (its TTFT is its E2E latency: no token is seen earlier)
 
 
 @dataclass(slots=True)
@@ -80,6 +81,8 @@ class RequestRecord:
     saw_done: bool = False
     output_text: str = ""
     labels: dict[str, Any] = field(default_factory=dict)
+    cached_tokens: int | None = None  # prompt tokens the server says it served from its cache (SGLang's meta_info)
+    cached_tokens_details: dict[str, Any] | None = None  # SGLang's per-tier split (device / host / storage)
 
     @property
     def ok(self) -> bool:

@@ -316,7 +316,7 @@ async def run_worker_async(
 ) -> WorkerResult:
     """Prepare (encode, connect, warm up), get t0 from ``start()`` (or now + 50 ms), run, parse."""
     client = make_client(plan.backend, **plan.client_kwargs)
-    encoded = [client.encode(r) for r in plan.requests]
+    encoded = [client.encode(r, r.stream) for r in plan.requests]
     journal = Journal(plan.journal_path, plan.journal_labels) if plan.journal_path else None
     driver = _Driver(plan, client, encoded, progress, journal)
     loop = asyncio.get_running_loop()

@@ -67,8 +67,8 @@ def request_values(rec: RequestRecord) -> dict[str, Any]:
 
     ttft = ms(rec.first_token_ns, rec.scheduled_ns)
     e2e = ms(rec.end_ns, rec.scheduled_ns)
-    tpot = None
-    if ttft is not None and e2e is not None and rec.output_tokens > 1:
+    tpot = None  # none when the first token came with the end (a whole, non-streamed response): no decode was seen
+    if ttft is not None and e2e is not None and rec.output_tokens > 1 and rec.end_ns > rec.first_token_ns:
         tpot = (e2e - ttft) / (rec.output_tokens - 1)
     itl = itl_ms(rec)
     return {

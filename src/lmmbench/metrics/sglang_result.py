@@ -6,7 +6,9 @@ Keys follow SGLang's ``sglang/benchmark/serving.py`` (``calculate_metrics`` and 
 of request latencies over the duration, the peaks over one-second buckets. The values are lmmbench's measurement,
 not SGLang's (docs/perf.md, "Coming from SGLang"): TTFT and latency from each request's scheduled time (SGLang
 starts its clock after a concurrency slot is free), ITL per token (SGLang's OpenAI backends take one gap per
-chunk), and null where there is no sample (SGLang writes 0).
+chunk), and null where there is no sample (SGLang writes 0). A response that was not streamed (``--disable-stream``)
+shows its first token when it ends: its TTFT is its E2E latency, as in SGLang, and it has no TPOT or ITL (SGLang
+writes a TPOT of 0 for it).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from lmmbench.core.request_records import RequestRecord
 from lmmbench.metrics.perf_metrics import itl_ms
 from lmmbench.metrics.stats import percentile
 
-__all__ = ["DETAIL_KEYS", "sglang_benchmark_result"]
+__all__ = ["DETAIL_KEYS", "sglang_benchmark_result", "sglang_cache_report"]
 
 #: per-request lists SGLang writes only with --output-details
 DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")
@@ -74,9 +76,36 @@ def _goodput(rows: list[tuple[float, float, float] | None], slos: dict[str, floa
             "slo_attainment_by_metric": {k: v / n for k, v in met.items()}}  # fmt: skip
 
 
+def sglang_cache_report(records: Sequence[RequestRecord]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """SGLang's ``--cache-report``: prompt and cached tokens over the successful requests (the server's prompt
+    count first, as SGLang), and the per-request lists; totals are null when no response reported cached tokens
+    (SGLang writes 0)."""
+    ok = [r for r in records if not r.warmup and r.ok]
+    reported = [r for r in ok if r.cached_tokens is not None]
+    prompt = sum(r.prompt_tokens or r.input_tokens or 0 for r in ok)
+    cached = sum(r.cached_tokens or 0 for r in reported) if reported else None
+    tiers = [r.cached_tokens_details for r in reported if r.cached_tokens_details]
+
+    def tier(name: str) -> int:
+        return sum(int(d.get(name) or 0) for d in tiers)
+
+    storage = tier("storage")
+    backend = next((d.get("storage_backend") for d in tiers if d.get("storage")), None)
+    report = {"total_prompt_tokens": prompt, "total_cached_tokens": cached,
+              "cache_hit_rate_pct": round(cached / prompt * 100, 2) if cached is not None and prompt else None,
+              "device_cached_tokens": tier("device") if tiers else None,
+              "host_cached_tokens": tier("host") if tiers else None,
+              "storage_cached_tokens": storage or None, "storage_backend": backend}  # fmt: skip
+    recs = [r for r in records if not r.warmup]
+    return report, {"cached_tokens": [r.cached_tokens for r in recs],
+                    "cached_tokens_details": [r.cached_tokens_details for r in recs]}
+
+
 def sglang_benchmark_result(records: Sequence[RequestRecord], *, duration_s: float, tokenizer: Any | None = None,
-                            goodput_ms: dict[str, float] | None = None) -> dict[str, Any]:  # fmt: skip
-    """SGLang's result keys and per-request lists (``goodput_ms`` keyed ttft / tpot / e2el)."""
+                            goodput_ms: dict[str, float] | None = None, streamed: bool = True,
+                            cache_report: bool = False) -> dict[str, Any]:  # fmt: skip
+    """SGLang's result keys and per-request lists (``goodput_ms`` keyed ttft / tpot / e2el; ``streamed`` false:
+    the responses came whole, so no TPOT; ``cache_report``: SGLang's ``cache_report`` key and lists)."""
     recs = [r for r in records if not r.warmup]
     ok = [r for r in recs if r.ok]
     ttft = [(r.first_token_ns - r.scheduled_ns) / _S if r.ok and r.first_token_ns else None for r in recs]
@@ -91,7 +120,7 @@ def sglang_benchmark_result(records: Sequence[RequestRecord], *, duration_s: flo
             rows.append(None)
             continue
         tpot = (e - t) / (out_lens[i] - 1) if out_lens[i] > 1 else 0.0
-        tpots += [tpot] if out_lens[i] > 1 else []
+        tpots += [tpot] if out_lens[i] > 1 and streamed else []
         rows.append((t, tpot, e))
     retok = [len(tokenizer.encode(r.output_text, add_special_tokens=False).ids) if r.ok else 0
              for r in recs] if tokenizer is not None else None  # fmt: skip
@@ -117,9 +146,12 @@ def sglang_benchmark_result(records: Sequence[RequestRecord], *, duration_s: flo
     }  # fmt: skip
     if goodput_ms and duration_s > 0:
         res.update(_goodput(rows, goodput_ms, dur))
+    lists: dict[str, list[Any]] = {}
+    if cache_report:
+        res["cache_report"], lists = sglang_cache_report(records)
     res["details"] = {
         "input_lens": [r.input_tokens or r.prompt_tokens for r in recs], "output_lens": out_lens,
         "ttfts": ttft, "itls": itls, "generated_texts": [r.output_text for r in recs],
-        "errors": [r.error_message for r in recs],
+        "errors": [r.error_message for r in recs], **lists,
     }  # fmt: skip
     return res

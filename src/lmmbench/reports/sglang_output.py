@@ -58,15 +58,37 @@ def format_summary(res: dict[str, Any], *, backend: str, request_rate: float, ma
         lines += [_num(f"{stat.capitalize() if stat in ('mean', 'median') else stat.upper()} {name} (ms):",
                        res[f"{stat}_{key}_ms"]) for stat in ("mean", "median", "p90", "p95", "p99")]  # fmt: skip
     lines.append(_num("Max ITL (ms):", res["max_itl_ms"]))
+    if "cache_report" in res:
+        lines += _cache_lines(res["cache_report"])
     lines.append("=" * 50)
     return "\n".join(lines)
 
 
+def _cache_lines(rep: dict[str, Any]) -> list[str]:
+    """SGLang's ``Cache Hit Details`` block (``--cache-report``); a total not reported prints as ``n/a``."""
+    cached, out = rep["total_cached_tokens"], ["{s:{c}^{n}}".format(s="Cache Hit Details", n=50, c="-")]
+    out += [_txt("Total prompt tokens:", rep["total_prompt_tokens"]), _txt("Total cached tokens:", cached)]
+    storage = f"  Storage ({rep['storage_backend']}):" if rep["storage_backend"] else "  Storage:"
+    tiers = rep["device_cached_tokens"] is not None and bool(cached)
+    if tiers:
+        out += [_txt("  Device:", rep["device_cached_tokens"]), _txt("  Host:", rep["host_cached_tokens"])]
+        out += [_txt(storage, rep["storage_cached_tokens"])] if rep["storage_cached_tokens"] else []
+    rate = rep["cache_hit_rate_pct"]
+    out.append(f"{'Cache hit rate:':<40} {rate:.1f}%" if rate is not None else _txt("Cache hit rate:", None))
+    if tiers:
+        out += [f"{'  Device:':<40} {rep['device_cached_tokens'] / cached * 100:.1f}%",
+                f"{'  Host:':<40} {rep['host_cached_tokens'] / cached * 100:.1f}%"]  # fmt: skip
+        if rep["storage_cached_tokens"]:
+            out.append(f"{storage:<40} {rep['storage_cached_tokens'] / cached * 100:.1f}%")
+    return out
+
+
 def result_line(res: dict[str, Any], head: dict[str, Any], server_info: Any, details: bool) -> dict[str, Any]:
     """The JSON object SGLang appends to its output file (with ``--output-details``, the per-request lists)."""
-    body = {k: v for k, v in res.items() if k not in ("details", "max_itl_ms") and k not in _GOODPUT_KEYS}
+    body = {k: v for k, v in res.items() if k not in ("details", "max_itl_ms", "cache_report")
+            and k not in _GOODPUT_KEYS}  # fmt: skip
     out: dict[str, Any] = {**{k: head.get(k) for k in _HEAD_KEYS}, "server_info": server_info, **body}
-    out.update({k: res[k] for k in _GOODPUT_KEYS if k in res})
+    out.update({k: res[k] for k in (*_GOODPUT_KEYS, "cache_report") if k in res})  # SGLang's order
     if details:
         out.update(res["details"])
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -73,25 +74,15 @@ def _accept_length(info: Any) -> float | None:
     return None
 
 
-def _post(url: str, path: str) -> None:
-    """POST ``path`` on the server (SGLang's /start_profile, /stop_profile); a refusal is one line."""
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url.rstrip("/") + path, data=b"{}", method="POST",
-                                                           headers={"Content-Type": "application/json"}),
-                                    timeout=60):  # fmt: skip
-            pass
-    except (urllib.error.URLError, OSError) as exc:
-        raise UserError(f"--profile: {url + path} failed ({exc}); start the server with its profiler enabled "
-                        "(SGLang: SGLANG_TORCH_PROFILER_DIR)") from None
-
-
 def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
     """Parse ``argv`` as ``sglang.bench_serving`` does, run the load, return the summary and the output file."""
     from lmmbench.config.perf import PerfConfig
+    from lmmbench.config.sglang_bench_run import check_run_flags
     from lmmbench.config.sglang_bench_serving import build_parser, translate
     from lmmbench.datasets.perf_datasets import load_tokenizer
     from lmmbench.metrics.sglang_result import sglang_benchmark_result
     from lmmbench.reports.sglang_output import append_output_line, format_summary, output_file_name, result_line
+    from lmmbench.sessions.bench_sglang_run import profile, sglang_requests, warmup_and_flush
     from lmmbench.sessions.perf_session import run_perf
 
     ns = build_parser().parse_args(argv)
@@ -99,20 +90,23 @@ def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
     if options["dataset"] == "sharegpt" and "dataset_path" not in options:
         options["dataset_path"] = sharegpt_file()
     cfg = PerfConfig.model_validate({**options, "plots": False})
-    if ns.profile:  # as SGLang: the server's profiler on around the benchmark
-        _post(cfg.url, "/start_profile")
+    for warning in check_run_flags(ns):
+        print(warning, file=sys.stderr)
+    requests = sglang_requests(ns, cfg)  # headers, LoRA adapters, streamed or not, as SGLang sends them
+    cfg = warmup_and_flush(ns, cfg, requests)  # --flush-cache: SGLang's warm-up, then the flush, then the load
+    profile(ns, cfg.url, start=True)  # --profile: as SGLang, the server's profiler on around the benchmark
     try:
-        run = run_perf(cfg)
+        run = run_perf(cfg, requests)
     finally:
-        if ns.profile:
-            _post(cfg.url, "/stop_profile")
+        profile(ns, cfg.url, start=False)
     sent, ok = run.request_counts()
     if not run.results:
         return BenchSglangRun("", None, sent, ok, run.run_dir, run.interrupted)
     res = run.results[0]
     tok = load_tokenizer(cfg.tokenizer) if cfg.tokenizer is not None else None
     result = sglang_benchmark_result(res.records, duration_s=res.summary.duration_s, tokenizer=tok,
-                                     goodput_ms=dict(ns.goodput) if ns.goodput else None)  # fmt: skip
+                                     goodput_ms=dict(ns.goodput) if ns.goodput else None,
+                                     streamed=not ns.disable_stream, cache_report=ns.cache_report)  # fmt: skip
     info = _server_info(cfg.url) if ns.backend.startswith("sglang") else None
     result["accept_length"] = _accept_length(info)
     summary = format_summary(result, backend=ns.backend, request_rate=ns.request_rate,

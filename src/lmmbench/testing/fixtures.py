@@ -18,7 +18,7 @@ from lmmbench.config.perf_testserver import TestServerConfig
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.testing.testserver import WORDS
 
-__all__ = ["build_word_tokenizer", "make_record", "running_testserver", "server_stats"]
+__all__ = ["build_word_tokenizer", "make_record", "running_testserver", "server_received", "server_stats"]
 
 
 def _cli_args(cfg: TestServerConfig) -> list[str]:
@@ -39,6 +39,13 @@ def server_stats(url: str) -> dict[str, Any]:
     """The test server's ``/stats``: requests served and faults injected per kind."""
     with urllib.request.urlopen(url.rstrip("/") + "/stats", timeout=5) as resp:
         data: dict[str, Any] = json.loads(resp.read())
+        return data
+
+
+def server_received(url: str) -> list[dict[str, Any]]:
+    """The test server's ``/received``: every POST's path, query, headers and body (without the prompt), in order."""
+    with urllib.request.urlopen(url.rstrip("/") + "/received", timeout=5) as resp:
+        data: list[dict[str, Any]] = json.loads(resp.read())["received"]
         return data
 
 

@@ -26,11 +26,14 @@ def native_request(req: dict[str, Any], model: str) -> dict[str, Any]:
     return out
 
 
-def native_event_bytes(rid: str, prompt_tokens: int, cum_tokens: int, finish: str | None, words: list[str]) -> bytes:
-    """One native event: the text of the first ``cum_tokens`` tokens and SGLang's ``meta_info``."""
+def native_event_bytes(rid: str, prompt_tokens: int, cum_tokens: int, finish: str | None, words: list[str],
+                       cached_tokens: int = 0) -> bytes:  # fmt: skip
+    """One native event (or a whole native answer): the text of the first ``cum_tokens`` tokens and SGLang's
+    ``meta_info`` (``cached_tokens``: the prompt tokens the prefix cache held)."""
     text = "".join(" " + words[j % len(words)] for j in range(cum_tokens))
     meta: dict[str, Any] = {"id": rid, "finish_reason": None if finish is None else {"type": finish},
-                            "prompt_tokens": prompt_tokens, "completion_tokens": cum_tokens, "cached_tokens": 0}
+                            "prompt_tokens": prompt_tokens, "completion_tokens": cum_tokens,
+                            "cached_tokens": cached_tokens}  # fmt: skip
     return json.dumps({"text": text, "meta_info": meta, "index": 0}, separators=(",", ":")).encode()
 
 

@@ -5,7 +5,8 @@ the same small machine. Every chunk of a request is scheduled at an absolute tim
 arrival (``ttft_ms`` to the first content chunk, then ``tokens_per_chunk * itl_ms`` between
 chunks), so delays never accumulate. Timers are woken ``timer_lead_us`` early to cancel the
 event loop's ~1 ms timer rounding on average. ``GET /stats`` reports requests and injected
-faults per kind; several processes can share the port (``workers``, SO_REUSEPORT).
+faults per kind, ``GET /received`` every POST's path, headers and body (``testing.request_log``);
+several processes can share the port (``workers``, SO_REUSEPORT).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from lmmbench.config.limits import limit_value
 from lmmbench.config.perf_testserver import FAULT_KINDS, TestServerConfig
 from lmmbench.loadgen.precise_timer import PreciseTimers
+from lmmbench.testing.request_log import RequestLog
 from lmmbench.testing.server_model import PrefixCacheModel, render_metrics
 from lmmbench.testing.sglang_native_server import native_event_bytes, native_request, server_info
 
@@ -56,6 +58,7 @@ class TestServerState:
         self.adaptive = cfg.timer == "adaptive"
         self.cache = PrefixCacheModel(cfg)
         self.profile_calls: list[str] = []  # start_profile / stop_profile, in order
+        self.log = RequestLog()  # every POST's path, headers and body (GET /received)
 
     def call_at_pc(self, target_pc: float, cb: Any, *args: Any) -> asyncio.TimerHandle | None:
         """Call ``cb(*args)`` at ``perf_counter`` time ``target_pc`` (see ``timer``)."""
@@ -144,8 +147,8 @@ def _chunk(payload: bytes) -> bytes:
 class _Stream:
     """The timeline of one streamed answer."""
 
-    __slots__ = ("chat", "conn", "continuous", "fault", "handle", "include_usage", "n_out", "native",
-                 "next_index", "prompt_tokens", "rid", "sent_tokens", "t0")  # fmt: skip
+    __slots__ = ("cached", "chat", "conn", "continuous", "fault", "handle", "include_usage", "n_out", "native",
+                 "next_index", "prompt_tokens", "rid", "sent_tokens", "sglext", "t0")  # fmt: skip
 
     def __init__(self, conn: _ServerConn, rid: str, chat: bool, n_out: int, prompt_tokens: int,
                  include_usage: bool, continuous: bool, fault: str, t0: float) -> None:  # fmt: skip
@@ -155,6 +158,8 @@ class _Stream:
         self.next_index = 0
         self.sent_tokens = 0
         self.native = False
+        self.cached = 0  # prompt tokens the prefix cache held
+        self.sglext = False  # SGLang's OpenAI API asked for cached_tokens_details (return_cached_tokens_details)
         self.handle: asyncio.TimerHandle | None = None
 
 
@@ -229,6 +234,8 @@ class _ServerConn(asyncio.Protocol):
             if len(parts) < 2:
                 self.write(_error(400, "bad request line"))
                 continue
+            if parts[0] == "POST":
+                self.state.log.add(parts[1], lines[1:], body)
             self.handle(parts[0], parts[1], body)
 
     # request handling --------------------------------------------------------------------
@@ -253,6 +260,8 @@ class _ServerConn(asyncio.Protocol):
                 {"id": cfg.model, "object": "model", "owned_by": "lmmbench"}]}))  # fmt: skip
         elif path == "/server_info":  # SGLang's: what its bench client reads the spec-decode accept length from
             self.write(_json_response(200, server_info(cfg)))
+        elif path == "/received":  # what the server was sent, for tests of a flag's effect on the wire
+            self.write(_json_response(200, self.state.log.page()))
         elif path in ("/health", "/v1/health"):
             self.write(_json_response(200, {"status": "ok"}))
         elif path == "/metrics" and cfg.metrics_names != "none":
@@ -269,8 +278,8 @@ class _ServerConn(asyncio.Protocol):
             self.write(_error(404, f"no route {path}"))
 
     def _control(self, path: str) -> bool:
-        """vLLM's control POSTs (prefix-cache reset, profiler start / stop); False for any other path."""
-        if path == "/reset_prefix_cache":  # as vLLM's endpoint of that name
+        """vLLM's and SGLang's control POSTs (prefix-cache reset, profiler start / stop); False for any other."""
+        if path in ("/reset_prefix_cache", "/flush_cache"):  # vLLM's and SGLang's endpoints of that name
             self.state.cache.blocks.clear()
         elif path in ("/start_profile", "/stop_profile"):  # vLLM's profiler endpoints
             self.state.profile_calls.append(path.strip("/"))
@@ -330,8 +339,9 @@ class _ServerConn(asyncio.Protocol):
         rid = f"cmpl-{os.getpid()}-{st.counter}"
         t0 = time.perf_counter()
         if not req.get("stream"):
-            delay = self._ttft_s(words) + (n_out - 1) * cfg.itl_ms / 1e3
-            st.call_at_pc(t0 + delay, self._answer_whole, rid, chat, n_out, len(words))
+            ttft, cached = self._ttft_s(words)
+            answer = (rid, chat, n_out, len(words), native, cached, bool(req.get("return_cached_tokens_details")))
+            st.call_at_pc(t0 + ttft + (n_out - 1) * cfg.itl_ms / 1e3, self._answer_whole, *answer)
             return
         if cfg.max_streams and st.active >= cfg.max_streams:
             st.queued.append(raw)  # emulate a saturated server: wait for a slot
@@ -354,6 +364,7 @@ class _ServerConn(asyncio.Protocol):
         s = _Stream(self, rid, chat, n_out, prompt_tokens, bool(opts.get("include_usage")) and cfg.usage,
                     bool(opts.get("continuous_usage_stats")) and cfg.continuous_usage, fault, t0)  # fmt: skip
         s.native = native
+        s.sglext = bool(req.get("return_cached_tokens_details"))
         self.stream = s
         st.cache.active_tokens += prompt_tokens + n_out
         head = _status_line(200) + (
@@ -364,20 +375,21 @@ class _ServerConn(asyncio.Protocol):
         self.write(head)
         if fault == "stall":
             return
-        s.t0 = t0 + self._ttft_s(words) - cfg.ttft_ms / 1e3  # later chunks keep their spacing after the first
+        ttft, s.cached = self._ttft_s(words)
+        s.t0 = t0 + ttft - cfg.ttft_ms / 1e3  # later chunks keep their spacing after the first
         s.handle = st.call_at_pc(s.t0 + cfg.ttft_ms / 1e3, self._emit, s)
 
-    def _ttft_s(self, words: list[str]) -> float:
-        """TTFT of a prompt: ttft_ms plus the prefill of its tokens the prefix cache does not hold."""
+    def _ttft_s(self, words: list[str]) -> tuple[float, int]:
+        """TTFT of a prompt (ttft_ms plus the prefill of its tokens the prefix cache does not hold), cached tokens."""
         cfg = self.state.cfg
         cached = self.state.cache.lookup_and_fill(words)
-        return (cfg.ttft_ms + (len(words) - cached) * cfg.prefill_ms_per_token) / 1e3
+        return (cfg.ttft_ms + (len(words) - cached) * cfg.prefill_ms_per_token) / 1e3, cached
 
     def _payload(self, s: _Stream, delta: dict[str, Any], finish: str | None, cum_tokens: int) -> bytes:
         # rendered by hand (same JSON as json.dumps of the chunk object): this runs for every chunk
         cfg = self.state.cfg
         if s.native:
-            return native_event_bytes(s.rid, s.prompt_tokens, cum_tokens, finish, WORDS)
+            return native_event_bytes(s.rid, s.prompt_tokens, cum_tokens, finish, WORDS, s.cached)
         kind = "chat.completion.chunk" if s.chat else "text_completion"
         head = f'{{"id":"{s.rid}","object":"{kind}","created":0,"model":{json.dumps(cfg.model)},"choices":[{{"index":0,'
         fin = "null" if finish is None else f'"{finish}"'
@@ -438,6 +450,8 @@ class _ServerConn(asyncio.Protocol):
                      "total_tokens": s.prompt_tokens + s.sent_tokens}  # fmt: skip
             obj: dict[str, Any] = {"id": s.rid, "object": "chat.completion.chunk" if s.chat else "text_completion",
                    "created": 0, "model": cfg.model, "choices": [], "usage": usage}  # fmt: skip
+            if s.sglext:  # SGLang's OpenAI API: where its cached prompt tokens come from
+                obj["sglext"] = {"cached_tokens_details": {"device": s.cached, "host": 0}}
             out += _chunk(json.dumps(obj, separators=(",", ":")).encode())
         if cfg.send_done:
             out += _chunk(b"[DONE]")
@@ -445,8 +459,15 @@ class _ServerConn(asyncio.Protocol):
         s.handle = None
         self._release()
 
-    def _answer_whole(self, rid: str, chat: bool, n_out: int, prompt_tokens: int) -> None:
+    def _answer_whole(self, rid: str, chat: bool, n_out: int, prompt_tokens: int, native: bool, cached: int,
+                      sglext: bool) -> None:  # fmt: skip
+        """The whole (non-streamed) answer, in SGLang's native shape on /generate, else OpenAI's."""
         cfg = self.state.cfg
+        if native:
+            page = native_event_bytes(rid, prompt_tokens, n_out, "length", WORDS, cached)
+            self.write(_status_line(200) + b"Content-Type: application/json\r\nContent-Length: "
+                       + str(len(page)).encode() + b"\r\n\r\n" + page)  # fmt: skip
+            return
         text = "".join(" " + WORDS[j % len(WORDS)] for j in range(n_out))
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_out, "total_tokens": prompt_tokens + n_out}
         if chat:
@@ -454,8 +475,11 @@ class _ServerConn(asyncio.Protocol):
                                       "finish_reason": "length"}  # fmt: skip
         else:
             choice = {"index": 0, "text": text, "finish_reason": "length"}
-        self.write(_json_response(200, {"id": rid, "object": "chat.completion" if chat else "text_completion",
-                                        "model": cfg.model, "choices": [choice], "usage": usage}))  # fmt: skip
+        whole: dict[str, Any] = {"id": rid, "object": "chat.completion" if chat else "text_completion",
+                                 "model": cfg.model, "choices": [choice], "usage": usage}  # fmt: skip
+        if sglext:
+            whole["sglext"] = {"cached_tokens_details": {"device": cached, "host": 0}}
+        self.write(_json_response(200, whole))
 
 
 def _default_lead_s(loop: asyncio.AbstractEventLoop, cfg: TestServerConfig) -> float:
