@@ -21,7 +21,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lmmbench.core.request_records import PerfRequest, RequestRecord
@@ -94,6 +94,8 @@ class _Driver:
         self.warmup_phase = False
         self.cap = plan.concurrency
         self.pending_turns = 0  # multi-turn: next turns waiting out their think time
+        self._fed: dict[int, bytes] = {}  # multi-turn: next turns encoded with the server's replies so far
+        self._history: dict[int, list[Any]] = {}  # multi-turn: the messages a turn was sent with
         # closed loop state
         self._closed_iter: Any = None
         self._closed_deadline = 0
@@ -101,7 +103,8 @@ class _Driver:
 
     # callbacks -------------------------------------------------------------------------
     def _data(self, rid: int) -> bytes:
-        return self.encoded[rid % len(self.encoded)]
+        fed = self._fed.pop(rid, None) if self._fed else None
+        return fed if fed is not None else self.encoded[rid % len(self.encoded)]
 
     def _send(self, rec: RequestRecord, data: bytes, slot_ns: int) -> None:
         rec.slot_ns = slot_ns
@@ -136,9 +139,23 @@ class _Driver:
         req = self.plan.requests[rec.request_id % len(self.plan.requests)]
         if req.next_turn is None:
             return False
+        nxt = self.plan.requests[req.next_turn % len(self.plan.requests)]
+        if nxt.follows_replies:
+            self._feed_reply(rec, req, nxt)
         self.pending_turns += 1
         self._send_turn(req.next_turn, (rec.end_ns or _now()) + req.think_ns)
         return True
+
+    def _feed_reply(self, rec: RequestRecord, req: PerfRequest, nxt: PerfRequest) -> None:
+        """Encode turn ``nxt``: the conversation so far, the server's reply to ``rec``, then its own messages."""
+        sent = self._history.pop(rec.request_id, None) or list(req.payload.get("messages") or [])
+        copy = RequestRecord(rec.request_id, status=rec.status, event_times_ns=list(rec.event_times_ns),
+                             event_data=list(rec.event_data))  # fmt: skip
+        reply = self.client.finalize(copy, None, True).output_text
+        messages = [*sent, {"role": "assistant", "content": reply}, *(nxt.payload.get("messages") or [])]
+        assert req.next_turn is not None
+        self._history[req.next_turn] = messages
+        self._fed[req.next_turn] = self.client.encode(replace(nxt, payload={**nxt.payload, "messages": messages}))
 
     def _send_turn(self, rid: int, target_ns: int) -> None:
         """Send turn ``rid`` at ``target_ns`` (loop timers may fire up to ~1 ms early: re-armed then)."""

@@ -88,7 +88,7 @@ def _post(url: str, path: str) -> None:
 def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
     """Parse ``argv`` as ``sglang.bench_serving`` does, run the load, return the summary and the output file."""
     from lmmbench.config.perf import PerfConfig
-    from lmmbench.config.sglang_bench_serving import build_parser, translate
+    from lmmbench.config.sglang_bench_serving import build_parser, drawn_by_sglang, translate
     from lmmbench.datasets.perf_datasets import load_tokenizer
     from lmmbench.metrics.sglang_result import sglang_benchmark_result
     from lmmbench.reports.sglang_output import append_output_line, format_summary, output_file_name, result_line
@@ -96,13 +96,19 @@ def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
 
     ns = build_parser().parse_args(argv)
     options = translate(ns)
-    if options["dataset"] == "sharegpt" and "dataset_path" not in options:
-        options["dataset_path"] = sharegpt_file()
-    cfg = PerfConfig.model_validate({**options, "plots": False})
+    requests = None
+    if drawn_by_sglang(ns):  # SGLang's own loader draws the requests
+        from lmmbench.sessions.bench_sglang_datasets import draw_sglang_requests
+
+        cfg, requests = draw_sglang_requests(ns, options, sharegpt_file)
+    else:
+        if options["dataset"] == "sharegpt" and "dataset_path" not in options:
+            options["dataset_path"] = sharegpt_file()
+        cfg = PerfConfig.model_validate({**options, "plots": False})
     if ns.profile:  # as SGLang: the server's profiler on around the benchmark
         _post(cfg.url, "/start_profile")
     try:
-        run = run_perf(cfg)
+        run = run_perf(cfg, requests)
     finally:
         if ns.profile:
             _post(cfg.url, "/stop_profile")
@@ -115,9 +121,14 @@ def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
                                      goodput_ms=dict(ns.goodput) if ns.goodput else None)  # fmt: skip
     info = _server_info(cfg.url) if ns.backend.startswith("sglang") else None
     result["accept_length"] = _accept_length(info)
-    summary = format_summary(result, backend=ns.backend, request_rate=ns.request_rate,
-                             max_concurrency=ns.max_concurrency)  # fmt: skip
-    line = result_line(result, vars(ns), info if info is not None else _server_info(cfg.url), ns.output_details)
+    vision = ns.dataset_name in ("image", "mmmu")
+    if vision:  # SGLang splits the prompt with the model's processor; lmmbench has the server's total only
+        result["total_input_text_tokens"] = result["total_input_vision_tokens"] = None
+    rate = "trace" if ns.use_trace_timestamps else ns.request_rate  # SGLang's label of --use-trace-timestamps
+    summary = format_summary(result, backend=ns.backend, request_rate=rate, max_concurrency=ns.max_concurrency,
+                             vision=vision)  # fmt: skip
+    head = {**vars(ns), "request_rate": rate}
+    line = result_line(result, head, info if info is not None else _server_info(cfg.url), ns.output_details)
     (run.run_dir / "sglang_result.json").write_text(json.dumps(line), encoding="utf-8")  # kept whatever happens next
     path = append_output_line(output_file_name(ns), line)
     return BenchSglangRun(summary, path, sent, ok, run.run_dir, run.interrupted)
