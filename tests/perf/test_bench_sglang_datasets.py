@@ -333,7 +333,9 @@ def native_server() -> Iterator[int]:
 
 
 def test_mooncake_and_trace_label_end_to_end(tok: Path, tmp_path: Path, native_server: int,
-                                             capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                             capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "out.jsonl"
     argv = ["bench", "sglang", "--backend", "sglang", "--port", str(native_server), "--tokenizer", str(tok),
             "--dataset-name", "mooncake", "--dataset-path", str(_trace(tmp_path / "t.jsonl")),
@@ -399,7 +401,9 @@ def recorder() -> Iterator[_Recorder]:
         rec.httpd.server_close()
 
 
-def test_agentic_trace_offset_max_turns_and_replies_fed_back(tmp_path: Path, recorder: _Recorder) -> None:
+def test_agentic_trace_offset_max_turns_and_replies_fed_back(tmp_path: Path, recorder: _Recorder,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
     convs = [[{"messages": [{"role": "system", "content": f"sys {c}"}, {"role": "user", "content": f"c{c} t0"}],
                "prompt_tokens": 50}, *[{"messages": [{"role": "tool", "content": f"c{c} t{t}"}]} for t in (1, 2, 3)]]
              for c in range(3)]  # fmt: skip
@@ -407,10 +411,12 @@ def test_agentic_trace_offset_max_turns_and_replies_fed_back(tmp_path: Path, rec
     path.write_text(json.dumps({"metadata": {}, "conversations": convs}))
     argv = ["bench", "sglang", "--backend", "sglang-oai-chat", "--port", str(recorder.port), "--dataset-name",
             "agentic-trace", "--dataset-path", str(path), "--num-prompts", "2", "--dataset-offset", "4",
-            "--agentic-max-turns", "3", "--warmup-requests", "0", "--max-concurrency", "1",
+            "--agentic-max-turns", "3", "--warmup-requests", "2", "--max-concurrency", "1",
             "--output-file", str(tmp_path / "o.jsonl"), "--disable-tqdm"]  # fmt: skip
     assert main(argv) == 0
-    sent = [b for b in recorder.bodies if b.get("max_tokens") == 220]  # the run's, not the pre-flight probe
+    calls = [b for b in recorder.bodies if b.get("max_tokens") == 220]  # not the pre-flight probe
+    warmup, sent = calls[:2], calls[2:]
+    assert all(len(b["messages"]) == 2 and b["messages"][1]["role"] == "user" for b in warmup)  # first turns
     assert len(sent) == 6  # conversations 1 and 2 (offset 4 mod 3), three rounds each
     by_conv = [[b for b in sent if b["messages"][0]["content"] == f"sys {c}"] for c in (1, 2)]
     for c, rounds in zip((1, 2), by_conv, strict=True):
@@ -419,7 +425,8 @@ def test_agentic_trace_offset_max_turns_and_replies_fed_back(tmp_path: Path, rec
         assert [m["role"] for m in last] == ["system", "user", "assistant", "tool", "assistant", "tool"]
         assert last[3]["content"] == f"c{c} t1" and last[5]["content"] == f"c{c} t2"
         replies = [m["content"] for m in last if m["role"] == "assistant"]
-        assert replies == [f"reply-{recorder.bodies.index(rounds[k]) + 1}" for k in (0, 1)]  # what it was sent
+        numbers = [next(i for i, b in enumerate(recorder.bodies) if b is rounds[k]) + 1 for k in (0, 1)]
+        assert replies == [f"reply-{n}" for n in numbers]  # what the server answered those rounds
 
 
 # ---- image, mmmu ---------------------------------------------------------------------------------------------

@@ -358,7 +358,7 @@ async def run_worker_async(
         await client.open(preopen)
         if plan.warmup:
             driver.warmup_phase = True
-            ids = range(-plan.warmup, 0)
+            ids = _warmup_ids(plan)
             await driver.run_closed(ids, min(plan.warmup, plan.concurrency or 8), _now(), None)
             driver.warmup_phase = False
             driver.issued = driver.completed = driver.errors = 0
@@ -406,6 +406,16 @@ async def run_worker_async(
             r.labels = {**r.labels, **req.labels}
     opened = int(getattr(client, "connections_opened", 0))
     return WorkerResult(plan.worker, records, driver.not_sent, opened, interrupted, cpu_s)
+
+
+def _warmup_ids(plan: WorkerPlan) -> list[int]:
+    """Ids of the warm-up requests (negative; id i sends requests[i % len]): the last requests, or, in a
+    multi-turn workload, conversations' first turns (a later turn alone is not a conversation)."""
+    n = len(plan.requests)
+    if not any(r.turn for r in plan.requests):
+        return list(range(-plan.warmup, 0))
+    firsts = [i for i, r in enumerate(plan.requests) if not r.turn]
+    return [firsts[k % len(firsts)] - n * (1 + k // len(firsts)) for k in range(plan.warmup)]
 
 
 def _count_from(start: int, stride: int) -> Any:
