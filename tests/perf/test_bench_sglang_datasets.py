@@ -28,7 +28,8 @@ from lmmbench.config.sglang_bench_serving import build_parser, translate
 from lmmbench.core.errors import UserError
 from lmmbench.core.net import free_loopback_port
 from lmmbench.datasets import sglang_datasets
-from lmmbench.sessions.bench_sglang_datasets import draw_sglang_requests
+from lmmbench.datasets.sglang_rows import SglTokenizer
+from lmmbench.sessions.bench_sglang_datasets import draw_rows, draw_sglang_requests
 from lmmbench.testing import build_word_tokenizer, running_testserver
 from lmmbench.testing.testserver import WORDS
 
@@ -67,6 +68,37 @@ def _words(n: int, start: int = 0) -> str:
 def _text(body: dict[str, Any]) -> str:
     content = body["messages"][-1]["content"]
     return content if isinstance(content, str) else next(p["text"] for p in content if p["type"] == "text")
+
+
+# ---- the same rows as SGLang's own loaders ---------------------------------------------------------------------
+
+FIXTURE = Path(__file__).parent / "fixtures" / "sglang_loaders.json"
+#: cases where lmmbench leaves a prompt uncounted (docs/perf.md, "Coming from SGLang": the server's usage counts)
+UNCOUNTED = ("gsp_turns", "gsp_fast", "image_png", "image_random", "image_blank")
+
+
+def test_loaders_draw_what_sglangs_own_draw(tmp_path: Path) -> None:
+    """Every case of benchmarks/sglang_loader_fixtures.py: the rows SGLang 0.5.23's loaders drew (prompt, lengths,
+    images' SHA-256, a row's own fields), drawn again by lmmbench's loaders from the same files and command line."""
+    import hashlib
+
+    fixture = json.loads(FIXTURE.read_text())
+    for name, text in fixture["files"].items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    tok_dir = build_word_tokenizer(tmp_path / "tok", fixture["extra_words"])
+    (tok_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": fixture["template"]}))
+    tok = SglTokenizer(tok_dir)
+    for case, spec in fixture["cases"].items():
+        ns = build_parser().parse_args([a.replace("{dir}", str(tmp_path)) for a in spec["argv"]])
+        rows = draw_rows(ns, tok, lambda: tmp_path / "sg.json")
+        got = [{"prompt": r.prompt, "prompt_len": r.prompt_len, "output_len": r.output_len,
+                "images": [hashlib.sha256(u.encode()).hexdigest() for u in r.image_data or []],
+                "extra": r.extra_body} for r in rows]  # fmt: skip
+        want = spec["rows"]
+        if case in UNCOUNTED:
+            assert all(g["prompt_len"] is None for g in got), case
+            want = [{**w, "prompt_len": None} for w in want]
+        assert want and got == want, case
 
 
 # ---- sharegpt / custom: --prompt-suffix, --sharegpt-context-len ------------------------------------------------
@@ -204,7 +236,8 @@ import datasets
 from PIL import Image
 from lmmbench.config.sglang_bench_serving import build_parser, translate
 from lmmbench.backends.openai_http import OpenAIHttpClient
-from lmmbench.sessions.bench_sglang_datasets import draw_sglang_requests
+from lmmbench.datasets.sglang_rows import SglTokenizer
+from lmmbench.sessions.bench_sglang_datasets import draw_rows, draw_sglang_requests
 from lmmbench.testing.hf_datasets import write_dataset_cache
 
 home, tok, rows = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])

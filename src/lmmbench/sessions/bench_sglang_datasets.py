@@ -11,7 +11,7 @@ from typing import Any
 
 from lmmbench.core.errors import UserError
 
-__all__ = ["draw_sglang_requests"]
+__all__ = ["draw_rows", "draw_sglang_requests"]
 
 _NO_TOKENIZER = ("agentic-trace",)  # loaders that never call the tokenizer
 
@@ -44,7 +44,9 @@ def _sharegpt_path(ns: argparse.Namespace, sharegpt_file: Callable[[], Path]) ->
     return sharegpt_file()
 
 
-def _rows(ns: argparse.Namespace, tok: Any, sharegpt_file: Callable[[], Path]) -> list[Any]:
+def draw_rows(ns: argparse.Namespace, tok: Any, sharegpt_file: Callable[[], Path]) -> list[Any]:
+    """The rows SGLang's loader of ``--dataset-name`` draws (``tok``: an ``SglTokenizer``, None for loaders that
+    never call it)."""
     from lmmbench.datasets import sglang_datasets as sd
     from lmmbench.datasets import sglang_image_datasets as si
     from lmmbench.datasets.sglang_rows import VllmRng
@@ -84,7 +86,7 @@ def draw_sglang_requests(ns: argparse.Namespace, options: dict[str, Any],
         tok = _tokenizer(ns, ns.model, "--model")
     elif name not in _NO_TOKENIZER:
         tok = _tokenizer(ns, ns.tokenizer or ns.model, "--tokenizer" if ns.tokenizer else "--model")
-    rows = _rows(ns, tok, sharegpt_file)
+    rows = draw_rows(ns, tok, sharegpt_file)
     if not rows:
         raise UserError(f"--dataset-name {name}: no request was drawn (SGLang's loader kept no row)")
     own = any(r.extra_body for r in rows)  # rows with their own fields: those win over --extra-request-body
