@@ -13,6 +13,7 @@ import base64
 import io
 import itertools
 import json
+import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -378,6 +379,21 @@ def test_mooncake_and_trace_label_end_to_end(tok: Path, tmp_path: Path, native_s
     assert "Traffic request rate:                    trace" in capsys.readouterr().out
     res = json.loads(out.read_text())
     assert res["request_rate"] == "trace" and res["completed"] == 3 and res["output_lens"] == [3, 4, 5]
+
+
+def test_image_run_prints_sglangs_vision_line_and_names_its_file(tok: Path, tmp_path: Path, native_server: int,
+                                                                 capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    argv = ["bench", "sglang", "--backend", "sglang-oai-chat", "--port", str(native_server), "--tokenizer", str(tok),
+            "--dataset-name", "image", "--num-prompts", "3", "--random-input-len", "5", "--random-output-len", "4",
+            "--image-resolution", "8x8", "--disable-tqdm"]  # fmt: skip
+    assert main(argv) == 0
+    assert "Total input vision tokens:               n/a" in capsys.readouterr().out  # the processor's split: absent
+    (name,) = [p.name for p in tmp_path.glob("*.jsonl")]
+    assert re.fullmatch(r"sglang-oai-chat_\d{4}_3_5_4_1imgs_8x8\.jsonl", name)  # SGLang's name for image runs
+    res = json.loads((tmp_path / name).read_text())
+    assert res["completed"] == 3 and res["total_input_vision_tokens"] is None
 
 
 # ---- agentic-trace: rounds with the server's own replies ---------------------------------------------------------
