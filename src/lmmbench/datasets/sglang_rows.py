@@ -91,8 +91,12 @@ class SglTokenizer:
             import jinja2
         except ImportError:
             raise UserError("applying a chat template needs jinja2: pip install jinja2") from None
-        env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=["jinja2.ext.loopcontrols"])  # as transformers renders it
         env.globals["raise_exception"] = _raise
+        env.filters["tojson"] = _tojson
         specials = {k: v for k, v in self.config.items() if k.endswith("_token") and isinstance(v, str)}
         try:
             return str(env.from_string(self.template).render(messages=messages, add_generation_prompt=True,
@@ -104,6 +108,12 @@ class SglTokenizer:
         """``apply_chat_template(..., tokenize=True)``: the rendered text, encoded without added special tokens."""
         text = self.apply_chat_template(messages)
         return None if text is None else self.encode(text, add_special_tokens=False)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
+            sort_keys: bool = False) -> str:  # fmt: skip
+    """transformers' ``tojson`` filter of chat templates (plain ``json.dumps``, no HTML escaping)."""
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 def _raise(message: str) -> None:
