@@ -134,6 +134,7 @@ class _Driver:
 
     def _schedule_next_turn(self, rec: RequestRecord) -> bool:
         """Multi-turn: after a completed turn, send the conversation's next one after its think time."""
+        sent = self._history.pop(rec.request_id, None) if self._history else None
         if rec.warmup or not rec.ok or self.stopped:
             return False
         req = self.plan.requests[rec.request_id % len(self.plan.requests)]
@@ -141,14 +142,15 @@ class _Driver:
             return False
         nxt = self.plan.requests[req.next_turn % len(self.plan.requests)]
         if nxt.follows_replies:
-            self._feed_reply(rec, req, nxt)
+            self._feed_reply(rec, req, nxt, sent)
         self.pending_turns += 1
         self._send_turn(req.next_turn, (rec.end_ns or _now()) + req.think_ns)
         return True
 
-    def _feed_reply(self, rec: RequestRecord, req: PerfRequest, nxt: PerfRequest) -> None:
-        """Encode turn ``nxt``: the conversation so far, the server's reply to ``rec``, then its own messages."""
-        sent = self._history.pop(rec.request_id, None) or list(req.payload.get("messages") or [])
+    def _feed_reply(self, rec: RequestRecord, req: PerfRequest, nxt: PerfRequest, sent: list[Any] | None) -> None:
+        """Encode turn ``nxt``: the conversation so far (``sent``: the messages ``rec`` went with, None for a first
+        turn), the server's reply to ``rec``, then its own messages."""
+        sent = sent if sent is not None else list(req.payload.get("messages") or [])
         copy = RequestRecord(rec.request_id, status=rec.status, event_times_ns=list(rec.event_times_ns),
                              event_data=list(rec.event_data))  # fmt: skip
         reply = self.client.finalize(copy, None, True).output_text

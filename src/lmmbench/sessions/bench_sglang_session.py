@@ -4,7 +4,8 @@ The command line is parsed and translated by ``config.sglang_bench_serving``; th
 run folder, records, report and run store entry); SGLang's summary block is returned for printing, and SGLang's
 output file gets one JSON line appended, where SGLang appends it (``--output-file``, else its default name in the
 working directory), every run, as SGLang does. ShareGPT without ``--dataset-path`` is SGLang's file from the
-Hugging Face hub, read through the local cache (offline with ``HF_HUB_OFFLINE=1``).
+Hugging Face hub, read through the local cache (offline with ``HF_HUB_OFFLINE=1``). SGLang's other data sets,
+and its loader flags, are drawn by SGLang's own loaders (``sessions.bench_sglang_datasets``).
 """
 
 from __future__ import annotations
