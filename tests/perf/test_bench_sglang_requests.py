@@ -135,11 +135,11 @@ def test_lora_names_drawn_as_sglang_draws_them(server: tuple[str, int], tmp_path
 def test_flush_cache_between_warmup_and_load_and_the_cache_report(
     server: tuple[str, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Two groups of three prompts sharing a 16-word prefix, one at a time. With --flush-cache the warm-up
-    (2 copies of the first request, at most 32 output tokens, the first adapter) fills the cache, the flush empties it, and the
-    load's first request of each group misses: 4 x 16 cached words. Without it, every prompt of the run before
-    is still cached whole (the same seed draws the same prompts): 6 x 20. SGLang's OpenAI API reports them in
-    sglext (device tier), its native API in meta_info."""
+    """Two groups of three prompts sharing a 16-word prefix, one at a time. With --flush-cache the warm-up (2 copies of
+    the first request, at most 32 output tokens, the first adapter) fills the cache, the flush empties it, and the
+    load's first request of each group misses: 4 x 16 cached words. Without it, every prompt of the run before is
+    still cached whole (the same seed draws the same prompts): 6 x 20. SGLang's OpenAI API reports them in sglext
+    (device tier), its native API in meta_info."""
     url, port = server
     out = tmp_path / "o.jsonl"
     args = [*GSP[:-1], "40", "--max-concurrency", "1", "--warmup-requests", "2", "--cache-report"]

@@ -20,8 +20,8 @@ from typing import Any
 from lmmbench.config.sglang_bench_run import RUN_FLAGS, check_run_flags, run_extra_body
 from lmmbench.core.errors import UserError
 
-__all__ = ["SGLANG_FLAGS", "SGLANG_USAGE", "SGLANG_VERSION", "build_parser", "refusal", "sglang_defaults",
-           "translate"]  # fmt: skip
+__all__ = ["SGLANG_DRAWN", "SGLANG_FLAGS", "SGLANG_USAGE", "SGLANG_VERSION", "build_parser", "drawn_by_sglang",
+           "refusal", "sglang_defaults", "translate"]  # fmt: skip
 
 SGLANG_VERSION = "0.5.23"
 _DATA = json.loads(resources.files("lmmbench.config").joinpath("sglang_bench_serving_flags.json")
@@ -68,7 +68,22 @@ CARRIED = {
     "gsp_question_len", "gsp_output_len", "return_logprob", "top_logprobs_num", "token_ids_logprob",
     "logprob_start_len", "return_routed_experts",
     *RUN_FLAGS,  # the request / run side: headers, streaming, LoRA, cache flush and report, profiler (sglang_bench_run)
+    # data sets (datasets.sglang_datasets, datasets.sglang_image_datasets)
+    "dataset_offset", "prompt_suffix", "sharegpt_context_len", "tokenize_prompt", "use_trace_timestamps",
+    "mooncake_num_rounds", "mooncake_slowdown_factor", "mooncake_workload", "image_content", "image_count",
+    "image_format", "image_resolution", "random_image_count", "speed_bench_category", "speed_bench_output_len",
+    "gsp_fast_prepare", "gsp_group_distribution", "gsp_num_turns", "gsp_ordered", "gsp_range_ratio",
+    "gsp_zipf_alpha", "agentic_max_turns",
 }  # fmt: skip
+#: data sets whose requests SGLang's own loaders draw (lmmbench.datasets.sglang_datasets / sglang_image_datasets)
+SGLANG_DRAWN = ("image", "mmmu", "mooncake", "openai", "agentic-trace", "longbench_v2", "speed-bench")
+#: flags only SGLang's loaders know: with one of them, sharegpt / custom / random / generated-shared-prefix are
+#: drawn by SGLang's loader too
+_LOADER_FLAGS = {"sharegpt": ("prompt_suffix", "sharegpt_context_len"),
+                 "custom": ("prompt_suffix", "sharegpt_context_len"), "random": ("tokenize_prompt",),
+                 "random-ids": ("tokenize_prompt",),
+                 "generated-shared-prefix": ("tokenize_prompt", "gsp_range_ratio", "gsp_fast_prepare", "gsp_num_turns",
+                                             "gsp_ordered", "gsp_group_distribution", "gsp_zipf_alpha")}  # fmt: skip
 _GOODPUT = ("ttft", "tpot", "e2el")
 
 
@@ -153,12 +168,44 @@ def _lengths(full: int, ratio: float) -> tuple[int, float]:
     return middle, (full - middle) / middle - 1e-12  # just under, so that ceil(n(1 + r)) is full itself
 
 
-def _dataset(ns: argparse.Namespace) -> dict[str, Any]:
-    """The dataset part of the perf options."""
+def drawn_by_sglang(ns: argparse.Namespace) -> bool:
+    """True when SGLang's own loader draws the requests (its data sets, or a flag only that loader knows)."""
+    if ns.dataset_name in SGLANG_DRAWN:
+        return True
+    base = sglang_defaults()
+    return any(getattr(ns, k) != getattr(base, k) for k in _LOADER_FLAGS.get(ns.dataset_name, ()))
+
+
+def _check_loader_flags(ns: argparse.Namespace) -> None:
+    """The combinations SGLang refuses (at parse time, or in its loaders), each as one line."""
     name = ns.dataset_name
-    if name not in DATASETS:
-        raise UserError(f"--dataset-name {name}: not supported by lmmbench bench sglang yet; supported: "
-                        f"{', '.join(DATASETS)}")  # fmt: skip
+    if ns.gsp_group_distribution == "zipf" and ns.gsp_zipf_alpha is None:
+        raise UserError("--gsp-group-distribution=zipf requires --gsp-zipf-alpha (a finite float > 0)")
+    if ns.gsp_group_distribution == "uniform" and ns.gsp_zipf_alpha is not None:
+        raise UserError("--gsp-zipf-alpha is only meaningful with --gsp-group-distribution=zipf")
+    if ns.tokenize_prompt:
+        if name == "generated-shared-prefix" and ns.gsp_num_turns > 1:
+            raise UserError("--tokenize-prompt requires --gsp-num-turns=1")
+        if ns.backend != "sglang":
+            raise UserError("--tokenize-prompt: only with --backend sglang (as SGLang)")
+        if name in ("image", "mmmu", "sharegpt", "custom"):
+            raise UserError(f"--tokenize-prompt: not with --dataset-name {name} (SGLang refuses it)")
+    if name == "mooncake" and ns.backend != "sglang":  # SGLang replays the trace only on its native backend
+        raise UserError(f"--dataset-name mooncake: SGLang replays the trace only with --backend sglang (with "
+                        f"{ns.backend} its client fails on the trace rows)")  # fmt: skip
+    if name == "agentic-trace" and not ns.dataset_path:
+        raise UserError(f"--dataset-name {name} needs --dataset-path")
+    if ns.image_count < 1 or ns.gsp_num_turns < 1 or ns.mooncake_num_rounds < 1:
+        raise UserError("--image-count, --gsp-num-turns and --mooncake-num-rounds must be at least 1")
+
+
+def _dataset(ns: argparse.Namespace) -> dict[str, Any]:
+    """The dataset part of the perf options (a data set SGLang's loader draws: only the count; the session
+    draws the requests)."""
+    name = ns.dataset_name
+    _check_loader_flags(ns)
+    if drawn_by_sglang(ns):
+        return {"num_requests": ns.num_prompts, "labels": {"sglang_dataset": name}}
     out: dict[str, Any] = {"dataset": DATASETS[name], "num_requests": ns.num_prompts}
     if name.startswith("random"):
         n_in, ratio = _lengths(ns.random_input_len, ns.random_range_ratio)

@@ -42,6 +42,7 @@ class PerfRequest:
     turn: int = 0  # multi-turn: 0 for a conversation's first request (only those are scheduled)
     next_turn: int | None = None  # multi-turn: index of the request sent after this one completes
     think_ns: int = 0  # multi-turn: pause between this request's completion and the next turn
+    follows_replies: bool = False  # multi-turn: this turn's messages go after the conversation so far, replies too
     headers: dict[str, str] = field(default_factory=dict)  # HTTP headers of this request only
     stream: bool = True  # False: asked for one whole response (its TTFT is its E2E latency: no token is seen earlier)
 

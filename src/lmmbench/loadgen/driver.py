@@ -21,7 +21,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lmmbench.core.request_records import PerfRequest, RequestRecord
@@ -94,6 +94,8 @@ class _Driver:
         self.warmup_phase = False
         self.cap = plan.concurrency
         self.pending_turns = 0  # multi-turn: next turns waiting out their think time
+        self._fed: dict[int, bytes] = {}  # multi-turn: next turns encoded with the server's replies so far
+        self._history: dict[int, list[Any]] = {}  # multi-turn: the messages a turn was sent with
         # closed loop state
         self._closed_iter: Any = None
         self._closed_deadline = 0
@@ -101,7 +103,8 @@ class _Driver:
 
     # callbacks -------------------------------------------------------------------------
     def _data(self, rid: int) -> bytes:
-        return self.encoded[rid % len(self.encoded)]
+        fed = self._fed.pop(rid, None) if self._fed else None
+        return fed if fed is not None else self.encoded[rid % len(self.encoded)]
 
     def _send(self, rec: RequestRecord, data: bytes, slot_ns: int) -> None:
         rec.slot_ns = slot_ns
@@ -131,14 +134,30 @@ class _Driver:
 
     def _schedule_next_turn(self, rec: RequestRecord) -> bool:
         """Multi-turn: after a completed turn, send the conversation's next one after its think time."""
+        sent = self._history.pop(rec.request_id, None) if self._history else None
         if rec.warmup or not rec.ok or self.stopped:
             return False
         req = self.plan.requests[rec.request_id % len(self.plan.requests)]
         if req.next_turn is None:
             return False
+        nxt = self.plan.requests[req.next_turn % len(self.plan.requests)]
+        if nxt.follows_replies:
+            self._feed_reply(rec, req, nxt, sent)
         self.pending_turns += 1
         self._send_turn(req.next_turn, (rec.end_ns or _now()) + req.think_ns)
         return True
+
+    def _feed_reply(self, rec: RequestRecord, req: PerfRequest, nxt: PerfRequest, sent: list[Any] | None) -> None:
+        """Encode turn ``nxt``: the conversation so far (``sent``: the messages ``rec`` went with, None for a first
+        turn), the server's reply to ``rec``, then its own messages."""
+        sent = sent if sent is not None else list(req.payload.get("messages") or [])
+        copy = RequestRecord(rec.request_id, status=rec.status, event_times_ns=list(rec.event_times_ns),
+                             event_data=list(rec.event_data))  # fmt: skip
+        reply = self.client.finalize(copy, None, True).output_text
+        messages = [*sent, {"role": "assistant", "content": reply}, *(nxt.payload.get("messages") or [])]
+        assert req.next_turn is not None
+        self._history[req.next_turn] = messages
+        self._fed[req.next_turn] = self.client.encode(replace(nxt, payload={**nxt.payload, "messages": messages}))
 
     def _send_turn(self, rid: int, target_ns: int) -> None:
         """Send turn ``rid`` at ``target_ns`` (loop timers may fire up to ~1 ms early: re-armed then)."""
@@ -341,7 +360,7 @@ async def run_worker_async(
         await client.open(preopen)
         if plan.warmup:
             driver.warmup_phase = True
-            ids = range(-plan.warmup, 0)
+            ids = _warmup_ids(plan)
             await driver.run_closed(ids, min(plan.warmup, plan.concurrency or 8), _now(), None)
             driver.warmup_phase = False
             driver.issued = driver.completed = driver.errors = 0
@@ -389,6 +408,16 @@ async def run_worker_async(
             r.labels = {**r.labels, **req.labels}
     opened = int(getattr(client, "connections_opened", 0))
     return WorkerResult(plan.worker, records, driver.not_sent, opened, interrupted, cpu_s)
+
+
+def _warmup_ids(plan: WorkerPlan) -> list[int]:
+    """Ids of the warm-up requests (negative; id i sends requests[i % len]): the last requests, or, in a
+    multi-turn workload, conversations' first turns (a later turn alone is not a conversation)."""
+    n = len(plan.requests)
+    if not any(r.turn for r in plan.requests):
+        return list(range(-plan.warmup, 0))
+    firsts = [i for i, r in enumerate(plan.requests) if not r.turn]
+    return [firsts[k % len(firsts)] - n * (1 + k // len(firsts)) for k in range(plan.warmup)]
 
 
 def _count_from(start: int, stride: int) -> Any:

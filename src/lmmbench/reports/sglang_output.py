@@ -28,14 +28,16 @@ def _txt(name: str, value: Any) -> str:
     return f"{name:<40} {'n/a' if value is None else value!s:<10}"
 
 
-def format_summary(res: dict[str, Any], *, backend: str, request_rate: float, max_concurrency: int | None) -> str:
-    """SGLang's printed ``Serving Benchmark Result`` block."""
+def format_summary(res: dict[str, Any], *, backend: str, request_rate: float | str, max_concurrency: int | None,
+                   vision: bool = False) -> str:
+    """SGLang's printed ``Serving Benchmark Result`` block (``vision``: the image data sets' vision-token line)."""
     lines = ["\n" + "{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="), _txt("Backend:", backend),
              _txt("Traffic request rate:", request_rate),
              _txt("Max request concurrency:", max_concurrency if max_concurrency else "not set"),
              _txt("Successful requests:", res["completed"]), _num("Benchmark duration (s):", res["duration"]),
              _txt("Total input tokens:", res["total_input_tokens"]),
              _txt("Total input text tokens:", res["total_input_text_tokens"]),
+             *([_txt("Total input vision tokens:", res["total_input_vision_tokens"])] if vision else []),
              _txt("Total generated tokens:", res["total_output_tokens"]),
              _txt("Total generated tokens (retokenized):", res["total_output_tokens_retokenized"]),
              _num("Request throughput (req/s):", res["request_throughput"]),
@@ -99,6 +101,9 @@ def output_file_name(ns: Any, now: datetime | None = None) -> str:
     if ns.output_file:
         return str(ns.output_file)
     day = (now or datetime.now()).strftime("%m%d")
+    if ns.dataset_name == "image":
+        return (f"{ns.backend}_{day}_{ns.num_prompts}_{ns.random_input_len}_{ns.random_output_len}_"
+                f"{ns.image_count}imgs_{ns.image_resolution}.jsonl")
     if ns.dataset_name.startswith("random"):
         return f"{ns.backend}_{day}_{ns.num_prompts}_{ns.random_input_len}_{ns.random_output_len}.jsonl"
     return f"{ns.backend}_{day}_{ns.num_prompts}_{ns.dataset_name}.jsonl"

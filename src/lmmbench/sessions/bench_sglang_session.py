@@ -4,7 +4,8 @@ The command line is parsed and translated by ``config.sglang_bench_serving``; th
 run folder, records, report and run store entry); SGLang's summary block is returned for printing, and SGLang's
 output file gets one JSON line appended, where SGLang appends it (``--output-file``, else its default name in the
 working directory), every run, as SGLang does. ShareGPT without ``--dataset-path`` is SGLang's file from the
-Hugging Face hub, read through the local cache (offline with ``HF_HUB_OFFLINE=1``).
+Hugging Face hub, read through the local cache (offline with ``HF_HUB_OFFLINE=1``). SGLang's other data sets,
+and its loader flags, are drawn by SGLang's own loaders (``sessions.bench_sglang_datasets``).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
     """Parse ``argv`` as ``sglang.bench_serving`` does, run the load, return the summary and the output file."""
     from lmmbench.config.perf import PerfConfig
     from lmmbench.config.sglang_bench_run import check_run_flags
-    from lmmbench.config.sglang_bench_serving import build_parser, translate
+    from lmmbench.config.sglang_bench_serving import build_parser, drawn_by_sglang, translate
     from lmmbench.datasets.perf_datasets import load_tokenizer
     from lmmbench.metrics.sglang_result import sglang_benchmark_result
     from lmmbench.reports.sglang_output import append_output_line, format_summary, output_file_name, result_line
@@ -87,12 +88,18 @@ def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
 
     ns = build_parser().parse_args(argv)
     options = translate(ns)
-    if options["dataset"] == "sharegpt" and "dataset_path" not in options:
-        options["dataset_path"] = sharegpt_file()
-    cfg = PerfConfig.model_validate({**options, "plots": False})
+    drawn = None
+    if drawn_by_sglang(ns):  # SGLang's own loader draws the requests
+        from lmmbench.sessions.bench_sglang_datasets import draw_sglang_requests
+
+        cfg, drawn = draw_sglang_requests(ns, options, sharegpt_file)
+    else:
+        if options["dataset"] == "sharegpt" and "dataset_path" not in options:
+            options["dataset_path"] = sharegpt_file()
+        cfg = PerfConfig.model_validate({**options, "plots": False})
     for warning in check_run_flags(ns):
         print(warning, file=sys.stderr)
-    requests = sglang_requests(ns, cfg)  # headers, LoRA adapters, streamed or not, as SGLang sends them
+    requests = sglang_requests(ns, cfg, drawn)  # headers, LoRA adapters, streamed or not, as SGLang sends them
     cfg = warmup_and_flush(ns, cfg, requests)  # --flush-cache: SGLang's warm-up, then the flush, then the load
     profile(ns, cfg.url, start=True)  # --profile: as SGLang, the server's profiler on around the benchmark
     try:
@@ -109,9 +116,14 @@ def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
                                      streamed=not ns.disable_stream, cache_report=ns.cache_report)  # fmt: skip
     info = _server_info(cfg.url) if ns.backend.startswith("sglang") else None
     result["accept_length"] = _accept_length(info)
-    summary = format_summary(result, backend=ns.backend, request_rate=ns.request_rate,
-                             max_concurrency=ns.max_concurrency)  # fmt: skip
-    line = result_line(result, vars(ns), info if info is not None else _server_info(cfg.url), ns.output_details)
+    vision = ns.dataset_name in ("image", "mmmu")
+    if vision:  # SGLang splits the prompt with the model's processor; lmmbench has the server's total only
+        result["total_input_text_tokens"] = result["total_input_vision_tokens"] = None
+    rate = "trace" if ns.use_trace_timestamps else ns.request_rate  # SGLang's label of --use-trace-timestamps
+    summary = format_summary(result, backend=ns.backend, request_rate=rate, max_concurrency=ns.max_concurrency,
+                             vision=vision)  # fmt: skip
+    head = {**vars(ns), "request_rate": rate}
+    line = result_line(result, head, info if info is not None else _server_info(cfg.url), ns.output_details)
     (run.run_dir / "sglang_result.json").write_text(json.dumps(line), encoding="utf-8")  # kept whatever happens next
     path = append_output_line(output_file_name(ns), line)
     return BenchSglangRun(summary, path, sent, ok, run.run_dir, run.interrupted)
