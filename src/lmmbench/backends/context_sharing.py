@@ -70,14 +70,28 @@ def _gather(scorer: Any, logprobs: Any, cont: list[int]) -> tuple[float, bool]:
     return float(ll.sum()), greedy
 
 
-def _score_whole(scorer: Any, group: ContextGroup, row: Any, pairs: Sequence[Any], out: list[Any]) -> None:
-    """A group with at most one non-empty suffix, run as one input (``row``: its hidden states)."""
-    start = len(group.prefix) - 1
-    longest = max(len(s) for s in group.suffixes)
-    logprobs = scorer._row_logprobs(row, start, start + longest + 1)[0]
-    for suffix, idx in group.suffixes.items():
-        for i in idx:
-            out[i] = _gather(scorer, logprobs[: len(suffix) + 1], pairs[i][1])
+def _score_whole_chunk(
+    scorer: Any, hidden: Any, chunk: list[list[ContextGroup]], pairs: Sequence[Any], out: list[Any]
+) -> None:
+    """Groups with at most one non-empty suffix, each run as one input (row ``r`` of ``hidden`` holds the
+    groups ``chunk[r]``): the positions every request reads, projected to the vocabulary in one matmul (the
+    projection reads all its weights for each call, so one call per batch, not one per row)."""
+    import torch
+
+    spans = []
+    for row, groups in zip(hidden, chunk, strict=True):
+        for group in groups:
+            start = len(group.prefix) - 1
+            spans.append((group, row[start : start + max(len(s) for s in group.suffixes) + 1]))
+    with torch.no_grad():
+        logits = scorer.model.get_output_embeddings()(torch.cat([span for _, span in spans]))
+        logprobs = torch.nn.functional.log_softmax(logits, dim=-1)
+    at = 0
+    for group, span in spans:
+        for suffix, idx in group.suffixes.items():
+            for i in idx:
+                out[i] = _gather(scorer, logprobs[at : at + len(suffix) + 1], pairs[i][1])
+        at += len(span)
 
 
 def _cache_of(output: Any) -> Any | None:
@@ -163,11 +177,9 @@ def score_with_shared_contexts(
         if hidden is None:
             _check_nothing_scored(out)
             return None
-        for row, key in zip(hidden, chunk, strict=True):
-            for group in by_input[key]:
-                _score_whole(scorer, group, row, pairs, out)
-                if progress is not None:
-                    progress(group.size)
+        _score_whole_chunk(scorer, hidden, [by_input[key] for key in chunk], pairs, out)
+        if progress is not None:
+            progress(sum(g.size for key in chunk for g in by_input[key]))
     return [x for x in out if x is not None]
 
 
