@@ -14,10 +14,11 @@ inputs are right-padded into ordinary batches, as before.
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from lmmbench.engines.cache_names import cache_kwarg, returned_cache
 
 __all__ = ["ContextGroup", "group_by_context", "score_with_shared_contexts"]
 
@@ -94,30 +95,14 @@ def _score_whole_chunk(
         at += len(span)
 
 
-def _cache_of(output: Any) -> Any | None:
-    """The KV cache a forward returned (``cache`` since transformers 5.2x, ``past_key_values`` before)."""
-    if output is None:
-        return None
-    for name in ("cache", "past_key_values"):
-        value = output.get(name) if hasattr(output, "get") else getattr(output, name, None)
-        if value is not None and hasattr(value, "batch_repeat_interleave"):
-            return value
-    return None
-
-
-def _cache_argument(model: Any) -> str:
-    """The forward's name for a KV cache given in."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
 def _score_cached(scorer: Any, group: ContextGroup, pairs: Sequence[Any], out: list[Any]) -> bool:
     """A group with several choices: its context once with the KV cache, then the choices batched on the
     cache (``batch_size`` rows a forward). False when the model gives no cache (nothing written then)."""
     import torch
 
     first = scorer._forward_hidden_output([list(group.prefix)], use_cache=True)
-    kept = _cache_of(first)
-    if kept is None:
+    kept = returned_cache(first)
+    if kept is None or not hasattr(kept, "batch_repeat_interleave"):
         return False
     rows = group.rows
     parts = [first.hidden_states[-1][0, -1:]]
@@ -135,7 +120,7 @@ def _score_cached(scorer: Any, group: ContextGroup, pairs: Sequence[Any], out: l
                     use_cache=True,
                     output_hidden_states=True,
                     logits_to_keep=1,
-                    **{_cache_argument(scorer.model): cache},
+                    **{cache_kwarg(scorer.model): cache},
                 ).hidden_states[-1]
         except TypeError:  # a forward that takes no cache in
             return False

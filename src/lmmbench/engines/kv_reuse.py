@@ -17,6 +17,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from lmmbench.engines.cache_names import cache_kwarg, returned_cache
+
 __all__ = [
     "PrefixCache",
     "common_prefix_len",
@@ -91,7 +93,7 @@ def prefill_prefix(model: Any, inputs: dict[str, Any], length: int) -> PrefixCac
     owner = rope_delta_owner(model)
     deltas = owner.rope_deltas if owner is not None else None
     deltas = deltas.clone() if deltas is not None and hasattr(deltas, "clone") else deltas
-    return PrefixCache(cache=out.past_key_values, length=length, rope_deltas=deltas)
+    return PrefixCache(cache=returned_cache(out), length=length, rope_deltas=deltas)
 
 
 def reuse_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -106,7 +108,7 @@ def reuse_generate_kwargs(model: Any, prefix: PrefixCache) -> dict[str, Any]:
     Call it right before ``generate`` (outside the timed region: the copy is bookkeeping, a server
     would hand its cache over)."""
     set_rope_deltas(model, prefix.rope_deltas)
-    return {"past_key_values": copy.deepcopy(prefix.cache)}
+    return {cache_kwarg(model): copy.deepcopy(prefix.cache)}
 
 
 def verify_reuse(model: Any, inputs: dict[str, Any], prefix: PrefixCache, device: Any) -> dict[str, float]:

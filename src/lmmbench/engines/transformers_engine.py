@@ -15,6 +15,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from lmmbench.engines.cache_names import cache_kwarg, returned_cache
 from lmmbench.engines.inputs import InputError, InputPreparer
 from lmmbench.engines.kv_cache import BatchKVCache
 from lmmbench.engines.kv_reuse import rope_delta_owner
@@ -157,11 +158,11 @@ class TransformersEngine:
             input_ids=ids,
             attention_mask=self._attention(mask, causal=True),
             position_ids=positions,
-            past_key_values=cache,
+            **{cache_kwarg(self.model): cache},
             use_cache=True,
             logits_to_keep=1,
         )
-        self.kv.join(out.past_key_values, mask, [s.request_id for s in states])
+        self.kv.join(returned_cache(out), mask, [s.request_id for s in states])
         for s in states:
             self.next_position[s.request_id] = len(s.prepared.input_ids)
         return out.logits[:, -1, :]
@@ -178,7 +179,7 @@ class TransformersEngine:
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
-            past_key_values=self._new_cache(),
+            **{cache_kwarg(self.model): self._new_cache()},
             use_cache=True,
             logits_to_keep=1,
             **extra,
@@ -187,7 +188,7 @@ class TransformersEngine:
         if owner is not None and owner.rope_deltas is not None:
             delta = int(owner.rope_deltas.reshape(-1)[0].item())
             owner.rope_deltas = None
-        self.kv.join(out.past_key_values, mask, [state.request_id])
+        self.kv.join(returned_cache(out), mask, [state.request_id])
         self.next_position[state.request_id] = ids.shape[1] + delta
         return out.logits[:, -1, :]
 
@@ -227,7 +228,7 @@ class TransformersEngine:
                 input_ids=tokens,
                 attention_mask=self._attention(mask, causal=False),
                 position_ids=positions,
-                past_key_values=self.kv.cache,
+                **{cache_kwarg(self.model): self.kv.cache},
                 use_cache=True,
                 logits_to_keep=1,
             )
