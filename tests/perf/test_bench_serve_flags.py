@@ -358,6 +358,11 @@ def test_timed_trace_replays_its_timestamps(tok: Path, tmp_path: Path) -> None:
                f"--dataset-path {trace}", tok)  # fmt: skip
     with pytest.raises(UserError, match="only with --dataset-name timed_trace"):
         _build("--model m --self-timed", tok)
+    bad = tmp_path / "bad.jsonl"
+    for field, value in (("timestamp", "abc"), ("input_length", [3]), ("output_length", "inf")):
+        bad.write_text(json.dumps({**rows[0], field: value}) + "\n", encoding="utf-8")
+        with pytest.raises(UserError, match=f"row 1: '{field}' is .*(not a number|not a finite number)"):
+            _build(f"--model m --dataset-name timed_trace --dataset-path {bad} --num-prompts 1", tok)
 
 
 def test_prompts_realigned_to_the_servers_tokenizer(tok: Path) -> None:

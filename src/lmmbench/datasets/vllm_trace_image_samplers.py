@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import random
 import zlib
 from pathlib import Path
@@ -135,7 +136,8 @@ def sample_timed_trace(tok: VllmTokenizer, rngs: VllmRng, path: Path, n: int, la
         if missing:
             raise UserError(f"{path}: row {i + 1} has no {missing[0]!r} (fields: {', '.join(row)}); name the field "
                             "with --timed-trace-label-*")  # fmt: skip
-        left, ids = int(row[labels.inp]), []
+        n_in, n_out, at_s = _trace_numbers(path, i, row, labels)
+        left, ids = n_in, []
         for h in row.get(labels.hashes) or []:
             size = labels.chunk if left >= labels.chunk else left
             key = f"{h}:{size}"
@@ -145,6 +147,22 @@ def sample_timed_trace(tok: VllmTokenizer, rngs: VllmRng, path: Path, n: int, la
             left -= size
             if left <= 0:
                 break
-        out.append(VllmSample(ids, len(ids), int(row[labels.out]), None, f"{id_prefix}{i}",
-                              float(row[labels.ts]) * labels.multiplier))  # fmt: skip
+        out.append(VllmSample(ids, len(ids), n_out, None, f"{id_prefix}{i}", at_s * labels.multiplier))
     return out
+
+
+def _trace_numbers(path: Path, i: int, row: dict[str, Any], labels: TraceLabels) -> tuple[int, int, float]:
+    """A trace row's input length, output length and timestamp; a value that is not a number is one line."""
+    values: list[float] = []
+    for key in (labels.inp, labels.out, labels.ts):
+        value = row[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                raise UserError(f"{path}: row {i + 1}: {key!r} is {value!r}, not a number; fix the row or name "
+                                "another field with --timed-trace-label-*") from None  # fmt: skip
+        if not math.isfinite(value):
+            raise UserError(f"{path}: row {i + 1}: {key!r} is {value!r}, not a finite number")
+        values.append(float(value))
+    return int(values[0]), int(values[1]), values[2]
