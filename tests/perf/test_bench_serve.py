@@ -266,6 +266,12 @@ def test_plots_and_detailed_lists_beside_the_result_file(server: tuple[str, int]
     assert (tmp_path / "r.dataset_stats.png").read_bytes()[:4] == b"\x89PNG"
     assert "ttfts" not in json.loads((tmp_path / "r.json").read_text())
     assert main(["bench", "serve", *base, "--plot-dataset-stats"]) == 2  # vLLM needs a result file for it
+    # wrong output flags are found before the load: nothing is sent to the server for them
+    sent = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats").read())["requests"]
+    assert main(["bench", "serve", *base, "--plot-timeline", "--timeline-itl-thresholds", "2,x"]) == 2
+    (tmp_path / "a-file").write_text("", encoding="utf-8")
+    assert main(["bench", "serve", *base, "--save-result", "--result-dir", str(tmp_path / "a-file" / "sub")]) == 2
+    assert json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats").read())["requests"] == sent
 
 
 def test_probe_requests_run_beside_the_load(server: tuple[str, int], tok: Path, tmp_path: Path,

@@ -10,6 +10,7 @@ or ``--result-filename``, appended to with ``--append-result`` — only when ``-
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -89,6 +90,40 @@ def _vllm_json(ns: Any, result: dict[str, Any]) -> str:
     return json.dumps(out)  # one line, as vLLM's json.dump writes
 
 
+def _itl_thresholds(ns: Any) -> list[float]:
+    """--timeline-itl-thresholds as two numbers (ms)."""
+    from lmmbench.core.errors import UserError
+
+    try:
+        limits = [float(t) for t in str(ns.timeline_itl_thresholds).split(",")]
+    except ValueError:
+        limits = []
+    if len(limits) != 2:
+        raise UserError(f"--timeline-itl-thresholds {ns.timeline_itl_thresholds}: two numbers, e.g. 25,50 (ms)")
+    return limits
+
+
+def check_outputs(ns: Any) -> None:
+    """The output flags checked before the load (a wrong one is found before anything is measured, not after):
+    the timeline thresholds, --plot-dataset-stats's result file, and that the result folder can be made."""
+    from lmmbench.core.errors import UserError
+
+    if ns.plot_timeline:
+        _itl_thresholds(ns)
+    wants_file = ns.plot_timeline or ns.save_result or ns.append_result
+    if ns.plot_dataset_stats and not wants_file:
+        raise UserError("--plot-dataset-stats writes beside the result file: add --save-result (as vLLM needs)")
+    if wants_file:
+        folder = Path(ns.result_dir) if ns.result_dir else Path.cwd()
+        target = folder / (ns.result_filename or "result.json")  # an absolute --result-filename wins
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"--result-dir / --result-filename: cannot create {target.parent} ({exc})") from None
+        if not os.access(target.parent, os.W_OK):
+            raise UserError(f"--result-dir / --result-filename: {target.parent} is not writable")
+
+
 def _place_result(ns: Any, result: dict[str, Any], target: Path | None) -> Path | None:
     """Write (or append) the vLLM-format result and the figures asked for where vLLM writes them."""
     from lmmbench.core.errors import UserError
@@ -99,13 +134,7 @@ def _place_result(ns: Any, result: dict[str, Any], target: Path | None) -> Path 
     if target is None:
         return None
     if ns.plot_timeline:
-        try:
-            limits = [float(t) for t in str(ns.timeline_itl_thresholds).split(",")]
-        except ValueError:
-            limits = []
-        if len(limits) != 2:
-            raise UserError(f"--timeline-itl-thresholds {ns.timeline_itl_thresholds}: two numbers, e.g. 25,50 (ms)")
-        write_timeline(result, target.with_suffix(".timeline.html"), limits)
+        write_timeline(result, target.with_suffix(".timeline.html"), _itl_thresholds(ns))
     if ns.plot_dataset_stats:
         write_dataset_stats(result, target.with_suffix(".dataset_stats.png"))
     if not (ns.save_result or ns.append_result):
@@ -214,6 +243,7 @@ def run_bench_serve(argv: list[str]) -> BenchServeRun:
 
     ns = build_parser().parse_args(argv)
     options = translate(ns)
+    check_outputs(ns)
     requests, tok_path = build_bench_requests(ns, options["url"])
     options.update(num_requests=len(requests), tokenizer=str(tok_path) if tok_path else None)
     cfg = PerfConfig.model_validate({**{k: v for k, v in options.items() if v is not None}, "save_result": True,
