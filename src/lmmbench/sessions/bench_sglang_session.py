@@ -114,8 +114,8 @@ def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
     result = sglang_benchmark_result(res.records, duration_s=res.summary.duration_s, tokenizer=tok,
                                      goodput_ms=dict(ns.goodput) if ns.goodput else None,
                                      streamed=not ns.disable_stream, cache_report=ns.cache_report)  # fmt: skip
-    info = _server_info(cfg.url) if ns.backend.startswith("sglang") else None
-    result["accept_length"] = _accept_length(info)
+    info = _server_info(cfg.url)  # once: recorded in the output line, and SGLang's accept length on its backends
+    result["accept_length"] = _accept_length(info) if ns.backend.startswith("sglang") else None
     vision = ns.dataset_name in ("image", "mmmu")
     if vision:  # SGLang splits the prompt with the model's processor; lmmbench has the server's total only
         result["total_input_text_tokens"] = result["total_input_vision_tokens"] = None
@@ -123,7 +123,7 @@ def run_bench_sglang(argv: list[str]) -> BenchSglangRun:
     summary = format_summary(result, backend=ns.backend, request_rate=rate, max_concurrency=ns.max_concurrency,
                              vision=vision)  # fmt: skip
     head = {**vars(ns), "request_rate": rate}
-    line = result_line(result, head, info if info is not None else _server_info(cfg.url), ns.output_details)
+    line = result_line(result, head, info, ns.output_details)
     (run.run_dir / "sglang_result.json").write_text(json.dumps(line), encoding="utf-8")  # kept whatever happens next
     path = append_output_line(output_file_name(ns), line)
     return BenchSglangRun(summary, path, sent, ok, run.run_dir, run.interrupted)
