@@ -80,7 +80,8 @@ UNCOUNTED = ("gsp_turns", "gsp_fast", "image_png", "image_random", "image_blank"
 
 def test_loaders_draw_what_sglangs_own_draw(tmp_path: Path) -> None:
     """Every case of benchmarks/sglang_loader_fixtures.py: the rows SGLang 0.5.23's loaders drew (prompt, lengths,
-    images' SHA-256, a row's own fields), drawn again by lmmbench's loaders from the same files and command line."""
+    images' SHA-256, a row's own fields), drawn again by lmmbench's loaders from the same files and command line
+    (the --apply-chat-template cases on a tokenizer that puts a BOS token first, as SGLang's loader saw it)."""
     import hashlib
 
     fixture = json.loads(FIXTURE.read_text())
@@ -88,10 +89,13 @@ def test_loaders_draw_what_sglangs_own_draw(tmp_path: Path) -> None:
         (tmp_path / name).write_text(text, encoding="utf-8")
     tok_dir = build_word_tokenizer(tmp_path / "tok", fixture["extra_words"])
     (tok_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": fixture["template"]}))
-    tok = SglTokenizer(tok_dir)
+    bos_dir = build_word_tokenizer(tmp_path / "tok_bos", fixture["extra_words"], bos=fixture["bos"])
+    (bos_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": fixture["bos_template"],
+                                                               "bos_token": fixture["bos"]}))  # fmt: skip
+    toks = {"": SglTokenizer(tok_dir), "bos": SglTokenizer(bos_dir)}
     for case, spec in fixture["cases"].items():
         ns = build_parser().parse_args([a.replace("{dir}", str(tmp_path)) for a in spec["argv"]])
-        rows = draw_rows(ns, tok, lambda: tmp_path / "sg.json")
+        rows = draw_rows(ns, toks[spec.get("tokenizer", "")], lambda: tmp_path / "sg.json")
         got = [{"prompt": r.prompt, "prompt_len": r.prompt_len, "output_len": r.output_len,
                 "images": [hashlib.sha256(u.encode()).hexdigest() for u in r.image_data or []],
                 "extra": r.extra_body} for r in rows]  # fmt: skip
