@@ -5,8 +5,8 @@ SGLang's ``sglang/benchmark/datasets/*.py`` are loaded from an unpacked release 
 lmmbench; the heavy ``sglang`` package init is skipped with empty package stand-ins, ``pybase64`` with the
 standard library's base64), on a Hugging Face fast tokenizer over the test tokenizer (a word-level one with a chat
 template, both stored in the output; the cases named in ``BOS_CASES`` on one that puts a BOS token before every
-text, with a template that starts with it, as Llama's do). For each case the input files, the command line and the drawn rows are
-stored: prompt, prompt length, output length, each image's SHA-256, the row's own request fields.
+text, with a template that starts with it, as Llama's do). For each case the input files, the command line and the
+drawn rows are stored: prompt, prompt length, output length, each image's SHA-256, the row's own request fields.
 
     pip download --no-deps --only-binary=:all: sglang==0.5.23 -d /tmp/sg && cd /tmp/sg && unzip -q sglang-*.whl
     python benchmarks/sglang_loader_fixtures.py --sglang /tmp/sg --out tests/perf/fixtures/sglang_loaders.json
