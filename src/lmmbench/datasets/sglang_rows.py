@@ -57,10 +57,14 @@ class SglTokenizer:
 
     @cached_property
     def specials(self) -> dict[str, str]:
-        """The named special tokens of ``tokenizer_config.json`` (``bos_token``, ``eos_token``, ...), which
-        transformers hands to the chat template (a token saved as an ``AddedToken`` dict: its content)."""
+        """The named special tokens of ``tokenizer_config.json`` (``bos_token``, ``eos_token``, ...; an older
+        folder's ``special_tokens_map.json`` under them), which transformers hands to the chat template (a token
+        saved as an ``AddedToken`` dict: its content)."""
+        folder = self.path if self.path.is_dir() else self.path.parent
+        mapped = folder / "special_tokens_map.json"
+        named: dict[str, Any] = json.loads(mapped.read_text(encoding="utf-8")) if mapped.is_file() else {}
         out = {}
-        for key, value in self.config.items():
+        for key, value in {**named, **self.config}.items():
             if isinstance(value, dict):
                 value = value.get("content")
             if key.endswith("_token") and isinstance(value, str):
