@@ -4,8 +4,9 @@ tests/perf/test_bench_sglang_datasets.py (``test_loaders_draw_what_sglangs_own_d
 SGLang's ``sglang/benchmark/datasets/*.py`` are loaded from an unpacked release (nothing of them is copied into
 lmmbench; the heavy ``sglang`` package init is skipped with empty package stand-ins, ``pybase64`` with the
 standard library's base64), on a Hugging Face fast tokenizer over the test tokenizer (a word-level one with a chat
-template, both stored in the output). For each case the input files, the command line and the drawn rows are
-stored: prompt, prompt length, output length, each image's SHA-256, the row's own request fields.
+template, both stored in the output; the cases named in ``BOS_CASES`` on one that puts a BOS token before every
+text, with a template that starts with it, as Llama's do). For each case the input files, the command line and the
+drawn rows are stored: prompt, prompt length, output length, each image's SHA-256, the row's own request fields.
 
     pip download --no-deps --only-binary=:all: sglang==0.5.23 -d /tmp/sg && cd /tmp/sg && unzip -q sglang-*.whl
     python benchmarks/sglang_loader_fixtures.py --sglang /tmp/sg --out tests/perf/fixtures/sglang_loaders.json
@@ -97,7 +98,20 @@ CASES: dict[str, list[str]] = {
     "image_random": [*IMAGE, "--random-image-count", "--image-count", "3", "--image-resolution",
                      "random:4x4-8x12", "--backend", "sglang"],
     "image_blank": [*IMAGE, "--image-content", "blank", "--backend", "sglang-oai-chat"],
+    "sharegpt_chat": ["--dataset-name", "sharegpt", "--dataset-path", "{dir}/sg.json", "--num-prompts", "12",
+                      "--apply-chat-template", "--prompt-suffix", " be brief"],
+    "sharegpt_chat_bos": ["--dataset-name", "sharegpt", "--dataset-path", "{dir}/sg.json", "--num-prompts", "12",
+                          "--apply-chat-template", "--sharegpt-context-len", "16", "--seed", "5"],
+    "custom_chat_bos": ["--dataset-name", "custom", "--dataset-path", "{dir}/custom.jsonl", "--num-prompts", "8",
+                        "--apply-chat-template", "--prompt-suffix", " ok"],
+    "gsp_chat_ignored": [*GSP, "--apply-chat-template"],  # a loader that never reads the flag
+    "speed_chat_ignored": ["--dataset-name", "speed-bench", "--dataset-path", "{dir}/sb.jsonl", "--num-prompts", "3",
+                           "--apply-chat-template"],
 }  # fmt: skip
+#: the cases drawn with the BOS tokenizer: BOS put before every encoded text, the template starting with it
+BOS_CASES = ("sharegpt_chat_bos", "custom_chat_bos")
+BOS = "<s>"
+BOS_TEMPLATE = "{{ bos_token }}" + TEMPLATE
 
 
 def _load_sglang(root: Path) -> dict[str, Any]:
@@ -181,17 +195,23 @@ def main() -> None:
             (folder / name).write_text(text, encoding="utf-8")
         tok = build_word_tokenizer(folder / "tok", EXTRA_WORDS)
         (tok / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
-        hf = PreTrainedTokenizerFast.from_pretrained(str(tok))
+        tok_bos = build_word_tokenizer(folder / "tok_bos", EXTRA_WORDS, bos=BOS)
+        (tok_bos / "tokenizer_config.json").write_text(json.dumps({"chat_template": BOS_TEMPLATE, "bos_token": BOS}))
+        hfs = {"": PreTrainedTokenizerFast.from_pretrained(str(tok)),
+               "bos": PreTrainedTokenizerFast.from_pretrained(str(tok_bos))}  # fmt: skip
+        assert hfs["bos"].bos_token == BOS and hfs["bos"].encode("alpha")[0] == hfs["bos"].convert_tokens_to_ids(BOS)
         out: dict[str, Any] = {"sglang": "0.5.23", "words": WORDS, "extra_words": EXTRA_WORDS, "template": TEMPLATE,
-                               "files": FILES, "cases": {}}  # fmt: skip
+                               "bos": BOS, "bos_template": BOS_TEMPLATE, "files": FILES, "cases": {}}  # fmt: skip
         for case, line in CASES.items():
             argv = [a.replace("{dir}", str(folder)) for a in line]
             import shutil
 
             shutil.rmtree(Path(tmp) / ".cache", ignore_errors=True)
-            rows = _draw(sg, build_parser().parse_args(argv), hf)
-            out["cases"][case] = {"argv": line, "rows": [row_view(r.prompt, r.prompt_len, r.output_len, r.image_data,
-                                                                  r.extra_request_body) for r in rows]}  # fmt: skip
+            which = "bos" if case in BOS_CASES else ""
+            rows = _draw(sg, build_parser().parse_args(argv), hfs[which])
+            out["cases"][case] = {"argv": line, **({"tokenizer": which} if which else {}),
+                                  "rows": [row_view(r.prompt, r.prompt_len, r.output_len, r.image_data,
+                                                    r.extra_request_body) for r in rows]}  # fmt: skip
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
 
 

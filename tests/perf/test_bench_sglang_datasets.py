@@ -80,7 +80,8 @@ UNCOUNTED = ("gsp_turns", "gsp_fast", "image_png", "image_random", "image_blank"
 
 def test_loaders_draw_what_sglangs_own_draw(tmp_path: Path) -> None:
     """Every case of benchmarks/sglang_loader_fixtures.py: the rows SGLang 0.5.23's loaders drew (prompt, lengths,
-    images' SHA-256, a row's own fields), drawn again by lmmbench's loaders from the same files and command line."""
+    images' SHA-256, a row's own fields), drawn again by lmmbench's loaders from the same files and command line
+    (the --apply-chat-template cases on a tokenizer that puts a BOS token first, as SGLang's loader saw it)."""
     import hashlib
 
     fixture = json.loads(FIXTURE.read_text())
@@ -88,10 +89,13 @@ def test_loaders_draw_what_sglangs_own_draw(tmp_path: Path) -> None:
         (tmp_path / name).write_text(text, encoding="utf-8")
     tok_dir = build_word_tokenizer(tmp_path / "tok", fixture["extra_words"])
     (tok_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": fixture["template"]}))
-    tok = SglTokenizer(tok_dir)
+    bos_dir = build_word_tokenizer(tmp_path / "tok_bos", fixture["extra_words"], bos=fixture["bos"])
+    (bos_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": fixture["bos_template"],
+                                                               "bos_token": fixture["bos"]}))  # fmt: skip
+    toks = {"": SglTokenizer(tok_dir), "bos": SglTokenizer(bos_dir)}
     for case, spec in fixture["cases"].items():
         ns = build_parser().parse_args([a.replace("{dir}", str(tmp_path)) for a in spec["argv"]])
-        rows = draw_rows(ns, tok, lambda: tmp_path / "sg.json")
+        rows = draw_rows(ns, toks[spec.get("tokenizer", "")], lambda: tmp_path / "sg.json")
         got = [{"prompt": r.prompt, "prompt_len": r.prompt_len, "output_len": r.output_len,
                 "images": [hashlib.sha256(u.encode()).hexdigest() for u in r.image_data or []],
                 "extra": r.extra_body} for r in rows]  # fmt: skip
@@ -139,6 +143,90 @@ def test_sharegpt_context_len_drops_longer_pairs(tok: Path, sharegpt: Path) -> N
     expected = sum(1 for r in long_reqs if r.input_tokens + 6 <= 14)
     assert 0 < len(reqs) == expected < 10
     assert all(len(b["prompt"].split()) + b["max_tokens"] <= 14 for b in bodies)
+
+
+# ---- --apply-chat-template ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bos_tok(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The word-level tokenizer with a BOS token "<s>" put before every encoded text (as Llama's tokenizers do) and
+    a chat template that starts with it."""
+    out = build_word_tokenizer(tmp_path_factory.mktemp("bos_tok"), ["<|user|>", "<|assistant|>", "Assistant:"],
+                               bos="<s>")  # fmt: skip
+    (out / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ bos_token }}" + TEMPLATE,
+                                                           "bos_token": "<s>"}))  # fmt: skip
+    return out
+
+
+def test_apply_chat_template_reaches_the_server_rendered_without_bos(
+    bos_tok: Path, sharegpt: Path, recorder: _Recorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a chat server received: each ShareGPT prompt (its --prompt-suffix before "Assistant:") as the one user
+    message of the template, with the generation prompt, the template's leading BOS taken out; counted with the
+    BOS the tokenizer puts first (one more token than the words; the reply's length too)."""
+    monkeypatch.chdir(tmp_path)
+    originals = {c["conversations"][0]["value"] for c in json.loads(sharegpt.read_text())}
+    argv = ["bench", "sglang", "--backend", "sglang-oai-chat", "--port", str(recorder.port), "--tokenizer",
+            str(bos_tok), "--dataset-name", "sharegpt", "--dataset-path", str(sharegpt), "--num-prompts", "5",
+            "--apply-chat-template", "--prompt-suffix", " ok", "--warmup-requests", "0", "--output-file",
+            str(tmp_path / "o.jsonl"), "--disable-tqdm"]  # fmt: skip
+    assert main(argv) == 0
+    sent = [b["messages"] for b in recorder.bodies if b.get("max_tokens") == 7]  # 6 words + BOS, as SGLang counts
+    assert len(sent) == 5
+    for messages in sent:
+        assert len(messages) == 1 and messages[0]["role"] == "user"
+        text = messages[0]["content"]
+        assert text.startswith("<|user|> ") and text.endswith(" ok" + "Assistant: <|assistant|>")
+        assert "<s>" not in text  # the template's BOS, taken out as SGLang takes it out
+        inner = text.removeprefix("<|user|> ").removesuffix(" okAssistant: <|assistant|>")
+        assert inner in originals or inner + "Assistant:" in originals  # its own "Assistant:" taken off
+    _, reqs, bodies = _draw(bos_tok, "--dataset-name", "sharegpt", "--dataset-path", str(sharegpt), "--backend",
+                            "sglang", "--num-prompts", "5", "--apply-chat-template")  # fmt: skip
+    assert all(b["text"].startswith("<|user|> ") and "<s>" not in b["text"] for b in bodies)  # native API: text
+    assert [r.input_tokens for r in reqs] == [len(b["text"].split()) + 1 for b in bodies]  # + the encoded BOS
+    assert all(b["sampling_params"]["max_new_tokens"] == 7 for b in bodies)
+
+
+def test_apply_chat_template_changes_nothing_where_sglangs_loader_ignores_it(tok: Path, tmp_path: Path) -> None:
+    """SGLang 0.5.23 reads the flag only in its sharegpt / custom loaders: random (lmmbench's synthetic prompts)
+    and generated-shared-prefix (SGLang's loader) send the same requests with it; a tokenizer without a chat
+    template is refused with one line on sharegpt."""
+    for args in (["--dataset-name", "random", "--num-prompts", "4", "--random-input-len", "9",
+                  "--random-output-len", "3"], [*GSP, "--gsp-ordered"]):  # fmt: skip
+        ns, ns_chat = (build_parser().parse_args(["--port", "1", "--backend", "sglang-oai", *args, *more])
+                       for more in ([], ["--apply-chat-template"]))  # fmt: skip
+        assert {**translate(ns_chat), "labels": None} == {**translate(ns), "labels": None}
+    _, _, bodies = _draw(tok, *GSP, "--backend", "sglang-oai", "--gsp-ordered")
+    _, _, chat_bodies = _draw(tok, *GSP, "--backend", "sglang-oai", "--gsp-ordered", "--apply-chat-template")
+    assert chat_bodies == bodies and not any("<|user|>" in b["prompt"] for b in bodies)
+    plain = build_word_tokenizer(tmp_path / "plain")
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps([{"conversations": [{"value": "alpha bravo"}, {"value": "charlie delta"}]}]))
+    with pytest.raises(UserError, match=r"--apply-chat-template: the tokenizer .* has no chat template"):
+        _draw(plain, "--dataset-name", "sharegpt", "--dataset-path", str(path), "--apply-chat-template")
+
+
+def test_chat_template_renders_as_transformers_does(tmp_path: Path) -> None:
+    """SglTokenizer's rendering and bos_token against transformers' apply_chat_template (add_generation_prompt,
+    not tokenized) on tiny-llm's tokenizer (ChatML, a default system message, no BOS) and on a Llama-3-style one
+    whose template starts with its BOS token."""
+    from transformers import AutoTokenizer
+
+    from lmmbench.models.shape_tokenizer import LLAMA3_TEMPLATE, build_shape_tokenizer
+    from lmmbench.models.tokenizer_build import build_tokenizer
+
+    build_tokenizer(tmp_path / "tiny-llm")
+    specials = {1024: "<|begin_of_text|>", 1025: "<|start_header_id|>", 1026: "<|end_header_id|>", 1027: "<|eot_id|>"}
+    build_shape_tokenizer(tmp_path / "llama3", specials, {}, "<|eot_id|>", "<|eot_id|>", LLAMA3_TEMPLATE,
+                          bos="<|begin_of_text|>")  # fmt: skip
+    messages = [{"role": "user", "content": "How many cats? Assistant:"}]
+    for name, bos in (("tiny-llm", None), ("llama3", "<|begin_of_text|>")):
+        hf, ours = AutoTokenizer.from_pretrained(str(tmp_path / name)), SglTokenizer(tmp_path / name)
+        want = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        assert ours.apply_chat_template(messages) == want and "How many cats? Assistant:" in want
+        assert ours.bos_token == hf.bos_token == bos
+        assert ours.encode(want) == hf.encode(want)
 
 
 # ---- random / random-ids / generated-shared-prefix: --tokenize-prompt and --gsp-* -------------------------------

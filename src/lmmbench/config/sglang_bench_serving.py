@@ -55,8 +55,6 @@ IN_SGLANG_ONLY = {
     "plot_throughput": "a terminal plot drawn by SGLang's process (termplotlib); lmmbench writes its plots and "
                        "report.html in the run folder",
     "print_requests": "SGLang's debug printing of each request inside its client",
-    "apply_chat_template": "SGLang renders the chat template with transformers inside its client; use a -chat "
-                           "backend (sglang-oai-chat, vllm-chat) so the server applies it",
 }  # fmt: skip
 #: flags (destinations) this drop-in carries to lmmbench's engine
 CARRIED = {
@@ -73,14 +71,16 @@ CARRIED = {
     "mooncake_num_rounds", "mooncake_slowdown_factor", "mooncake_workload", "image_content", "image_count",
     "image_format", "image_resolution", "random_image_count", "speed_bench_category", "speed_bench_output_len",
     "gsp_fast_prepare", "gsp_group_distribution", "gsp_num_turns", "gsp_ordered", "gsp_range_ratio",
-    "gsp_zipf_alpha", "agentic_max_turns",
+    "gsp_zipf_alpha", "agentic_max_turns", "apply_chat_template",
 }  # fmt: skip
 #: data sets whose requests SGLang's own loaders draw (lmmbench.datasets.sglang_datasets / sglang_image_datasets)
 SGLANG_DRAWN = ("image", "mmmu", "mooncake", "openai", "agentic-trace", "longbench_v2", "speed-bench")
 #: flags only SGLang's loaders know: with one of them, sharegpt / custom / random / generated-shared-prefix are
-#: drawn by SGLang's loader too
-_LOADER_FLAGS = {"sharegpt": ("prompt_suffix", "sharegpt_context_len"),
-                 "custom": ("prompt_suffix", "sharegpt_context_len"), "random": ("tokenize_prompt",),
+#: drawn by SGLang's loader too. Only the sharegpt and custom loaders read --apply-chat-template (SGLang's others
+#: render their own template or none whatever it says): elsewhere it changes nothing, here as in SGLang.
+_LOADER_FLAGS = {"sharegpt": ("prompt_suffix", "sharegpt_context_len", "apply_chat_template"),
+                 "custom": ("prompt_suffix", "sharegpt_context_len", "apply_chat_template"),
+                 "random": ("tokenize_prompt",),
                  "random-ids": ("tokenize_prompt",),
                  "generated-shared-prefix": ("tokenize_prompt", "gsp_range_ratio", "gsp_fast_prepare", "gsp_num_turns",
                                              "gsp_ordered", "gsp_group_distribution", "gsp_zipf_alpha")}  # fmt: skip

@@ -1,10 +1,11 @@
 """The text data sets of SGLang 0.5.23's ``bench_serving`` (``sglang/benchmark/datasets/``), drawing the requests
 SGLang draws for the same command line, seed and tokenizer.
 
-Written from SGLang's loaders, one function each: ``sharegpt`` / ``custom`` (with ``--prompt-suffix`` and
-``--sharegpt-context-len``), ``random`` / ``random-ids`` as token ids (``--tokenize-prompt``),
-``generated-shared-prefix`` (every ``--gsp-*`` flag), ``openai``, ``longbench_v2``, ``speed-bench``,
-``agentic-trace`` and ``mooncake``. Images (``image``, ``mmmu``) are in ``sglang_image_datasets``.
+Written from SGLang's loaders, one function each: ``sharegpt`` / ``custom`` (with ``--prompt-suffix``,
+``--sharegpt-context-len`` and ``--apply-chat-template``, which no other loader of SGLang's reads), ``random`` /
+``random-ids`` as token ids (``--tokenize-prompt``), ``generated-shared-prefix`` (every ``--gsp-*`` flag),
+``openai``, ``longbench_v2``, ``speed-bench``, ``agentic-trace`` and ``mooncake``. Images (``image``, ``mmmu``)
+are in ``sglang_image_datasets``.
 """
 
 from __future__ import annotations
@@ -90,8 +91,8 @@ def _pairs(rows: list[Any], custom: bool) -> list[tuple[str, str]]:
 
 def sharegpt_rows(ns: argparse.Namespace, tok: SglTokenizer, rngs: VllmRng, path: Path) -> list[SglRow]:
     """``sample_sharegpt_requests`` / ``sample_custom_requests``: shuffled first turns, ``--prompt-suffix`` put
-    before the trailing "Assistant:", too-short pairs (< 2 tokens) and ``--sharegpt-context-len`` overruns
-    dropped, up to ``--num-prompts``."""
+    before the trailing "Assistant:", then (``--apply-chat-template``) rendered with the chat template, too-short
+    pairs (< 2 tokens) and ``--sharegpt-context-len`` overruns dropped, up to ``--num-prompts``."""
     fixed = ns.sharegpt_output_len
     if fixed is not None and fixed < 4:
         raise UserError(f"--sharegpt-output-len {fixed}: SGLang refuses an output length below 4")
@@ -104,6 +105,8 @@ def sharegpt_rows(ns: argparse.Namespace, tok: SglTokenizer, rngs: VllmRng, path
             break
         if ns.prompt_suffix:
             prompt = prompt.removesuffix(ASSISTANT_SUFFIX) + ns.prompt_suffix + ASSISTANT_SUFFIX
+        if ns.apply_chat_template:
+            prompt = _chat_prompt(tok, prompt)
         prompt_len = len(tok.encode(prompt))
         output_len = len(tok.encode(completion)) if fixed is None else fixed
         if prompt_len < 2 or output_len < 2:
@@ -112,6 +115,17 @@ def sharegpt_rows(ns: argparse.Namespace, tok: SglTokenizer, rngs: VllmRng, path
             continue
         out.append(SglRow(prompt, prompt_len, output_len))
     return out
+
+
+def _chat_prompt(tok: SglTokenizer, prompt: str) -> str:
+    """``--apply-chat-template``: the prompt as the one user message of the model's chat template, with the
+    generation prompt, every BOS token taken out (the server's tokenizer adds its own)."""
+    text = tok.apply_chat_template([{"role": "user", "content": prompt}])
+    if text is None:
+        raise UserError(f"--apply-chat-template: the tokenizer {tok.path} has no chat template that renders "
+                        "(tokenizer_config.json's chat_template, chat_template.jinja or chat_template.json)")
+    bos = tok.bos_token
+    return text.replace(bos, "") if bos else text
 
 
 def random_ids(ns: argparse.Namespace, tok: SglTokenizer, rngs: VllmRng, sharegpt: Path | None) -> list[SglRow]:

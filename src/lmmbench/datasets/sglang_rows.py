@@ -51,6 +51,27 @@ class SglTokenizer:
         self.template = _find_template(folder, self.config)
 
     @property
+    def bos_token(self) -> str | None:
+        """``tokenizer.bos_token``: the one ``tokenizer_config.json`` names (None without one)."""
+        return self.specials.get("bos_token")
+
+    @cached_property
+    def specials(self) -> dict[str, str]:
+        """The named special tokens of ``tokenizer_config.json`` (``bos_token``, ``eos_token``, ...; an older
+        folder's ``special_tokens_map.json`` under them), which transformers hands to the chat template (a token
+        saved as an ``AddedToken`` dict: its content)."""
+        folder = self.path if self.path.is_dir() else self.path.parent
+        mapped = folder / "special_tokens_map.json"
+        named: dict[str, Any] = json.loads(mapped.read_text(encoding="utf-8")) if mapped.is_file() else {}
+        out = {}
+        for key, value in {**named, **self.config}.items():
+            if isinstance(value, dict):
+                value = value.get("content")
+            if key.endswith("_token") and isinstance(value, str):
+                out[key] = value
+        return out
+
+    @property
     def vocab_size(self) -> int:
         """The vocabulary without added tokens (``tokenizer.vocab_size``)."""
         return self.vt.vocab_size
@@ -97,10 +118,9 @@ class SglTokenizer:
                                             extensions=["jinja2.ext.loopcontrols"])  # as transformers renders it
         env.globals["raise_exception"] = _raise
         env.filters["tojson"] = _tojson
-        specials = {k: v for k, v in self.config.items() if k.endswith("_token") and isinstance(v, str)}
         try:
             return str(env.from_string(self.template).render(messages=messages, add_generation_prompt=True,
-                                                            **specials))  # fmt: skip
+                                                            **self.specials))  # fmt: skip
         except jinja2.TemplateError:
             return None
 

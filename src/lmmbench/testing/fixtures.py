@@ -81,9 +81,10 @@ def running_testserver(cfg: TestServerConfig, timeout_s: float = 20.0) -> Iterat
             proc.stderr.close()
 
 
-def build_word_tokenizer(directory: str | Path, extra_words: list[str] | None = None) -> Path:
-    """A word-level ``tokenizer.json`` (the test server's words, digits, a few hundred more words)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+def build_word_tokenizer(directory: str | Path, extra_words: list[str] | None = None, bos: str | None = None) -> Path:
+    """A word-level ``tokenizer.json`` (the test server's words, digits, a few hundred more words); with ``bos``,
+    that special token put before every encoded text, as Llama's tokenizers do."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, processors
 
     words = ["[UNK]", *WORDS]
     words += [f"w{i}" for i in range(500)]
@@ -91,6 +92,11 @@ def build_word_tokenizer(directory: str | Path, extra_words: list[str] | None = 
     vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if bos is not None:
+        tok.add_special_tokens([AddedToken(bos, special=True, normalized=False)])
+        bos_id = tok.token_to_id(bos)
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                                           special_tokens=[(bos, bos_id)])  # fmt: skip
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
