@@ -54,7 +54,8 @@ def run_side(side: str, args: argparse.Namespace, hf_home: Path, work: Path) -> 
     if side == "lmmbench":
         cmd = [sys.executable, "-m", "lmmbench.cli.main", "eval", "--model", str(args.model_dir), "--tasks",
                args.tasks, "--limit", str(args.limit), "--threads", str(args.threads), "--batch-size",
-               str(args.lmmbench_batch_size), "--device", "cpu", "--out-dir", str(out), "--allow-random-weights"]  # fmt: skip
+               str(args.lmmbench_batch_size), "--device", "cpu", "--out-dir", str(out),
+               "--allow-random-weights"]  # fmt: skip
         cmd += ["--pad-batches"] if args.pad_batches else []
     else:
         bs = side.removeprefix("lm_eval-bs")
