@@ -212,7 +212,7 @@ def _answer(exc: BaseException, known: dict[str, Any], extra: dict[str, Shape], 
     """Change the row as the error asks (a missing field, a field of another kind); False when it asks nothing
     new."""
     row = synthetic_splits(cfg, known, fill, overrides)["test"][0]
-    values = {str(x) for v in row.values() for x in (v if isinstance(v, list) else [v])}
+    values = {str(x) for v in row.values() for x in (v if isinstance(v, (list, dict)) else [v])}
     missing = _missing_key(exc, known)
     if missing and missing not in values:  # a key that is one of the row's values is a lookup of that value
         extra[missing] = Shape()
@@ -375,9 +375,11 @@ def _rows(path: Path) -> list[dict[str, Any]]:
     """The last line of each task in a coverage file (a re-check supersedes the first)."""
     last = {}
     for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
+        try:
             row = json.loads(line)
-            last[row["task"]] = row
+        except ValueError:  # a line cut short when a run was stopped: that task is checked again
+            continue
+        last[row["task"]] = row
     return list(last.values())
 
 

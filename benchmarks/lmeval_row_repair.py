@@ -109,7 +109,10 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
         return _first(starred or named, row, lambda v: not isinstance(v, dict), lambda v: mapping)
     m = _NO_ELEMENT.search(text)
     if m or (isinstance(exc, IndexError) and "list index out of range" in text):
-        return _grow(named, row, int(m.group(1)) + 1 if m else 8)
+        grown = _grow(named, row, int(m.group(1)) + 1 if m else 8)
+        if grown is None and ".keys()" in line:  # a key other than the ones the task names
+            return _first(named, row, lambda v: isinstance(v, dict) and "other" not in v, lambda v: {**v, "other": "1"})
+        return grown
     return None
 
 
@@ -192,6 +195,9 @@ def _from_container(line: str, scope: dict[str, Any], named: list[str], row: dic
     if candidate is _NONE:
         return None
     holders = [n for n in named if _holds(row[n], wanted)] or [n for n in row if _holds(row[n], wanted)]
+    for name, value in row.items():  # a key of a mapping field that the task looks up in its table
+        if isinstance(value, dict) and wanted in value and candidate not in value:
+            return name, {(candidate if k == wanted else k): v for k, v in value.items()}
     for name in holders:
         value = row[name]
         iterated = re.search(rf"""for\s+\w+\s+in\s+\w+\[["']{re.escape(name)}["']\]""", line)
