@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--retry-failed", action="store_true",
                    help="check again the tasks of --out that were not built (their new line supersedes the old)")
     args = p.parse_args(argv)
-    if args.markdown:
+    if args.markdown and not (args.sample or args.only):
         print(summarise(args.out))
         return 0
     from lm_eval.tasks import TaskManager
@@ -321,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     names = list(args.only or tm.all_subtasks)
     if args.sample:
         names = names[:: args.sample]
+    if args.markdown:  # the summary of those tasks only
+        print(summarise(args.out, names))
+        return 0
     done = set()  # an existing --out is resumed: its tasks are not checked again
     if args.out.exists():
         last = {r["task"]: r for r in _rows(args.out)}
@@ -340,17 +343,21 @@ def main(argv: list[str] | None = None) -> int:
         pr.start()
     for pr in procs:
         pr.join()
-    print(summarise(args.out, total=len(names)))
+    print(summarise(args.out, names))
     return 0
 
 
-def summarise(path: Path, total: int | None = None) -> str:
-    """A Markdown summary of a coverage file: counts, the reasons, the tasks that differ."""
+def summarise(path: Path, names: list[str] | None = None) -> str:
+    """A Markdown summary of a coverage file (of ``names`` only, when given): counts, the reasons, the tasks that
+    differ."""
     rows = _rows(path)
-    total = total or len(rows)
+    if names is not None:
+        wanted = set(names)
+        rows = [r for r in rows if r["task"] in wanted]
+    total = len(names) if names is not None else len(rows)
     by = collections.Counter(r["status"] for r in rows)
     checked = by["equal"] + by["differs"]
-    lines = [f"- subtasks in `TaskManager().all_subtasks`: {total}; reached in the time box: {len(rows)}",
+    lines = [f"- subtasks: {total}; reached: {len(rows)}",
              f"- built on one synthetic row and compared: {checked} ({100 * checked / max(total, 1):.1f} %)",
              f"- every request equal: {by['equal']} ({100 * by['equal'] / max(checked, 1):.2f} % of the compared)",
              f"- a request differs: {by['differs']}",
@@ -358,14 +365,16 @@ def summarise(path: Path, total: int | None = None) -> str:
     diff_reasons = collections.Counter(r["reason"].split(";")[0] for r in rows if r["status"] == "differs")
     if diff_reasons:
         lines.append("\nRequests that differ (reason: tasks):\n")
-        for reason, n in diff_reasons.most_common(20):
+        for reason, n in diff_reasons.most_common():
             ex = [r["task"] for r in rows if r["status"] == "differs" and r["reason"].startswith(reason)][:3]
             lines.append(f"- {n} × {reason} (e.g. {', '.join(ex)})")
-    fail = collections.Counter(_short(r["reason"]) for r in rows if r["status"] in ("not built", "config"))
+    failed = [r for r in rows if r["status"] in ("not built", "config")]
+    fail = collections.Counter(_short(r["reason"]) for r in failed)
     if fail:
-        lines.append("\nNot built on a synthetic row (reason: tasks):\n")
-        for reason, n in fail.most_common(25):
-            lines.append(f"- {n} × {reason}")
+        lines.append("\nNot built on a synthetic row (tasks × the error lm-eval's code raised, digits as N):\n")
+        for reason, n in fail.most_common():
+            ex = [r["task"] for r in failed if _short(r["reason"]) == reason][:3]
+            lines.append(f"- {n} × {reason.replace('|', '/')} (e.g. {', '.join(ex)})")
     types = collections.Counter(t for r in rows for t in r.get("types") or [])
     lines.append("\nRequest types among the compared tasks: " + ", ".join(f"{k} {v}" for k, v in types.most_common()))
     return "\n".join(lines)
@@ -384,7 +393,7 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _short(reason: str) -> str:
-    return re.sub(r"\d+", "N", reason)[:150]
+    return re.sub(r"\d+", "N", reason.replace(os.getcwd() + "/", ""))[:150]
 
 
 if __name__ == "__main__":
