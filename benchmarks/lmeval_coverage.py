@@ -1,19 +1,26 @@
 """Coverage of lm-evaluation-harness's catalogue: does lmmbench ask the model what lm-eval asks it, for every task?
 
     PYTHONPATH=src .venv/bin/python benchmarks/lmeval_coverage.py [--workers 2] [--time-box-s 3000] \
-        [--out /tmp/lmeval_coverage.jsonl] [--only NAME ...] [--markdown]
+        [--out /tmp/lmeval_coverage.jsonl] [--only NAME ...] [--sample N] [--retry-failed] [--markdown]
 
 For every entry of ``TaskManager().all_subtasks`` of the installed lm-eval (0.4.13 pinned), the task is built by
 lm-eval's own task system with ``datasets.load_dataset`` patched to return one synthetic row per split. The row's
-fields are the ones the task's templates (Jinja AST: ``x.y`` is a dict, ``x[i]`` and ``for .. in x`` a list) and
-its Python (``doc["x"]`` in the task folder's ``!function`` module) read, filled with plain values; when lm-eval
-rejects the row (a missing key, a value of the wrong kind) the script tries a few other plain fillings.
+fields are the ones the task's templates and Python read (``lmeval_synthetic_docs``), filled with plain values.
+When the task's own code rejects the row, the error it raised says what it wanted (``lmeval_row_repair``): a
+missing field is added, a field the code parses, looks up in its own table, does arithmetic on or indexes past its
+end is given a value of that kind, and the task is built again (a few rounds, then the next plain filling). Within
+the run a ``Dataset.filter`` that would drop every row of a split keeps them (a task selecting its documents by a
+value the guessed row lacks): the check is about the request lmmbench builds for a document the task accepts.
 lm-eval builds the task's ``Instance``s for that document (few-shot context, chat template off). lmmbench's LM
 adapter (``lmmbench.evaluation.lmeval_catalogue.make_lm``, the object a catalogue run hands to lm-eval) then
 answers those instances with a recording scoring backend, and the script checks that each request the adapter sends
 to lmmbench's scoring backend is the instance's request: the same request type (log-likelihood, rolling
 log-likelihood, generation) and the same arguments (context and continuation; the text; the prompt, stop strings,
 ``max_gen_toks`` and the sampling settings lm-eval's ``generate_until`` kwargs ask for; images for multimodal tasks).
+
+One JSON line per task is appended to ``--out`` as it is checked; a run on an existing file goes on where it
+stopped (``--retry-failed``: the tasks not built are checked again, their new line supersedes the old).
+``--markdown`` summarises the file (with ``--sample`` / ``--only``: those tasks only).
 
 A task counts as *checked* when its instances were built and compared; *equal* when every request matched.
 The other outcomes are listed with their reason: the synthetic row was not accepted by the task's code (a
