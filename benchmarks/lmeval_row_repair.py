@@ -83,6 +83,9 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
         fix = _nested_key(exc, line, scope, row, source)
         if fix is not None:
             return fix
+    if isinstance(exc, TypeError) and "list indices must be integers or slices, not str" in text:
+        return _first(named, row, lambda v: isinstance(v, list) and v and all(isinstance(x, str) for x in v),
+                      lambda v: {x: x for x in v})  # fmt: skip
     if isinstance(exc, AttributeError) and re.search(r"'str' object has no attribute '(keys|values|items)'", text):
         return _first(named, row, lambda v: isinstance(v, str), lambda v: {"A": 1, "B": 0})
     arrow = type(exc).__name__ == "ArrowInvalid"
