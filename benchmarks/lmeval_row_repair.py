@@ -50,7 +50,7 @@ def failing_frame(exc: BaseException, templates: str = "") -> tuple[str, dict[st
             summary = traceback.extract_tb(tb, limit=1)[0]
             try:
                 source = inspect.getsource(frame.f_code)
-            except (OSError, TypeError):
+            except Exception:  # a frame whose module cannot be read back
                 source = ""
             found = (summary.line or "", {**frame.f_globals, **frame.f_locals}, source)
         tb = tb.tb_next
@@ -88,6 +88,10 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
                       lambda v: {x: x for x in v})  # fmt: skip
     if isinstance(exc, AttributeError) and re.search(r"'str' object has no attribute '(keys|values|items)'", text):
         return _first(named, row, lambda v: isinstance(v, str), lambda v: {"A": 1, "B": 0})
+    if isinstance(exc, KeyError) and isinstance(exc.args[0] if exc.args else None, str):
+        fix = _sibling_key(row, exc.args[0])
+        if fix is not None:
+            return fix
     arrow = type(exc).__name__ == "ArrowInvalid"
     if arrow and "cannot mix list and non-list" in text:
         return _first(list(row), row, lambda v: isinstance(v, list), lambda v: str(v[0]) if v else "1")
@@ -170,6 +174,28 @@ def _grow(named: list[str], row: dict[str, Any], size: int) -> tuple[str, Any] |
             short = {k: longer(v) for k, v in value.items() if isinstance(v, list) and len(v) < size}
             if short:
                 return name, {**value, **short}
+    return None
+
+
+def _sibling_key(row: dict[str, Any], key: str) -> tuple[str, Any] | None:
+    """``KeyError: 'a2'`` where a mapping inside a field has ``a1``: that mapping gets ``a2`` (the same value)."""
+    import copy
+
+    stem = re.sub(r"\d+", "", key)
+
+    def add(value: Any) -> bool:
+        if isinstance(value, dict):
+            sib = next((k for k in value if k != key and re.sub(r"\d+", "", k) == stem), None)
+            if sib is not None and key not in value:
+                value[key] = copy.deepcopy(value[sib])
+                return True
+            return any([add(v) for v in value.values()])  # every mapping of that shape
+        return False
+
+    for name, value in row.items():
+        new = copy.deepcopy(value)
+        if add(new):
+            return name, new
     return None
 
 
