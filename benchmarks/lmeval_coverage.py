@@ -255,11 +255,15 @@ def stub_unavailable_metrics() -> None:
     if getattr(real, "_stands_in", False):
         return
 
+    absent: dict[str, UnavailableMetric] = {}
+
     def load(path: str, *args: Any, **kwargs: Any) -> Any:
+        if str(path) in absent:  # looked for once: offline look-ups are slow
+            return absent[str(path)]
         try:
             return real(path, *args, **kwargs)
         except (FileNotFoundError, ConnectionError, OSError):
-            return UnavailableMetric(str(path))
+            return absent.setdefault(str(path), UnavailableMetric(str(path)))
 
     load._stands_in = True  # type: ignore[attr-defined]
     evaluate.load = load

@@ -19,6 +19,8 @@ INT_NAMES = re.compile(r"^(label|gold|answer_idx|answer_index|correct|idx|answer
 STR_METHODS = {"split", "strip", "lower", "upper", "replace", "startswith", "endswith", "format", "title",
                "capitalize", "lstrip", "rstrip", "join", "count", "find", "splitlines", "isdigit",
                "casefold"}  # fmt: skip
+JINJA_GLOBALS = {"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop", "true", "false", "none",
+                 "True", "False", "None"}  # fmt: skip
 LIST_METHODS = {"index", "append", "extend", "pop", "insert"}
 LIST_FILTERS = {"join", "length", "first", "last", "list", "count", "reverse", "sort", "batch", "map", "select",
                 "reject", "unique", "sum", "max", "min", "random"}  # fmt: skip
@@ -65,6 +67,8 @@ def _jinja_walk(node: Any, fields: dict[str, Shape]) -> None:
 
     def shape_of(expr: Any) -> Shape | None:
         if isinstance(expr, nodes.Name) and expr.ctx == "load":
+            if expr.name in JINJA_GLOBALS:  # a field of that name would shadow it in the template
+                return None
             return fields.setdefault(expr.name, Shape())
         if isinstance(expr, nodes.Getattr):
             base = shape_of(expr.node)
