@@ -168,14 +168,17 @@ def check_task(tm: Any, name: str, hint: dict[str, Any] | None) -> dict[str, Any
     first = hint["fill"] if hint else None
     order = ([first] if first is not None else []) + [i for i in range(len(plain)) if i != first]
     extra: dict[str, Shape] = {k: Shape() for k in (hint or {}).get("extra", []) if k not in fields}
-    reason, attempts = "", 0
+    reason, attempts, copies = "", 0, 1
     for fi in order:
         overrides: dict[str, Any] = dict(hint["overrides"]) if hint and fi == first else {}
         for _ in range(ROUNDS):
             if attempts >= MAX_ATTEMPTS:
                 break
             attempts += 1
-            got = _build(tm, entry, synthetic_splits(cfg, {**fields, **extra}, plain[fi], overrides))
+            got = _build(tm, entry, synthetic_splits(cfg, {**fields, **extra}, plain[fi], overrides, copies))
+            if isinstance(got, BaseException) and "Sample larger than population" in str(got) and copies == 1:
+                copies = 32  # a few-shot count the config does not show: a larger pool
+                continue
             if isinstance(got, BaseException):
                 reason = _reason(got) if fi == order[0] else reason
                 if not _answer(got, {**fields, **extra}, extra, overrides, cfg, plain[fi]):

@@ -235,15 +235,16 @@ def fills() -> list[dict[str, Any]]:
         {"str": "1", "int": 1, "list": base, "by_name": by_name("str")},
         {"str": "alpha beta", "int": 0, "list": ["alpha", "beta", "gamma", "delta"], "by_name": by_name("int")},
         {"str": "0", "int": 0, "list": base, "by_name": lambda name: "list" if LIST_NAMES.search(name) else "int"},
-        {"str": "The _ is 1. Answer: A #### 1", "int": 0, "list": ["A _ 1", "B _ 2", "C _ 3", "D _ 4"],
+        {"str": "The _ is 1. Answer: A #### 1 $\\boxed{1}$", "int": 0, "list": ["A _ 1", "B _ 2", "C _ 3", "D _ 4"],
          "by_name": by_name("int")},
         {"str": "1", "int": 0, "list": base, "by_name": by_name("int"), "plain": True},
-        {"str": "The _ is 1. Answer: A #### 1", "int": 0, "list": base, "by_name": by_name("str"), "plain": True},
+        {"str": "The _ is 1. Answer: A #### 1 $\\boxed{1}$", "int": 0, "list": base, "by_name": by_name("str"),
+         "plain": True},
     ]
 
 
 def synthetic_splits(cfg: dict[str, Any], fields: dict[str, Shape], fill: dict[str, Any],
-                     overrides: dict[str, Any] | None = None) -> dict[str, list[Any]]:  # fmt: skip
+                     overrides: dict[str, Any] | None = None, min_copies: int = 1) -> dict[str, list[Any]]:  # fmt: skip
     """One row per split the task names (plus the usual three), each field filled with plain values (or the value
     a repair set)."""
     row = {name: shape.value(fill, name) for name, shape in fields.items()} or {"text": fill["str"]}
@@ -255,6 +256,7 @@ def synthetic_splits(cfg: dict[str, Any], fields: dict[str, Shape], fill: dict[s
             splits.add(value)
     shots = cfg.get("num_fewshot")
     copies = 1 + (int(shots) if isinstance(shots, int) and shots > 0 else 0)  # a few-shot pool needs shots + 1
+    copies = max(copies, min_copies)
     return {s: [dict(row) for _ in range(copies)] for s in splits}
 
 
