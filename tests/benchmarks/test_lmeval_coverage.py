@@ -37,6 +37,7 @@ def task_manager(coverage: Any) -> Any:
     datasets.disable_progress_bars()
     logging.getLogger("lm-eval").setLevel(logging.ERROR)
     coverage.keep_synthetic_rows()
+    coverage.stub_unavailable_metrics()
     return TaskManager()
 
 
