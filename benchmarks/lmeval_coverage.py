@@ -432,6 +432,10 @@ def summarise(path: Path, names: list[str] | None = None) -> str:
             ex = [r["task"] for r in rows if r["status"] == "differs" and r["reason"].startswith(reason)][:3]
             lines.append(f"- {n} × {reason} (e.g. {', '.join(ex)})")
     failed = [r for r in rows if r["status"] in ("not built", "config")]
+    kinds = collections.Counter(_kind(r["reason"]) for r in failed)
+    if kinds:
+        lines.append("\nWhy not built:\n")
+        lines.extend(f"- {n} × {k}" for k, n in kinds.most_common())
     fail = collections.Counter(_short(r["reason"]) for r in failed)
     if fail:
         lines.append("\nNot built on a synthetic row (tasks × the error lm-eval's code raised, digits as N):\n")
@@ -453,6 +457,21 @@ def _rows(path: Path) -> list[dict[str, Any]]:
             continue
         last[row["task"]] = row
     return list(last.values())
+
+
+_ABSENT = re.compile(r"ModuleNotFoundError|ImportError|[Pp]lease install|is required|not installed|Offline|"
+                     r"Couldn't reach|not available here|Couldn't find a module script")  # fmt: skip
+_LM_EVAL_DEFECT = re.compile(r"Context is not a string|has no function")
+
+
+def _kind(reason: str) -> str:
+    """Why a task was not built: lm-eval's own code fails on any document, something absent here, or the
+    synthetic row."""
+    if _LM_EVAL_DEFECT.search(reason):
+        return "lm-eval 0.4.13's own task code fails on any document (a prompt built as a tuple, a missing function)"
+    if _ABSENT.search(reason):
+        return "needs what is not here (a package, a program, hub data or a metric script, an API gone from datasets 5)"
+    return "the task's code did not accept the synthetic row"
 
 
 def _short(reason: str) -> str:
