@@ -1,0 +1,84 @@
+"""benchmarks/lmeval_coverage.py: tasks of the installed lm-eval whose code rejects a guessed row are built after
+the row is repaired from the error their own code raised, and their requests compare equal; a request that differs
+from the instance is reported (the comparison is exact)."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def coverage() -> Any:
+    sys.path.insert(0, str(_DIR))
+    try:
+        spec = importlib.util.spec_from_file_location("lmeval_coverage", _DIR / "lmeval_coverage.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["lmeval_coverage"] = module
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(_DIR))
+    return module
+
+
+@pytest.fixture(scope="module")
+def task_manager(coverage: Any) -> Any:
+    import datasets
+    from lm_eval.tasks import TaskManager
+
+    datasets.disable_progress_bars()
+    logging.getLogger("lm-eval").setLevel(logging.ERROR)
+    coverage.keep_synthetic_rows()
+    coverage.stub_unavailable_metrics()
+    return TaskManager()
+
+
+# (task, the field the repair changed, what the task's own code accepts there)
+REPAIRED = [
+    ("xcopa_et", "question", lambda v: v in ("cause", "effect")),  # xcopa: connector[doc["question"]]
+    ("arabic_leaderboard_acva_Arabic_Culture", "answer", lambda v: v in ("صح", "خطأ")),  # ["صح", "خطأ"].index(answer)
+    ("kmmlu_chemistry", "answer", lambda v: isinstance(v, int)),  # template: ['A', 'B', 'C', 'D'][answer-1]
+    ("leaderboard_musr_murder_mysteries", "choices", lambda v: isinstance(v, str) and v[0] == "["),  # literal_eval
+    ("evalita-mp_ner_adg_p1", "entities", lambda v: all(set(e) == {"entity_text", "type"} for e in v)),
+]
+
+
+@pytest.mark.parametrize(("task", "field", "accepted"), REPAIRED, ids=[t for t, _, _ in REPAIRED])
+def test_row_repaired_from_the_tasks_error(coverage: Any, task_manager: Any, task: str, field: str,
+                                           accepted: Any) -> None:  # fmt: skip
+    row = coverage.check_task(task_manager, task, None)
+    assert row["status"] == "equal", row
+    assert row["n_instances"] > 0
+    assert accepted(row["overrides"][field]), row["overrides"]
+
+
+def test_filter_that_empties_the_split_keeps_the_row(coverage: Any, task_manager: Any) -> None:
+    # mmlu_prox's process_docs keeps the rows whose "category" is the subject: the guessed row has none
+    row = coverage.check_task(task_manager, "mmlu_prox_de_biology", None)
+    assert row["status"] == "equal", row
+    assert "category" in row["extra"]
+
+
+def test_a_request_that_differs_is_reported(coverage: Any) -> None:
+    from lmmbench.evaluation.lmeval_catalogue import make_lm
+
+    class Inst:
+        request_type = "generate_until"
+        args = ("Q: 1+1?\nA:", {"until": ["\n"], "max_gen_toks": 16})
+
+    backend = coverage.RecordingBackend()
+    make_lm(backend).generate_until([Inst()])
+    ((kind, req),) = backend.sent
+    assert coverage._diff_one("generate_until", kind, Inst.args, req) == []
+    other = ("Q: 1+1?\nA:", {"until": ["\n\n"], "max_gen_toks": 17})
+    diffs = coverage._diff_one("generate_until", kind, other, req)
+    assert any("stop" in d for d in diffs) and any("max_tokens" in d for d in diffs), diffs
+    assert coverage._diff_one("generate_until", kind, ("Q: 2?", Inst.args[1]), req) == ["generate_until: prompt"]
