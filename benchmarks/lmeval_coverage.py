@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from lmeval_row_repair import repair
-from lmeval_synthetic_docs import Shape, constants, document_fields, fills, synthetic_splits, templates
+from lmeval_synthetic_docs import Shape, constants, document_fields, fills, raw_fields, synthetic_splits, templates
 
 
 # ---------------------------------------------------------------------------- the comparison
@@ -169,7 +169,9 @@ def check_task(tm: Any, name: str, hint: dict[str, Any] | None) -> dict[str, Any
     order = ([first] if first is not None else []) + [i for i in range(len(plain)) if i != first]
     extra: dict[str, Shape] = {k: Shape() for k in (hint or {}).get("extra", []) if k not in fields}
     reason, attempts, copies = "", 0, 1
-    for fi in order:
+    raw = raw_fields(cfg, fields)
+    variants = [(fi, fields, False) for fi in order] + [(fi, raw, True) for fi in order if raw is not None]
+    for fi, fields, stored in variants:  # the fields as read, then (when process_docs writes some) as stored
         overrides: dict[str, Any] = dict(hint["overrides"]) if hint and fi == first else {}
         for _ in range(ROUNDS):
             if attempts >= MAX_ATTEMPTS:
@@ -191,7 +193,7 @@ def check_task(tm: Any, name: str, hint: dict[str, Any] | None) -> dict[str, Any
             types = sorted({i.request_type for i in got})
             return {"task": name, "status": "equal" if not diffs else "differs", "reason": "; ".join(diffs[:3]),
                     "types": types, "n_instances": len(got), "fill": fi, "attempts": attempts,
-                    "extra": sorted(extra), "overrides": overrides,
+                    "extra": sorted(extra), "overrides": overrides, "stored_fields": stored,
                     "s": round(time.perf_counter() - t0, 3)}  # fmt: skip
     return {"task": name, "status": "not built", "reason": reason, "attempts": attempts,
             "s": round(time.perf_counter() - t0, 3)}  # fmt: skip

@@ -281,3 +281,36 @@ def templates(cfg: dict[str, Any]) -> str:
     return "\n".join(v for v in found if isinstance(v, str) and "{" in v)
 
 
+
+
+def raw_fields(cfg: dict[str, Any], fields: dict[str, Shape]) -> dict[str, Shape] | None:
+    """The fields of a document as stored, before the task's ``process_docs`` (None when it changes nothing).
+
+    A field that a template reads but ``process_docs`` writes (a key of the mapping it returns, ``doc["x"] = ..``)
+    and never reads is not in the stored document: a task that takes every other key as an option (AlGhafa's
+    ``for key in doc.keys()``) rejects a row that has it. Such a task gets a few plain option fields instead."""
+    import ast
+    import textwrap
+
+    func = cfg.get("process_docs")
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(func))) if callable(func) else None
+    except (OSError, TypeError, SyntaxError):
+        tree = None
+    if tree is None:
+        return None
+    written: set[str] = set()
+    read: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
+            written |= {k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        key = node.slice.value if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) else None
+        if isinstance(node, ast.Subscript) and isinstance(key, str):
+            (written if isinstance(node.ctx, ast.Store) else read).add(key)
+    drop = (written - read) & set(fields)
+    if not drop:
+        return None
+    out = {k: v for k, v in fields.items() if k not in drop}
+    if re.search(r"\bdoc\.keys\(\)|\bin\s+doc\s*:|\bdoc\.items\(\)", ast.unparse(tree)):
+        out.update({f"option_{c}": Shape() for c in "abcd"})
+    return out

@@ -67,6 +67,15 @@ def test_filter_that_empties_the_split_keeps_the_row(coverage: Any, task_manager
     assert "category" in row["extra"]
 
 
+def test_row_without_the_fields_process_docs_writes(coverage: Any, task_manager: Any) -> None:
+    # AlGhafa's process_docs takes every key but query/label as an option and writes "choices"/"gold" itself:
+    # the row its templates suggest (with those two) makes an option list of a list and an int
+    row = coverage.check_task(task_manager, "arabic_leaderboard_alghafa_mcq_exams_test_ar", None)
+    assert row["status"] == "equal", row
+    assert row["stored_fields"] is True
+    assert row["n_instances"] == 4  # one request per plain option field
+
+
 def test_a_request_that_differs_is_reported(coverage: Any) -> None:
     from lmmbench.evaluation.lmeval_catalogue import make_lm
 
