@@ -244,6 +244,17 @@ def _compare_samples(task: str, run_dir: Path, theirs: dict[int, dict[str, Any]]
     return {"n": len(rows), "responses_equal": same_resp, "per_sample_equal": same_score, "differences": diffs[:3]}
 
 
+def _offline_work(args: argparse.Namespace) -> tuple[Path, list[str]]:
+    """The work folder with the data sets written into its offline Hugging Face cache, and the tasks."""
+    from lmmbench.testing import mm_datasets
+
+    hf = args.work / "hf"
+    _offline(hf)
+    os.environ.setdefault("LMMBENCH_HOME", str(args.work / "home"))
+    mm_datasets.write_all(hf)
+    return args.work, args.tasks.split(",")
+
+
 def cmd_endpoint(args: argparse.Namespace) -> None:
     """Part 2: both tools against scripted servers on the same data; requests, answers and scores compared."""
     from lmmbench.evaluation.eval_config import EvalConfig
@@ -251,12 +262,7 @@ def cmd_endpoint(args: argparse.Namespace) -> None:
     from lmmbench.testing import mm_datasets
     from lmmbench.testing.scripted_server import ScriptedServer
 
-    work = args.work
-    hf = work / "hf"
-    _offline(hf)
-    os.environ.setdefault("LMMBENCH_HOME", str(work / "home"))
-    mm_datasets.write_all(hf)
-    tasks = args.tasks.split(",")
+    work, tasks = _offline_work(args)
     for rec in ("ours.jsonl", "theirs.jsonl"):
         (work / rec).unlink(missing_ok=True)
     report: dict[str, Any] = {"tasks": {}, "lmms_eval_runs": {}}
@@ -266,7 +272,7 @@ def cmd_endpoint(args: argparse.Namespace) -> None:
         run = run_eval(EvalConfig(model=ours.url.removesuffix("/v1"), tasks=tasks, tokenizer="tiny-vl",
                                   out_dir=work / "lmmbench_out"), show_progress=False)  # fmt: skip
         report["lmmbench_s"] = round(time.perf_counter() - t0, 2)
-        env = dict(os.environ, OPENAI_API_KEY="none", HF_HOME=str(hf))
+        env = dict(os.environ, OPENAI_API_KEY="none", HF_HOME=str(work / "hf"))
         for group in args.lmms_groups.split(";"):  # separate runs: a task lmms-eval cannot run fails alone
             todo = [t for t in group.split(",") if t in tasks]
             if not todo:
@@ -318,14 +324,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     from lmmbench.evaluation.eval_config import EvalConfig
     from lmmbench.evaluation.modes import run_eval
-    from lmmbench.testing import mm_datasets
 
-    work = args.work
-    hf = work / "hf"
-    _offline(hf)
-    os.environ.setdefault("LMMBENCH_HOME", str(work / "home"))
-    mm_datasets.write_all(hf)
-    tasks = args.tasks.split(",")
+    work, tasks = _offline_work(args)
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "lmmbench.cli.main", "serve", "--model", args.model, "--port",
                                str(port), "--threads", "1"], env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),

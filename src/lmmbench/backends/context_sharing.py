@@ -20,7 +20,7 @@ from typing import Any
 
 from lmmbench.engines.cache_names import cache_kwarg, returned_cache
 
-__all__ = ["ContextGroup", "group_by_context", "score_with_shared_contexts"]
+__all__ = ["ContextGroup", "continuation_score", "group_by_context", "score_with_shared_contexts"]
 
 Progress = Callable[[int], None]
 
@@ -60,11 +60,12 @@ def group_by_context(pairs: Sequence[tuple[list[int], list[int]]], max_length: i
     return sorted(groups.values(), key=lambda g: (-len(g.prefix), g.prefix))
 
 
-def _gather(scorer: Any, logprobs: Any, cont: list[int]) -> tuple[float, bool]:
-    """(sum of the continuation's log-probs, whether each is the argmax) from its rows of ``logprobs``."""
+def continuation_score(logprobs: Any, cont: list[int], device: Any) -> tuple[float, bool]:
+    """(sum of the continuation's log-probs, whether each is the argmax) from its rows of ``logprobs``
+    (one row per continuation token)."""
     import torch
 
-    cont_t = torch.tensor(cont, dtype=torch.long, device=scorer.device).unsqueeze(0)
+    cont_t = torch.tensor(cont, dtype=torch.long, device=device).unsqueeze(0)
     sel = logprobs.unsqueeze(0)
     greedy = bool((sel.argmax(dim=-1) == cont_t).all())
     ll = torch.gather(sel, 2, cont_t.unsqueeze(-1)).squeeze(-1)
@@ -91,7 +92,7 @@ def _score_whole_chunk(
     for group, span in spans:
         for suffix, idx in group.suffixes.items():
             for i in idx:
-                out[i] = _gather(scorer, logprobs[at : at + len(suffix) + 1], pairs[i][1])
+                out[i] = continuation_score(logprobs[at : at + len(suffix) + 1], pairs[i][1], scorer.device)
         at += len(span)
 
 
@@ -110,13 +111,10 @@ def _score_cached(scorer: Any, group: ContextGroup, pairs: Sequence[Any], out: l
         chunk = rows[at : at + scorer.batch_size]
         cache = kept if at + scorer.batch_size >= len(rows) else copy.deepcopy(kept)
         cache.batch_repeat_interleave(len(chunk))
-        width = max(len(r) for r in chunk)
-        pad = int(scorer.tokenizer.pad_token_id or 0)
-        batch = [list(r) + [pad] * (width - len(r)) for r in chunk]  # right padding: causal, so never attended
         try:
             with torch.no_grad():
                 hidden = scorer.model(
-                    scorer._input(batch),
+                    scorer._input([list(r) for r in chunk]),  # right-padded: causal, so pads are never attended
                     use_cache=True,
                     output_hidden_states=True,
                     logits_to_keep=1,
@@ -134,7 +132,7 @@ def _score_cached(scorer: Any, group: ContextGroup, pairs: Sequence[Any], out: l
     for suffix, idx in group.suffixes.items():
         lp = logprobs[[0, *where.get(suffix, [])]]
         for i in idx:
-            out[i] = _gather(scorer, lp, pairs[i][1])
+            out[i] = continuation_score(lp, pairs[i][1], scorer.device)
     return True
 
 
@@ -172,4 +170,3 @@ def _check_nothing_scored(out: list[Any]) -> None:
     """Falling back is only right before anything was scored; the model changing its mind part-way is a bug."""
     if any(x is not None for x in out):
         raise RuntimeError("scoring: the model stopped giving hidden states part-way through")
-    return None

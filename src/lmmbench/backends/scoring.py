@@ -278,11 +278,9 @@ class InProcessScorer:
     ) -> list[tuple[float, bool]]:
         """(LL, is_greedy) of each (context tokens, continuation tokens) pair: each distinct context run once
         (``share_context``, backends/context_sharing.py), or each distinct input whole."""
-        import torch
+        from lmmbench.backends.context_sharing import continuation_score, score_with_shared_contexts
 
         if self.share_context:
-            from lmmbench.backends.context_sharing import score_with_shared_contexts
-
             shared = score_with_shared_contexts(self, pairs, progress)
             if shared is not None:
                 return shared
@@ -310,12 +308,7 @@ class InProcessScorer:
                     row_lp, base = row, 0
                 for i in inputs[key]:
                     cont = pairs[i][1]
-                    sel = row_lp[inplen - len(cont) - base : inplen - base].unsqueeze(0)
-                    greedy = sel.argmax(dim=-1)
-                    cont_t = torch.tensor(cont, dtype=torch.long, device=self.device).unsqueeze(0)
-                    max_equal = bool((greedy[:, -len(cont) :] == cont_t).all())
-                    ll = torch.gather(sel, 2, cont_t.unsqueeze(-1)).squeeze(-1)
-                    out[i] = (float(ll.sum()), max_equal)
+                    out[i] = continuation_score(row_lp[inplen - len(cont) - base : inplen - base], cont, self.device)
                 if progress is not None:
                     progress(len(inputs[key]))
         return [x for x in out if x is not None]
