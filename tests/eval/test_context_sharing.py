@@ -69,12 +69,23 @@ def test_only_questions_with_several_multi_token_choices_use_the_cache(tiny_llm:
     assert by_size == [(1, 1), (1, 5), (4, 4), (4, 5)]
     one_token = group_by_context([([5, 6, 7], [t]) for t in (8, 9, 10, 11)], s.max_length)
     assert one_token is not None and [(len(g.rows), g.size) for g in one_token] == [(0, 4)]
+    s.loglikelihood(_requests())  # the first call also checks, once, that the last MLP may skip positions
     counter = _TokenCounter(tiny_llm.model)
     try:
         s.loglikelihood(_requests())
     finally:
         counter.handle.remove()
-    # two cached questions (a context forward and a choices forward each) and one padded batch of the rest
+    # the two cached questions: one forward of both contexts (right-padded), one of their eight choices on the
+    # contexts' caches; then one padded batch of the rest
+    assert counter.forwards == 3
+    small = InProcessScorer(tiny_llm, pad_batches=True, batch_size=3)
+    small.loglikelihood(_requests())
+    counter = _TokenCounter(tiny_llm.model)
+    try:
+        small.loglikelihood(_requests())
+    finally:
+        counter.handle.remove()
+    # batch size 3: the two contexts in one forward, the eight choices in three, the other two inputs in one
     assert counter.forwards == 5
 
 

@@ -3,9 +3,12 @@
 lm-eval's ``HFLM`` runs every (context, continuation) input whole, sharing a forward only between one-token
 continuations of one context. A multiple-choice question's context is usually most of each input, so here
 each distinct context is run once with its KV cache kept, and the choices' continuation tokens run on top
-of that cache, batched; the vocabulary projection is applied only at the positions lm-eval reads. What the
-model computes at every position is the same; only the float32 rounding of the attention over a cache
-differs from the whole-input forward (measured: tests/eval/test_context_sharing.py).
+of that cache. Both are batched across questions: ``batch_size`` contexts in one right-padded forward, then
+their choices, each on its own context's cache rows, with the contexts' padding masked out and positions
+counted from each context's own end. The vocabulary projection is applied only at the positions lm-eval
+reads, and the last layer's MLP runs only there (``backends.read_positions``). What the model computes at
+every read position is the same; only the float32 rounding of the attention over a cache differs from the
+whole-input forward (measured: tests/eval/test_context_sharing.py).
 
 Groups whose choices are one token each (MMLU's letters), or with a single choice, need no cache: their
 inputs are right-padded into ordinary batches, as before.
@@ -20,7 +23,7 @@ from typing import Any
 
 from lmmbench.engines.cache_names import cache_kwarg, returned_cache
 
-__all__ = ["ContextGroup", "continuation_score", "group_by_context", "score_with_shared_contexts"]
+__all__ = ["ContextGroup", "continuation_score", "group_by_context", "read_index", "score_with_shared_contexts"]
 
 Progress = Callable[[int], None]
 
@@ -72,67 +75,113 @@ def continuation_score(logprobs: Any, cont: list[int], device: Any) -> tuple[flo
     return float(ll.sum()), greedy
 
 
-def _score_whole_chunk(
-    scorer: Any, hidden: Any, chunk: list[list[ContextGroup]], pairs: Sequence[Any], out: list[Any]
-) -> None:
-    """Groups with at most one non-empty suffix, each run as one input (row ``r`` of ``hidden`` holds the
-    groups ``chunk[r]``): the positions every request reads, projected to the vocabulary in one matmul (the
-    projection reads all its weights for each call, so one call per batch, not one per row)."""
+def read_index(spans: Sequence[tuple[int, int, int]], width: int, device: Any) -> Any:
+    """The flat (row x position) indices of the read spans ``(row, start, end)`` of an input ``width`` wide,
+    each position once."""
     import torch
 
-    spans = []
-    for row, groups in zip(hidden, chunk, strict=True):
+    flat = sorted({row * width + t for row, start, end in spans for t in range(start, end)})
+    return torch.tensor(flat, dtype=torch.long, device=device)
+
+
+def _score_whole_chunk(
+    scorer: Any, keys: list[tuple[int, ...]], chunk: list[list[ContextGroup]], pairs: Sequence[Any], out: list[Any]
+) -> bool:
+    """Groups with at most one non-empty suffix, each input ``keys[r]`` run whole (row ``r`` holds the groups
+    ``chunk[r]``): the positions every request reads, projected to the vocabulary in one matmul (the
+    projection reads all its weights for each call, so one call per batch, not one per row). False (nothing
+    written) when the model gives no usable hidden states."""
+    import torch
+
+    spans = []  # (row, first read position, end)
+    for r, groups in enumerate(chunk):
         for group in groups:
             start = len(group.prefix) - 1
-            spans.append((group, row[start : start + max(len(s) for s in group.suffixes) + 1]))
+            spans.append((r, start, start + max(len(s) for s in group.suffixes) + 1))
+    width = max(len(k) for k in keys)
+    hidden = scorer._forward_hidden([list(k) for k in keys], keep=read_index(spans, width, scorer.device))
+    if hidden is None:
+        return False
     with torch.no_grad():
-        logits = scorer.model.get_output_embeddings()(torch.cat([span for _, span in spans]))
-        logprobs = torch.nn.functional.log_softmax(logits, dim=-1)
+        picked = torch.cat([hidden[r, start:end] for r, start, end in spans])
+        logprobs = torch.nn.functional.log_softmax(scorer.model.get_output_embeddings()(picked), dim=-1)
     at = 0
-    for group, span in spans:
+    for (_, start, end), group in zip(spans, (g for groups in chunk for g in groups), strict=True):
         for suffix, idx in group.suffixes.items():
             for i in idx:
                 out[i] = continuation_score(logprobs[at : at + len(suffix) + 1], pairs[i][1], scorer.device)
-        at += len(span)
+        at += end - start
+    return True
 
 
-def _score_cached(scorer: Any, group: ContextGroup, pairs: Sequence[Any], out: list[Any]) -> bool:
-    """A group with several choices: its context once with the KV cache, then the choices batched on the
-    cache (``batch_size`` rows a forward). False when the model gives no cache (nothing written then)."""
+def _suffix_forward(
+    scorer: Any, kept: Any, prefixes: list[int], width: int, rows: list[tuple[int, tuple[int, ...]]]
+) -> Any:
+    """The last hidden states of the choice rows ``(prefix row, suffix)``, each on its own prefix's cache:
+    the cache rows picked per choice, the prefix batch's padding masked out, positions counted from each
+    prefix's own end."""
     import torch
 
-    first = scorer._forward_hidden_output([list(group.prefix)], use_cache=True)
+    cache = copy.deepcopy(kept)
+    cache.batch_select_indices(torch.tensor([b for b, _ in rows], dtype=torch.long, device=scorer.device))
+    suffix_width = max(len(r) for _, r in rows)
+    mask = torch.zeros((len(rows), width + suffix_width), dtype=torch.long, device=scorer.device)
+    positions = torch.zeros((len(rows), suffix_width), dtype=torch.long, device=scorer.device)
+    for k, (b, _) in enumerate(rows):
+        mask[k, : prefixes[b]] = 1
+        mask[k, width:] = 1  # right-padded choices: causal, so a choice's pads are never attended
+        positions[k] = torch.arange(prefixes[b], prefixes[b] + suffix_width)
+    spans = [(k, 0, len(r)) for k, (_, r) in enumerate(rows)]
+    with torch.no_grad():
+        return scorer._forward_hidden_output(
+            [list(r) for _, r in rows],
+            keep=read_index(spans, suffix_width, scorer.device),
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{cache_kwarg(scorer.model): cache},
+        )
+
+
+def _score_cached(scorer: Any, groups: list[ContextGroup], pairs: Sequence[Any], out: list[Any]) -> bool:
+    """Groups with several choices: their contexts in one right-padded forward with the KV cache kept, then
+    all their choices on those caches (``batch_size`` rows a forward). False when the model gives no cache or
+    takes none in (nothing written then)."""
+    import torch
+
+    prefixes = [len(g.prefix) for g in groups]
+    width = max(prefixes)
+    first = scorer._forward_hidden_output(
+        [list(g.prefix) for g in groups],
+        keep=read_index([(b, n - 1, n) for b, n in enumerate(prefixes)], width, scorer.device),
+        use_cache=True,
+    )
     kept = returned_cache(first)
-    if kept is None or not hasattr(kept, "batch_repeat_interleave"):
+    if kept is None or not hasattr(kept, "batch_select_indices"):
         return False
-    rows = group.rows
-    parts = [first.hidden_states[-1][0, -1:]]
-    for at in range(0, len(rows), scorer.batch_size):
-        chunk = rows[at : at + scorer.batch_size]
-        cache = kept if at + scorer.batch_size >= len(rows) else copy.deepcopy(kept)
-        cache.batch_repeat_interleave(len(chunk))
+    parts = [first.hidden_states[-1][b, n - 1 : n] for b, n in enumerate(prefixes)]
+    rows = sorted(((b, r) for b, g in enumerate(groups) for r in g.rows), key=lambda x: -len(x[1]))
+    where: dict[tuple[int, tuple[int, ...]], int] = {}
+    at = len(groups)
+    for c in range(0, len(rows), scorer.batch_size):
+        chunk = rows[c : c + scorer.batch_size]
         try:
-            with torch.no_grad():
-                hidden = scorer.model(
-                    scorer._input([list(r) for r in chunk]),  # right-padded: causal, so pads are never attended
-                    use_cache=True,
-                    output_hidden_states=True,
-                    logits_to_keep=1,
-                    **{cache_kwarg(scorer.model): cache},
-                ).hidden_states[-1]
-        except TypeError:  # a forward that takes no cache in
+            second = _suffix_forward(scorer, kept, prefixes, width, chunk)
+        except TypeError:  # a forward that takes no cache, mask or positions in
             return False
-        parts.extend(hidden[k, : len(r)] for k, r in enumerate(chunk))
+        if second is None:
+            return False
+        for k, (b, r) in enumerate(chunk):
+            parts.append(second.hidden_states[-1][k, : len(r)])
+            where[(b, r)] = at
+            at += len(r)
     with torch.no_grad():
         logprobs = torch.nn.functional.log_softmax(scorer.model.get_output_embeddings()(torch.cat(parts)), dim=-1)
-    where, at = {}, 1
-    for r in rows:
-        where[r] = list(range(at, at + len(r)))
-        at += len(r)
-    for suffix, idx in group.suffixes.items():
-        lp = logprobs[[0, *where.get(suffix, [])]]
-        for i in idx:
-            out[i] = continuation_score(lp, pairs[i][1], scorer.device)
+    for b, group in enumerate(groups):
+        for suffix, idx in group.suffixes.items():
+            rows_read = [b] + (list(range(where[(b, suffix)], where[(b, suffix)] + len(suffix))) if suffix else [])
+            for i in idx:
+                out[i] = continuation_score(logprobs[rows_read], pairs[i][1], scorer.device)
     return True
 
 
@@ -145,22 +194,22 @@ def score_with_shared_contexts(
     if groups is None:
         return None
     out: list[tuple[float, bool] | None] = [None] * len(pairs)
-    for group in (g for g in groups if len(g.rows) > 1):
-        if not _score_cached(scorer, group, pairs, out):
+    multi = [g for g in groups if len(g.rows) > 1]  # longest contexts first: little padding
+    for at in range(0, len(multi), scorer.batch_size):
+        batch = multi[at : at + scorer.batch_size]
+        if not _score_cached(scorer, batch, pairs, out):
             _check_nothing_scored(out)
             return None
         if progress is not None:
-            progress(group.size)
+            progress(sum(g.size for g in batch))
     by_input: dict[tuple[int, ...], list[ContextGroup]] = {}
     for g in groups:
         if len(g.rows) <= 1:
             by_input.setdefault(g.prefix + (g.rows[0] if g.rows else ()), []).append(g)
     for chunk in scorer._batches(sorted(by_input, key=lambda k: (-len(k), k))):
-        hidden = scorer._forward_hidden([list(k) for k in chunk])
-        if hidden is None:
+        if not _score_whole_chunk(scorer, chunk, [by_input[key] for key in chunk], pairs, out):
             _check_nothing_scored(out)
             return None
-        _score_whole_chunk(scorer, hidden, [by_input[key] for key in chunk], pairs, out)
         if progress is not None:
             progress(sum(g.size for key in chunk for g in by_input[key]))
     return [x for x in out if x is not None]

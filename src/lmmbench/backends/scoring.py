@@ -191,6 +191,7 @@ class InProcessScorer:
         self._prefix_str = tok.decode(self.prefix_token_id)
         self._batch_engine: Any = None
         self._hidden_ok: bool | None = None  # whether logits == output embedding(last hidden state)
+        self._read_positions_ok: bool | None = None  # whether the last MLP may run at read positions only
 
     # ------------------------------------------------------------------ tokenisation (lm-eval's rules)
     def tok_encode(self, text: str, add_special_tokens: bool | None = None) -> list[int]:
@@ -219,24 +220,30 @@ class InProcessScorer:
         rows = [x + [pad] * (width - len(x)) for x in batch]
         return torch.tensor(rows, dtype=torch.long, device=self.device)
 
-    def _forward_hidden(self, batch: list[list[int]], **model_kwargs: Any) -> Any | None:
+    def _forward_hidden(self, batch: list[list[int]], keep: Any = None, **model_kwargs: Any) -> Any | None:
         """The last hidden states of ``batch`` (the vocabulary projection left out), or None when the model's
         logits are not its output embedding applied to them (checked once, exactly, on the first batch).
 
         The projection and log_softmax over a 150k-token vocabulary at every context position cost more
         than the layers of a small model, and lm-eval reads only the continuation's positions: each
-        request's positions are projected on their own, so its numbers do not depend on its batch."""
-        out = self._forward_hidden_output(batch, **model_kwargs)
+        request's positions are projected on their own, so its numbers do not depend on its batch.
+        ``keep``: the flat (row x position) indices that will be read (``backends.read_positions``)."""
+        out = self._forward_hidden_output(batch, keep=keep, **model_kwargs)
         return None if out is None else out.hidden_states[-1]
 
-    def _forward_hidden_output(self, batch: list[list[int]], **model_kwargs: Any) -> Any | None:
-        """The model's output for ``batch`` with hidden states (``_forward_hidden``), or None."""
+    def _forward_hidden_output(self, batch: list[list[int]], keep: Any = None, **model_kwargs: Any) -> Any | None:
+        """The model's output for ``batch`` with hidden states (``_forward_hidden``), or None. With ``keep``
+        the last layer's MLP runs only at those positions, where the model passes that check once."""
         import torch
+
+        from lmmbench.backends.read_positions import only_read_positions
 
         if self._hidden_ok is False:
             return None
         inp = self._input(batch)
-        with torch.no_grad():
+        if keep is not None and self._read_positions_ok is None:
+            self._read_positions_ok = self._check_read_positions(batch[0])
+        with torch.no_grad(), only_read_positions(self.model, keep if self._read_positions_ok else None):
             try:
                 out = self.model(inp, output_hidden_states=True, logits_to_keep=1, **model_kwargs)
             except TypeError:  # a model without logits_to_keep
@@ -253,6 +260,18 @@ class InProcessScorer:
                              "projecting every position", type(self.model).__name__)  # fmt: skip
                     return None
         return out
+
+    def _check_read_positions(self, row: list[int]) -> bool:
+        """Whether this model's last-layer MLP may run at the read positions only (checked once)."""
+        from lmmbench.backends.read_positions import read_positions_match
+
+        try:
+            ok = read_positions_match(self.model, self._input([row[:16]]))
+        except TypeError:  # a model without logits_to_keep: the hidden-state path is off anyway
+            ok = False
+        if not ok:
+            log.info("scoring: %s runs its last layer at every position", type(self.model).__name__)
+        return ok
 
     def _row_logprobs(self, hidden_row: Any, start: int, end: int) -> Any:
         import torch
@@ -278,7 +297,7 @@ class InProcessScorer:
     ) -> list[tuple[float, bool]]:
         """(LL, is_greedy) of each (context tokens, continuation tokens) pair: each distinct context run once
         (``share_context``, backends/context_sharing.py), or each distinct input whole."""
-        from lmmbench.backends.context_sharing import continuation_score, score_with_shared_contexts
+        from lmmbench.backends.context_sharing import continuation_score, read_index, score_with_shared_contexts
 
         if self.share_context:
             shared = score_with_shared_contexts(self, pairs, progress)
@@ -296,7 +315,9 @@ class InProcessScorer:
         out: list[tuple[float, bool] | None] = [None] * len(pairs)
         for chunk in self._batches(keys):
             # right padding (--pad-batches) leaves each row's own positions where they are: causal attention
-            hidden = self._forward_hidden([list(k) for k in chunk])
+            spans = [(r, len(k) - max(len(pairs[i][1]) for i in inputs[k]), len(k)) for r, k in enumerate(chunk)]
+            keep = read_index(spans, max(len(k) for k in chunk), self.device)
+            hidden = self._forward_hidden([list(k) for k in chunk], keep=keep)
             logprobs = hidden if hidden is not None else self._forward_logprobs([list(k) for k in chunk])
             for row, key in zip(logprobs, chunk, strict=True):
                 inplen = len(key)
