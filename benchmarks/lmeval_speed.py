@@ -1,7 +1,7 @@
 """lmmbench eval vs `lm_eval --model hf` end to end, side by side, on lm-eval's catalogue tasks.
 
     PYTHONPATH=src python benchmarks/lmeval_speed.py --model-dir DIR [--threads 8] [--repeats 3] \
-        [--batch-sizes 1,4,8,16] [--lmmbench-batch-size 16] [--tasks arc_easy,hellaswag,mmlu_stem] [--limit 20] \
+        [--batch-sizes 1,4,8,16] [--lmmbench-batch-size 16] [--lmmbench-runs-per-round 1] [--limit 20] \
         [--out lmeval_speed.json]
 
 DIR is a model folder, e.g. ``lmmbench models build shape:qwen2.5-7b --num-layers 2 --out DIR`` (Qwen2.5-7B's
@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch-sizes", default="1,4,8,16")
     p.add_argument("--lmmbench-batch-size", type=int, default=16)
+    p.add_argument("--lmmbench-runs-per-round", type=int, default=1,
+                   help="run lmmbench this many times per round, between the lm-eval sides (a spread for the "
+                        "fast side when each lm-eval side takes long)")
     p.add_argument("--out", type=Path, default=Path("lmeval_speed.json"))
     p.add_argument("--pad-batches", action="store_true", help="lmmbench right-pads mixed lengths (as lm-eval)")
     p.add_argument("--warmup", action="store_true", help="scoring only: one untimed pass before the timed ones")
@@ -184,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     sides = ["lmmbench"] + [f"lm_eval-bs{b}" for b in args.batch_sizes.split(",")]
     runs: list[dict[str, Any]] = []
     for rep in range(args.repeats):
-        order = sides[rep % len(sides):] + sides[: rep % len(sides)]
-        for side in order:
+        for side in round_order(sides, rep, args.lmmbench_runs_per_round):
             runs.append({**run_side(side, args, hf_home, work), "repeat": rep})
             _write(args, runs, None)
     first = {r["side"]: Path(r["out"]) for r in reversed(runs)}
@@ -193,6 +195,18 @@ def main(argv: list[str] | None = None) -> int:
     _write(args, runs, checks)
     print(json.dumps(summary(runs, checks), indent=1))
     return 0
+
+
+def round_order(sides: list[str], rep: int, lmmbench_runs: int) -> list[str]:
+    """The sides of one round, rotated by the round; with ``lmmbench_runs`` > 1, lmmbench runs that many times,
+    spread between the lm-eval sides (so its runs see the machine the peers saw)."""
+    if lmmbench_runs <= 1:
+        return sides[rep % len(sides) :] + sides[: rep % len(sides)]
+    peers = sides[1:]
+    order: list[str] = []
+    for k, peer in enumerate(peers):
+        order += (["lmmbench"] if k < lmmbench_runs else []) + [peer]
+    return order + ["lmmbench"] * max(0, lmmbench_runs - len(peers))
 
 
 def summary(runs: list[dict[str, Any]], checks: list[dict[str, Any]] | None) -> dict[str, Any]:
