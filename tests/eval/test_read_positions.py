@@ -1,6 +1,6 @@
-"""The last decoder layer's MLP run only at the positions whose log-probs are read: the same hidden states
-there, fewer rows through the MLP, and a model whose last layer mixes positions after its MLP keeps the
-whole forward."""
+"""The last decoder layer's MLP and query / output projections run only at the positions whose log-probs are
+read: the same hidden states there, fewer rows through them, and a model whose last layer mixes positions
+after them keeps the whole forward."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 import torch
 
-from lmmbench.backends.read_positions import last_layer_mlp, only_read_positions, read_positions_match
+from lmmbench.backends.read_positions import (
+    checked_positionwise_modules,
+    only_read_positions,
+    positionwise_modules,
+    read_positions_match,
+)
 from lmmbench.backends.scoring import InProcessScorer, LLRequest
 
 REQUESTS = [
@@ -22,6 +27,14 @@ REQUESTS = [
     LLRequest("Q: 2+2=?\nA:", " B"),
     LLRequest("A context with a single choice", " and its only continuation"),
 ]
+
+
+class _Outputs:
+    """Keeps a module's outputs (a forward hook)."""
+
+    def __init__(self, module: Any) -> None:
+        self.outputs: list[Any] = []
+        self.handle = module.register_forward_hook(lambda _m, _a, out: self.outputs.append(out.detach().clone()))
 
 
 class _RowCounter:
@@ -39,9 +52,11 @@ class _RowCounter:
 def test_the_read_positions_get_the_whole_forwards_hidden_states(tiny_llm: Any) -> None:
     ids = torch.tensor([[5, 17, 99, 4, 23, 8, 61, 12, 7, 30]])
     keep = torch.tensor([2, 7, 9])
-    found = last_layer_mlp(tiny_llm.model)
-    assert found is not None
-    counter = _RowCounter(getattr(found[0], found[1]))
+    found = positionwise_modules(tiny_llm.model)
+    layer = tiny_llm.model.model.layers[-1]
+    assert found == [layer.mlp, layer.self_attn.q_proj, layer.self_attn.o_proj]
+    counter = _RowCounter(layer.mlp)
+    queries = _Outputs(layer.self_attn.q_proj)
     try:
         with torch.no_grad():
             whole = tiny_llm.model(ids, output_hidden_states=True).hidden_states[-1][0]
@@ -50,27 +65,30 @@ def test_the_read_positions_get_the_whole_forwards_hidden_states(tiny_llm: Any) 
             again = tiny_llm.model(ids, output_hidden_states=True).hidden_states[-1][0]
     finally:
         counter.handle.remove()
+        queries.handle.remove()
     assert counter.rows == [10, 3, 10]  # whole, the three read positions only, whole again after the block
+    whole_q, part_q, _ = (q[0] for q in queries.outputs)  # the query projection: only the kept rows computed
+    assert torch.equal(part_q[keep], whole_q[keep]) or torch.allclose(part_q[keep], whole_q[keep], atol=1e-6)
+    assert bool((part_q[:2] == 0).all()) and not bool((whole_q[:2] == 0).all())
     assert torch.allclose(part[keep], whole[keep], rtol=0, atol=1e-6)
     assert not torch.allclose(part[:2], whole[:2])  # what is not read was not computed
     assert torch.equal(again, whole)  # the model is itself again after the block
-    assert read_positions_match(tiny_llm.model, ids)
+    assert read_positions_match(tiny_llm.model, ids, found)
+    assert checked_positionwise_modules(tiny_llm.model, ids) == found
 
 
 def test_scoring_runs_the_last_mlp_on_read_positions_only(tiny_llm: Any) -> None:
     plain = InProcessScorer(tiny_llm, pad_batches=True, share_context=False)
-    found = last_layer_mlp(tiny_llm.model)
-    assert found is not None
-    counter = _RowCounter(getattr(found[0], found[1]))
+    counter = _RowCounter(tiny_llm.model.model.layers[-1].mlp)
     try:
         restricted = plain.loglikelihood(REQUESTS)
     finally:
         counter.handle.remove()
-    assert plain._read_positions_ok is True
+    assert plain._positionwise == positionwise_modules(tiny_llm.model)
     n_read = sum(len(plain.encode_pair(r.context, r.continuation)[1]) for r in REQUESTS)
     # two checking forwards (16 tokens at most, then 3 rows), then one batch that reads each continuation
-    assert counter.rows[1] == 3 and counter.rows[2] <= n_read
-    plain._read_positions_ok = False  # the whole forward, as before the restriction existed
+    assert len(counter.rows) == 3 and counter.rows[1] == 3 and counter.rows[2] <= n_read
+    plain._positionwise = []  # the whole forward, as before the restriction existed
     whole = plain.loglikelihood(REQUESTS)
     for (a, ga), (b, gb) in zip(restricted, whole, strict=True):
         assert abs(a - b) <= 1e-6 * max(1.0, abs(b)) and ga == gb
@@ -80,15 +98,14 @@ def test_scoring_runs_the_last_mlp_on_read_positions_only(tiny_llm: Any) -> None
 def mixing_last_layer(tiny_llm: Any) -> Iterator[Any]:
     """tiny-llm whose last decoder layer adds, after its MLP, the running sum of its output over positions
     (what a model with attention after its last MLP would do)."""
-    found = last_layer_mlp(tiny_llm.model)
-    assert found is not None
+    layer = tiny_llm.model.model.layers[-1]
 
     def mix(_module: Any, _args: Any, output: Any) -> Any:
         hidden = output[0] if isinstance(output, tuple) else output
         mixed = hidden + 0.1 * hidden.cumsum(dim=1)
         return (mixed, *output[1:]) if isinstance(output, tuple) else mixed
 
-    handle = found[0].register_forward_hook(mix)
+    handle = layer.register_forward_hook(mix)
     try:
         yield tiny_llm
     finally:
@@ -97,11 +114,12 @@ def mixing_last_layer(tiny_llm: Any) -> Iterator[Any]:
 
 def test_a_last_layer_that_mixes_positions_keeps_the_whole_forward(mixing_last_layer: Any) -> None:
     ids = torch.tensor([[5, 17, 99, 4, 23, 8, 61, 12, 7, 30]])
-    assert not read_positions_match(mixing_last_layer.model, ids)
+    assert not read_positions_match(mixing_last_layer.model, ids, positionwise_modules(mixing_last_layer.model))
+    assert checked_positionwise_modules(mixing_last_layer.model, ids) == []
     scorer = InProcessScorer(mixing_last_layer, pad_batches=True, share_context=False)
     got = scorer.loglikelihood(REQUESTS)
-    assert scorer._read_positions_ok is False
+    assert scorer._positionwise == []
     whole = InProcessScorer(mixing_last_layer, batch_size=1, share_context=False)
-    whole._read_positions_ok = False
+    whole._positionwise = []
     for (a, ga), (b, gb) in zip(got, whole.loglikelihood(REQUESTS), strict=True):
         assert abs(a - b) <= 1e-5 * max(1.0, abs(b)) and ga == gb

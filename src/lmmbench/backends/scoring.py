@@ -191,7 +191,7 @@ class InProcessScorer:
         self._prefix_str = tok.decode(self.prefix_token_id)
         self._batch_engine: Any = None
         self._hidden_ok: bool | None = None  # whether logits == output embedding(last hidden state)
-        self._read_positions_ok: bool | None = None  # whether the last MLP may run at read positions only
+        self._positionwise: list[Any] | None = None  # last-layer modules that may run at read positions only
 
     # ------------------------------------------------------------------ tokenisation (lm-eval's rules)
     def tok_encode(self, text: str, add_special_tokens: bool | None = None) -> list[int]:
@@ -233,7 +233,7 @@ class InProcessScorer:
 
     def _forward_hidden_output(self, batch: list[list[int]], keep: Any = None, **model_kwargs: Any) -> Any | None:
         """The model's output for ``batch`` with hidden states (``_forward_hidden``), or None. With ``keep``
-        the last layer's MLP runs only at those positions, where the model passes that check once."""
+        the last layer's position-wise modules run only at those positions, as checked once per model."""
         import torch
 
         from lmmbench.backends.read_positions import only_read_positions
@@ -241,9 +241,10 @@ class InProcessScorer:
         if self._hidden_ok is False:
             return None
         inp = self._input(batch)
-        if keep is not None and self._read_positions_ok is None:
-            self._read_positions_ok = self._check_read_positions(batch[0])
-        with torch.no_grad(), only_read_positions(self.model, keep if self._read_positions_ok else None):
+        if keep is not None and self._positionwise is None:
+            self._positionwise = self._check_read_positions(batch[0])
+        restricted = keep if self._positionwise else None
+        with torch.no_grad(), only_read_positions(self.model, restricted, self._positionwise):
             try:
                 out = self.model(inp, output_hidden_states=True, logits_to_keep=1, **model_kwargs)
             except TypeError:  # a model without logits_to_keep
@@ -261,17 +262,17 @@ class InProcessScorer:
                     return None
         return out
 
-    def _check_read_positions(self, row: list[int]) -> bool:
-        """Whether this model's last-layer MLP may run at the read positions only (checked once)."""
-        from lmmbench.backends.read_positions import read_positions_match
+    def _check_read_positions(self, row: list[int]) -> list[Any]:
+        """The last-layer modules that may run at the read positions only for this model (checked once)."""
+        from lmmbench.backends.read_positions import checked_positionwise_modules
 
         try:
-            ok = read_positions_match(self.model, self._input([row[:16]]))
+            modules = checked_positionwise_modules(self.model, self._input([row[:16]]))
         except TypeError:  # a model without logits_to_keep: the hidden-state path is off anyway
-            ok = False
-        if not ok:
+            modules = []
+        if not modules:
             log.info("scoring: %s runs its last layer at every position", type(self.model).__name__)
-        return ok
+        return modules
 
     def _row_logprobs(self, hidden_row: Any, start: int, end: int) -> Any:
         import torch
