@@ -135,6 +135,10 @@ def _diff_one(method: str, kind: str, args: tuple[Any, ...], req: Any) -> list[s
 
 
 # ---------------------------------------------------------------------------- one task
+def _is_load_dataset(value: Any, real: Any) -> bool:
+    return value is real or getattr(value, "_synthetic", False)
+
+
 def _patched_load_dataset(splits: dict[str, list[Any]]) -> Any:
     import datasets
 
@@ -145,6 +149,7 @@ def _patched_load_dataset(splits: dict[str, list[Any]]) -> Any:
             return dd[split.split("[")[0]] if split.split("[")[0] in dd else dd["test"]
         return dd
 
+    load_dataset._synthetic = True  # type: ignore[attr-defined]
     return load_dataset
 
 
@@ -171,11 +176,13 @@ def check_task(tm: Any, name: str, hint: dict[str, Any] | None) -> dict[str, Any
     reason, attempts, copies = "", 0, 1
     raw = raw_fields(cfg, fields)
     variants = [(fi, fields, False) for fi in order] + [(fi, raw, True) for fi in order if raw is not None]
+    budget = {False: 0, True: 0}  # builds of the fields as read, and as stored (each its own budget)
     for fi, fields, stored in variants:  # the fields as read, then (when process_docs writes some) as stored
         overrides: dict[str, Any] = dict(hint["overrides"]) if hint and fi == first else {}
         for _ in range(ROUNDS):
-            if attempts >= MAX_ATTEMPTS:
+            if budget[stored] >= MAX_ATTEMPTS:
                 break
+            budget[stored] += 1
             attempts += 1
             got = _build(tm, entry, synthetic_splits(cfg, {**fields, **extra}, plain[fi], overrides, copies))
             if isinstance(got, BaseException) and "Sample larger than population" in str(got) and copies == 1:
@@ -208,7 +215,13 @@ def _build(tm: Any, entry: Any, splits: dict[str, list[Any]]) -> list[Any] | Bas
     import datasets
 
     real = datasets.load_dataset
-    datasets.load_dataset = _patched_load_dataset(splits)
+    patched = _patched_load_dataset(splits)
+    datasets.load_dataset = patched
+    # a task module that imported the function itself (``from datasets import load_dataset``) gets it too
+    bound = [m for n, m in list(sys.modules.items())
+             if n.startswith("lm_eval.tasks") and _is_load_dataset(getattr(m, "load_dataset", None), real)]  # fmt: skip
+    for mod in bound:
+        mod.load_dataset = patched
     try:
         task = tm._factory.build(entry, overrides=None, registry=tm._index)
         task.build_all_requests(limit=1, rank=0, world_size=1)
@@ -217,6 +230,8 @@ def _build(tm: Any, entry: Any, splits: dict[str, list[Any]]) -> list[Any] | Bas
         return exc
     finally:
         datasets.load_dataset = real
+        for mod in bound:
+            mod.load_dataset = real
 
 
 def _answer(exc: BaseException, known: dict[str, Any], extra: dict[str, Shape], overrides: dict[str, Any],
@@ -237,7 +252,9 @@ def _answer(exc: BaseException, known: dict[str, Any], extra: dict[str, Shape], 
 
 
 class UnavailableMetric:
-    """Stands in for a metric that cannot be loaded here; any use of it raises."""
+    """Stands in for a metric that cannot be loaded here; any use of it raises, except the self-test a task module
+    runs at its top level while it is imported (``code_eval``: "is code execution enabled?"), which gets no
+    result."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -245,16 +262,31 @@ class UnavailableMetric:
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
+        if sys._getframe(1).f_code.co_name == "<module>":  # read at a module's top level: an import-time self-test
+            return self._import_time_call
         raise RuntimeError(f"metric {self.name} is not available here (coverage run stand-in)")
+
+    def _import_time_call(self, *args: Any, **kwargs: Any) -> Any:
+        if sys._getframe(1).f_code.co_name != "<module>":
+            raise RuntimeError(f"metric {self.name} is not available here (coverage run stand-in)")
+        return None, None
 
 
 def stub_unavailable_metrics() -> None:
     """Within a coverage run, metrics that cannot be loaded here do not stop a task from being built: a hub metric
-    script (``evaluate.load`` offline) and ``transformers.data.metrics`` (gone from transformers 5) become stand-ins
-    that raise when used. Metrics score answers; the requests this check compares never use them."""
+    script (``evaluate.load`` offline, a metric script a task fetches with ``hf_hub_download``),
+    ``datasets.load_metric`` (gone from datasets 5) and ``transformers.data.metrics`` (gone from transformers 5)
+    become stand-ins that raise when used. Metrics score answers; the requests this check compares never use
+    them."""
     import types
 
+    import datasets
     import evaluate
+    import huggingface_hub
+
+    if not hasattr(datasets, "load_metric"):
+        datasets.load_metric = lambda path, *a, **k: UnavailableMetric(f"datasets.load_metric({path!r})")
+    _stub_hub_metric_scripts(huggingface_hub)
 
     real = evaluate.load
     if getattr(real, "_stands_in", False):
@@ -269,6 +301,10 @@ def stub_unavailable_metrics() -> None:
             return real(path, *args, **kwargs)
         except (FileNotFoundError, ConnectionError, OSError):
             return absent.setdefault(str(path), UnavailableMetric(str(path)))
+        except Exception:  # a metric script fetched from the hub is an empty stand-in file here
+            if not str(path).startswith(_PLACEHOLDERS):
+                raise
+            return absent.setdefault(str(path), UnavailableMetric(str(path)))
 
     load._stands_in = True  # type: ignore[attr-defined]
     evaluate.load = load
@@ -280,6 +316,31 @@ def stub_unavailable_metrics() -> None:
         parent = types.ModuleType("transformers.data.metrics")
         parent.squad_metrics = stub  # type: ignore[attr-defined]
         sys.modules.update({parent.__name__: parent, stub.__name__: stub})
+
+
+_PLACEHOLDERS = os.path.join(os.environ.get("TMPDIR", "/tmp"), "lmeval_coverage_hub_placeholders")
+
+
+def _stub_hub_metric_scripts(hub: Any) -> None:
+    """``hf_hub_download`` of a ``.py`` file (a metric script, SCROLLS') that is not in the cache offline gives an
+    empty file of that name, which ``evaluate.load`` turns into a stand-in metric."""
+    real = hub.hf_hub_download
+    if getattr(real, "_stands_in", False):
+        return
+
+    def hf_hub_download(repo_id: str, filename: str, *args: Any, **kwargs: Any) -> str:
+        try:
+            return str(real(repo_id, filename, *args, **kwargs))
+        except (ConnectionError, FileNotFoundError, OSError):
+            if not filename.endswith(".py"):
+                raise
+            path = Path(_PLACEHOLDERS) / repo_id.replace("/", "--") / filename
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+            return str(path)
+
+    hf_hub_download._stands_in = True  # type: ignore[attr-defined]
+    hub.hf_hub_download = hf_hub_download
 
 
 def _stub_attr(attr: str) -> Any:
@@ -333,6 +394,28 @@ def _signature(tm: Any, name: str) -> str:
     return str(entry.yaml_path.parent if entry and entry.yaml_path else name)
 
 
+_WITH_TOKENIZER: list[Any] = []
+
+
+def _manager_for(tm: Any, name: str) -> Any:
+    """The task manager a task is built with: a task that generates its own data (``custom_dataset``, RULER sizes
+    it in tokens) gets lmmbench's built-in tiny-llm tokenizer through lm-eval's ``metadata``, as a user passes
+    ``--metadata='{"tokenizer": DIR}'``; every other task the plain one."""
+    try:
+        cfg = tm._factory._load_full_config(tm._entry(name))
+    except Exception:
+        return tm
+    if "custom_dataset" not in cfg:
+        return tm
+    if not _WITH_TOKENIZER:
+        from lm_eval.tasks import TaskManager
+
+        from lmmbench.models.tiny import build_tiny_model
+
+        _WITH_TOKENIZER.append(TaskManager(metadata={"tokenizer": str(build_tiny_model("tiny-llm"))}))
+    return _WITH_TOKENIZER[0]
+
+
 def worker(names: list[str], out_path: str, deadline: float) -> None:
     """Check ``names`` in this process, appending one JSON line per task to ``out_path``."""
     logging.disable(logging.CRITICAL)
@@ -354,7 +437,7 @@ def worker(names: list[str], out_path: str, deadline: float) -> None:
                 break
             sig = _signature(tm, name)
             try:
-                row = check_task(tm, name, hints.get(sig))
+                row = check_task(_manager_for(tm, name), name, hints.get(sig))
             except BaseException as exc:  # a task's own code may raise anything
                 if isinstance(exc, KeyboardInterrupt):
                     raise

@@ -8,6 +8,7 @@ failure names what the task wanted, so the row is changed in that one place and 
 - a value looked up in the task's own table (``table[doc["x"]]`` → ``KeyError``, ``choices.index(doc["x"])`` →
   ``'v' is not in list``): the field takes the table's first key / the list's first element, found by evaluating
   the failing line's container expression in the failing frame;
+- ``x.format(..)`` of a field holding braces: the field (a format template) keeps no stray braces;
 - arithmetic on a string (``answer - 1``): the field is an integer; iteration / ``len`` / ``in`` on an integer: a
   string; ``**`` of a non-mapping: a (JSON) mapping; an index past the end of a list: a longer list.
 
@@ -79,6 +80,10 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
     named = fields_named(line, row, scope)
     if any(p in text for p in _PARSE_ERRORS) or type(exc).__name__ == "JSONDecodeError":
         return _first(named, row, lambda v: isinstance(v, (list, dict)), json.dumps)
+    if isinstance(exc, (IndexError, KeyError, ValueError)) and ".format(" in line:
+        fix = _format_string(line, named, row)
+        if fix is not None:
+            return fix
     if isinstance(exc, KeyError) or "string indices must be integers" in text:
         fix = _nested_key(exc, line, scope, row, source)
         if fix is not None:
@@ -157,6 +162,17 @@ def _nested_key(exc: BaseException, line: str, scope: dict[str, Any], row: dict[
                 base = held if isinstance(held, dict) else {}
                 many = re.search(rf"""\b{var}\[\s*["']{re.escape(key)}["']\s*\]\s*\[""", line)
                 return name, {**base, key: ["1", "2", "3", "4"] if many else "1"}
+    return None
+
+
+def _format_string(line: str, named: list[str], row: dict[str, Any]) -> tuple[str, Any] | None:
+    """``x.format(..)`` failed where ``x`` is a field holding ``{..}`` (a filling with ``\\boxed{1}``): the field
+    is a format template, so its text keeps no stray braces."""
+    for name in named:
+        value = row[name]
+        used = re.search(rf"""(\b{re.escape(name)}\b|\[["']{re.escape(name)}["']\])\s*\.format\(""", line)
+        if used and isinstance(value, str) and ("{" in value or "}" in value):
+            return name, value.replace("{", "").replace("}", "")
     return None
 
 

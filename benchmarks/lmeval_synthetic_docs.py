@@ -290,27 +290,80 @@ def raw_fields(cfg: dict[str, Any], fields: dict[str, Shape]) -> dict[str, Shape
     and never reads is not in the stored document: a task that takes every other key as an option (AlGhafa's
     ``for key in doc.keys()``) rejects a row that has it. Such a task gets a few plain option fields instead."""
     import ast
-    import textwrap
+    import functools
 
     func = cfg.get("process_docs")
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(func))) if callable(func) else None
-    except (OSError, TypeError, SyntaxError):
-        tree = None
-    if tree is None:
+    while isinstance(func, functools.partial):  # a shared helper with the task's templates bound in
+        func = func.func
+    trees = [_source_tree(f) for f in ([func, *_task_callees(func)] if callable(func) else [])]
+    trees = [t for t in trees if t is not None]
+    if not trees:
         return None
     written: set[str] = set()
     read: set[str] = set()
+    for tree in trees:
+        w, r = _written_and_read(tree)
+        written |= w
+        read |= r
+    drop = (written - read) & set(fields)
+    if not drop:
+        return None
+    out = {k: v for k, v in fields.items() if k not in drop}
+    if re.search(r"\bdoc\.keys\(\)|\bin\s+doc\s*:|\bdoc\.items\(\)", ast.unparse(trees[0])):
+        out.update({f"option_{c}": Shape() for c in "abcd"})
+    return out
+
+
+def _source_tree(func: Any) -> Any:
+    import ast
+    import textwrap
+
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(func)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+
+def _task_callees(func: Any) -> list[Any]:
+    """The task-folder functions ``func`` calls by name (``helper(..)``, ``utils.helper(..)``): a ``process_docs``
+    that hands the data set to a shared helper."""
+    import ast
+
+    tree = _source_tree(func)
+    scope = getattr(func, "__globals__", {})
+    out = []
+    for node in ast.walk(tree) if tree is not None else []:
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        target = scope.get(f.id) if isinstance(f, ast.Name) else None
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            target = getattr(scope.get(f.value.id), f.attr, None)
+        if callable(target) and "lm_eval.tasks" in str(getattr(target, "__module__", "")) and target is not func:
+            out.append(target)
+    return out
+
+
+def _written_and_read(tree: Any) -> tuple[set[str], set[str]]:
+    """Keys a function writes into a document (a returned mapping, ``x["k"] = ..``) and keys it reads from a
+    document it is handed (``doc["k"]`` of a parameter; ``new["k"].append(..)`` on a mapping it builds is a
+    write, ``template["k"]`` of a file it reads is neither)."""
+    import ast
+
+    written: set[str] = set()
+    stored_into: set[str] = set()
+    loads: list[tuple[str, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
             written |= {k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
         key = node.slice.value if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) else None
         if isinstance(node, ast.Subscript) and isinstance(key, str):
-            (written if isinstance(node.ctx, ast.Store) else read).add(key)
-    drop = (written - read) & set(fields)
-    if not drop:
-        return None
-    out = {k: v for k, v in fields.items() if k not in drop}
-    if re.search(r"\bdoc\.keys\(\)|\bin\s+doc\s*:|\bdoc\.items\(\)", ast.unparse(tree)):
-        out.update({f"option_{c}": Shape() for c in "abcd"})
-    return out
+            base = ast.unparse(node.value)
+            if isinstance(node.ctx, ast.Store):
+                written.add(key)
+                stored_into.add(base)
+            else:
+                loads.append((base, key))
+    params = {a.arg for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.Lambda))
+              for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}  # fmt: skip
+    return written, {k for base, k in loads if base not in stored_into and base in params}
