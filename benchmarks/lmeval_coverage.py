@@ -173,7 +173,7 @@ def check_task(tm: Any, name: str, hint: dict[str, Any] | None) -> dict[str, Any
     first = hint["fill"] if hint else None
     order = ([first] if first is not None else []) + [i for i in range(len(plain)) if i != first]
     extra: dict[str, Shape] = {k: Shape() for k in (hint or {}).get("extra", []) if k not in fields}
-    reason, attempts, copies = "", 0, 1
+    reason, attempts, copies, distinct = "", 0, 1, False
     raw = raw_fields(cfg, fields)
     variants = [(fi, fields, False) for fi in order] + [(fi, raw, True) for fi in order if raw is not None]
     budget = {False: 0, True: 0}  # builds of the fields as read, and as stored (each its own budget)
@@ -184,9 +184,12 @@ def check_task(tm: Any, name: str, hint: dict[str, Any] | None) -> dict[str, Any
                 break
             budget[stored] += 1
             attempts += 1
-            got = _build(tm, entry, synthetic_splits(cfg, {**fields, **extra}, plain[fi], overrides, copies))
-            if isinstance(got, BaseException) and "Sample larger than population" in str(got) and copies == 1:
-                copies = 32  # a few-shot count the config does not show: a larger pool
+            splits = synthetic_splits(cfg, {**fields, **extra}, plain[fi], overrides, copies, distinct)
+            got = _build(tm, entry, splits)
+            if isinstance(got, BaseException) and "Sample larger than population" in str(got) and not distinct:
+                # a few-shot count the config does not show: a larger pool; then a pool of rows that differ from
+                # the evaluated one (a task whose few-shot split is its test split)
+                copies, distinct = (32, False) if copies == 1 else (32, True)
                 continue
             if isinstance(got, BaseException):
                 reason = _reason(got) if fi == order[0] else reason
@@ -349,6 +352,25 @@ def _stub_attr(attr: str) -> Any:
     return UnavailableMetric(f"squad_metrics.{attr}")
 
 
+def untrained_punkt() -> None:
+    """Within a coverage run, NLTK's Punkt sentence splitter, when its ``punkt_tab`` data is not here (it is
+    downloaded, and nothing but package indexes is reachable), is an untrained one: empty parameter files, so it
+    splits at every full stop. RULER splits its haystack essays with it while generating its documents."""
+    import nltk
+
+    try:
+        nltk.data.find("tokenizers/punkt_tab/english/")
+        return
+    except LookupError:
+        pass
+    root = Path(_PLACEHOLDERS) / "nltk_data"
+    lang = root / "tokenizers" / "punkt_tab" / "english"
+    lang.mkdir(parents=True, exist_ok=True)
+    for name in ("collocations.tab", "sent_starters.txt", "abbrev_types.txt", "ortho_context.tab"):
+        (lang / name).touch()
+    nltk.data.path.append(str(root))
+
+
 def keep_synthetic_rows() -> None:
     """Within a coverage run, a ``Dataset.filter`` that would drop every row of a split keeps them instead.
 
@@ -430,6 +452,7 @@ def worker(names: list[str], out_path: str, deadline: float) -> None:
     tm = TaskManager()
     keep_synthetic_rows()
     stub_unavailable_metrics()
+    untrained_punkt()
     hints: dict[str, dict[str, Any]] = {}
     with open(out_path, "a", encoding="utf-8") as fh:
         for name in names:

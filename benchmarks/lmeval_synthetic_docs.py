@@ -244,9 +244,11 @@ def fills() -> list[dict[str, Any]]:
 
 
 def synthetic_splits(cfg: dict[str, Any], fields: dict[str, Shape], fill: dict[str, Any],
-                     overrides: dict[str, Any] | None = None, min_copies: int = 1) -> dict[str, list[Any]]:  # fmt: skip
+                     overrides: dict[str, Any] | None = None, min_copies: int = 1,
+                     distinct: bool = False) -> dict[str, list[Any]]:  # fmt: skip
     """One row per split the task names (plus the usual three), each field filled with plain values (or the value
-    a repair set)."""
+    a repair set). ``distinct``: the copies differ in a row-number column ``_row``, for a task whose few-shot pool
+    is its test split (lm-eval leaves out every few-shot document equal to the one evaluated)."""
     row = {name: shape.value(fill, name) for name, shape in fields.items()} or {"text": fill["str"]}
     row.update(overrides or {})
     splits = {"train", "validation", "test"}
@@ -257,6 +259,8 @@ def synthetic_splits(cfg: dict[str, Any], fields: dict[str, Shape], fill: dict[s
     shots = cfg.get("num_fewshot")
     copies = 1 + (int(shots) if isinstance(shots, int) and shots > 0 else 0)  # a few-shot pool needs shots + 1
     copies = max(copies, min_copies)
+    if distinct:
+        return {s: [{**row, "_row": i} for i in range(copies)] for s in splits}
     return {s: [dict(row) for _ in range(copies)] for s in splits}
 
 
