@@ -8,6 +8,8 @@ failure names what the task wanted, so the row is changed in that one place and 
 - a value looked up in the task's own table (``table[doc["x"]]`` → ``KeyError``, ``choices.index(doc["x"])`` →
   ``'v' is not in list``): the field takes the table's first key / the list's first element, found by evaluating
   the failing line's container expression in the failing frame;
+- ``doc["x"][i]`` with an integer ``i`` on a mapping (``KeyError: 1``): the field is a list;
+- ``doc["x"].index("_")`` that finds nothing: the field's text gets the substring the code looks for;
 - ``x.format(..)`` of a field holding braces: the field (a format template) keeps no stray braces;
 - arithmetic on a string (``answer - 1``): the field is an integer; iteration / ``len`` / ``in`` on an integer: a
   string; ``**`` of a non-mapping: a (JSON) mapping; an index past the end of a list: a longer list.
@@ -82,6 +84,14 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
         return _first(named, row, lambda v: isinstance(v, (list, dict)), json.dumps)
     if isinstance(exc, (IndexError, KeyError, ValueError)) and ".format(" in line:
         fix = _format_string(line, named, row)
+        if fix is not None:
+            return fix
+    if isinstance(exc, ValueError) and text == "substring not found":
+        for name, sub in re.findall(r"""\[["']([^"'\]]+)["']\]\.index\(\s*["']([^"']+)["']""", line):
+            if isinstance(row.get(name), str) and sub not in row[name]:
+                return name, f"{row[name]} {sub}"
+    if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], int):  # a mapping indexed by position
+        fix = _first(named, row, lambda v: isinstance(v, dict), lambda v: ["1", "2", "3", "4"])
         if fix is not None:
             return fix
     if isinstance(exc, KeyError) or "string indices must be integers" in text:

@@ -150,11 +150,35 @@ _LEN_OF = re.compile(r"""(?:enumerate|zip|sorted|list)\(\s*\w+\s*\[\s*["']([^"']
 _FOR_IN = re.compile(r"""in\s+\w+\s*\[\s*["']([^"']+)["']\s*\]\s*:""")
 
 
+_FSTRING_KEY = re.compile(r"""\w+\[\s*f(["'])([^"'\]]*\{\w+\}[^"'\]]*)\1\s*\](\s*\[\s*(["']?)([^\]]*)\4\s*\])?""")
+_FSTRING_POP = re.compile(r"""\.(?:pop|get)\(\s*f(["'])([^"'\]]*\{\w+\}[^"'\]]*)\1()()()""")
+_RANGE_LOOP = re.compile(r"""for\s+(\w+)\s+in\s+range\(\s*(?:(\d+)\s*,\s*)?(\d+)\s*\)""")
+
+
+def _fstring_fields(text: str, fields: dict[str, Shape]) -> None:
+    """``doc[f"q_shot_{shot}"]`` inside ``for shot in range(1, 26)``: the fields ``q_shot_1`` .. ``q_shot_25``
+    (a loop variable's values, over every ``range`` loop of that name in the file)."""
+    values: dict[str, set[int]] = {}
+    for var, lo, hi in _RANGE_LOOP.findall(text):
+        values.setdefault(var, set()).update(range(int(lo or 0), min(int(hi), int(lo or 0) + 64)))
+    for m in [*_FSTRING_KEY.finditer(text), *_FSTRING_POP.finditer(text)]:
+        names = re.findall(r"\{(\w+)\}", m.group(2))
+        if len(names) != 1 or names[0] not in values:
+            continue
+        for v in sorted(values[names[0]]):
+            shape = fields.setdefault(m.group(2).replace("{" + names[0] + "}", str(v)), Shape())
+            if m.group(4):
+                shape.key(m.group(5))
+            elif m.group(3) and ":" not in m.group(5) and shape.kind is None:  # x[0], x[int(..)]: a list
+                shape.as_list()
+
+
 def _python_fields(path: str, fields: dict[str, Shape]) -> None:
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return
+    _fstring_fields(text, fields)
     for m in _DOC_KEY.finditer(text):
         shape = fields.setdefault(m.group(1), Shape())
         if m.group(2):
