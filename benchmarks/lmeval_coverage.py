@@ -417,12 +417,14 @@ def _signature(tm: Any, name: str) -> str:
 
 
 _WITH_TOKENIZER: list[Any] = []
+RULER_LENGTH = 1024  # RULER's documents are generated at this one length (its default, 4096, takes minutes a task)
 
 
 def _manager_for(tm: Any, name: str) -> Any:
     """The task manager a task is built with: a task that generates its own data (``custom_dataset``, RULER sizes
-    it in tokens) gets lmmbench's built-in tiny-llm tokenizer through lm-eval's ``metadata``, as a user passes
-    ``--metadata='{"tokenizer": DIR}'``; every other task the plain one."""
+    it in tokens) gets lmmbench's built-in tiny-llm tokenizer and one short target length through lm-eval's
+    ``metadata``, as a user passes ``--metadata='{"tokenizer": DIR, "max_seq_lengths": [1024]}'``; every other
+    task the plain one."""
     try:
         cfg = tm._factory._load_full_config(tm._entry(name))
     except Exception:
@@ -434,7 +436,8 @@ def _manager_for(tm: Any, name: str) -> Any:
 
         from lmmbench.models.tiny import build_tiny_model
 
-        _WITH_TOKENIZER.append(TaskManager(metadata={"tokenizer": str(build_tiny_model("tiny-llm"))}))
+        _WITH_TOKENIZER.append(TaskManager(metadata={"tokenizer": str(build_tiny_model("tiny-llm")),
+                                                "max_seq_lengths": [RULER_LENGTH]}))
     return _WITH_TOKENIZER[0]
 
 

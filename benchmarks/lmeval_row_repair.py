@@ -8,6 +8,8 @@ failure names what the task wanted, so the row is changed in that one place and 
 - a value looked up in the task's own table (``table[doc["x"]]`` → ``KeyError``, ``choices.index(doc["x"])`` →
   ``'v' is not in list``): the field takes the table's first key / the list's first element, found by evaluating
   the failing line's container expression in the failing frame;
+- ``field.index(1)`` (a literal) that fails: the list field holds that value first;
+- a regular expression applied to a list: the field is its items as one string;
 - ``doc["x"][i]`` with an integer ``i`` on a mapping (``KeyError: 1``): the field is a list;
 - ``doc["x"].index("_")`` that finds nothing: the field's text gets the substring the code looks for;
 - ``x.format(..)`` of a field holding braces: the field (a format template) keeps no stray braces;
@@ -78,6 +80,8 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
     if where is None:
         return None
     line, scope, source = where
+    if not scope and source == templates:  # a template reads the row's fields as names
+        scope = dict(row)
     text = str(exc.args[0]) if exc.args else str(exc)
     named = fields_named(line, row, scope)
     if any(p in text for p in _PARSE_ERRORS) or type(exc).__name__ == "JSONDecodeError":
@@ -113,6 +117,10 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
     m = re.search(r"Could not convert '?(.*?)'? with type str: tried to convert to int", text) if arrow else None
     if m:
         return _first(list(row), row, lambda v: v == m.group(1), lambda v: int(v) if v.isdigit() else 0)
+    if isinstance(exc, ValueError) and _NOT_IN_LIST.match(text):
+        fix = _index_of_literal(line, row)
+        if fix is not None:
+            return fix
     if isinstance(exc, (KeyError, ValueError)):
         wanted = text if isinstance(exc, KeyError) else _not_in_list(text)
         if wanted is not None:
@@ -123,6 +131,9 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
         near = [n for n in named if re.search(rf"(\b{re.escape(n)}\b|\[[\"']{re.escape(n)}[\"']\])\s*[-+*/%]\s*\d|"
                                              rf"\d\s*[-+*/%]\s*\b{re.escape(n)}\b", line)]  # fmt: skip
         return _first(near or named, row, lambda v: isinstance(v, str), lambda v: int(v) if str(v).isdigit() else 1)
+    if isinstance(exc, TypeError) and re.search(r"expected string or bytes-like object, got '(list|dict)'", text):
+        return _first(named, row, lambda v: isinstance(v, (list, dict)),
+                      lambda v: ", ".join(map(str, v.values() if isinstance(v, dict) else v)))  # fmt: skip
     if isinstance(exc, TypeError) and _NEEDS_TEXT.search(text):
         return _first(named, row, lambda v: isinstance(v, int), lambda v: "1")
     if isinstance(exc, TypeError) and "must be a mapping" in text:
@@ -256,14 +267,29 @@ def _from_container(line: str, scope: dict[str, Any], named: list[str], row: dic
     for name in holders:
         value = row[name]
         iterated = re.search(rf"""for\s+\w+\s+in\s+\w+\[["']{re.escape(name)}["']\]""", line)
-        new = [candidate] * max(len(value), 1) if isinstance(value, list) or iterated else candidate
+        as_list = (isinstance(value, list) and str(value) != wanted) or iterated  # a whole list looked up: a value
+        new = [candidate] * max(len(value), 1) if as_list else candidate
         if new != value:
             return name, new
     return None
 
 
+def _index_of_literal(line: str, row: dict[str, Any]) -> tuple[str, Any] | None:
+    """``field.index(1)`` (a literal) failed: the list field holds that value first (``[1, 0, 0, 0]``)."""
+    for name, arg in re.findall(r"""\b(\w+)\.index\(\s*([^()]+?)\s*\)""", line):
+        try:
+            lit = ast.literal_eval(arg)
+        except (ValueError, SyntaxError):
+            continue
+        value = row.get(name)
+        if isinstance(value, list) and lit not in value and isinstance(lit, (int, str)):
+            rest = [0 if lit != 0 else 1] if isinstance(lit, int) else [str(v) for v in value[1:]] or ["1"]
+            return name, [lit, *(rest * max(len(value) - 1, 1))[:max(len(value) - 1, 1)]]
+    return None
+
+
 def _holds(value: Any, wanted: str) -> bool:
-    if isinstance(value, list):
+    if isinstance(value, list) and str(value) != wanted:
         return any(str(v) == wanted for v in value)
     return str(value) == wanted
 
@@ -272,7 +298,14 @@ _NONE = object()
 
 
 def _container_value(line: str, scope: dict[str, Any]) -> Any:
-    """The first key (mapping) or element (list) of a container the line subscripts or calls ``.index`` on."""
+    """The first key (mapping) or element (list) of a container the line subscripts or calls ``.index`` on (in
+    templates: of each ``{{ expression }}``)."""
+    if "{{" in line:
+        for expr in re.findall(r"\{\{(.*?)\}\}", line, re.S):
+            found = _container_value(expr.strip(), scope)
+            if found is not _NONE:
+                return found
+        return _NONE
     tree = _parse_line(line)
     if tree is None:
         return _NONE
