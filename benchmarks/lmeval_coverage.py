@@ -37,6 +37,7 @@ import logging
 import multiprocessing as mp
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -225,6 +226,10 @@ def _build(tm: Any, entry: Any, splits: dict[str, list[Any]]) -> list[Any] | Bas
              if n.startswith("lm_eval.tasks") and _is_load_dataset(getattr(m, "load_dataset", None), real)]  # fmt: skip
     for mod in bound:
         mod.load_dataset = patched
+    unitxt = sys.modules.get("unitxt")  # unitxt's tasks load their data through unitxt's own loader
+    real_unitxt = getattr(unitxt, "load_dataset", None)
+    if unitxt is not None:
+        unitxt.load_dataset = lambda *a, **k: patched(*a, **{x: v for x, v in k.items() if x == "split"})
     try:
         task = tm._factory.build(entry, overrides=None, registry=tm._index)
         task.build_all_requests(limit=1, rank=0, world_size=1)
@@ -235,6 +240,8 @@ def _build(tm: Any, entry: Any, splits: dict[str, list[Any]]) -> list[Any] | Bas
         datasets.load_dataset = real
         for mod in bound:
             mod.load_dataset = real
+        if unitxt is not None:
+            unitxt.load_dataset = real_unitxt
 
 
 def _answer(exc: BaseException, known: dict[str, Any], extra: dict[str, Shape], overrides: dict[str, Any],
@@ -422,9 +429,8 @@ RULER_LENGTH = 1024  # RULER's documents are generated at this one length (its d
 
 def _manager_for(tm: Any, name: str) -> Any:
     """The task manager a task is built with: a task that generates its own data (``custom_dataset``, RULER sizes
-    it in tokens) gets lmmbench's built-in tiny-llm tokenizer and one short target length through lm-eval's
-    ``metadata``, as a user passes ``--metadata='{"tokenizer": DIR, "max_seq_lengths": [1024]}'``; every other
-    task the plain one."""
+    it in tokens) gets a tokenizer and one short target length through lm-eval's ``metadata``, as a user passes
+    ``--metadata='{"tokenizer": DIR, "max_seq_lengths": [1024]}'``; every other task the plain one."""
     try:
         cfg = tm._factory._load_full_config(tm._entry(name))
     except Exception:
@@ -434,15 +440,43 @@ def _manager_for(tm: Any, name: str) -> Any:
     if not _WITH_TOKENIZER:
         from lm_eval.tasks import TaskManager
 
-        from lmmbench.models.tiny import build_tiny_model
-
-        _WITH_TOKENIZER.append(TaskManager(metadata={"tokenizer": str(build_tiny_model("tiny-llm")),
-                                                "max_seq_lengths": [RULER_LENGTH]}))
+        meta = {"tokenizer": str(word_tokenizer()), "max_seq_lengths": [RULER_LENGTH]}
+        _WITH_TOKENIZER.append(TaskManager(metadata=meta))
     return _WITH_TOKENIZER[0]
+
+
+def word_tokenizer() -> Path:
+    """A tokenizer directory built offline: one token per whitespace-separated word (an unknown-word token for
+    each), loadable by ``AutoTokenizer``. lmmbench's tiny byte-level BPE (1,024 entries) splits RULER's random
+    variable names so finely that its 500-token few-shot example never fits and its generator loops for ever; a
+    word count is close to what a real tokenizer's vocabulary gives."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    out = Path(_PLACEHOLDERS) / "word_tokenizer"
+    if not (out / "tokenizer.json").exists():
+        tok = Tokenizer(models.WordLevel({"<unk>": 0, "<s>": 1, "</s>": 2}, unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+        fast.save_pretrained(str(out))
+    return out
+
+
+TASK_TIMEOUT_S = 300
+
+
+class TaskTimeout(BaseException):  # not an Exception: a task's own ``except Exception`` does not swallow it
+    """A task took longer than TASK_TIMEOUT_S to build (a generator of its own data that never ends). Raised again
+    every few seconds, in case the task's code catches everything."""
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise TaskTimeout(f"building the task took more than {TASK_TIMEOUT_S} s")
 
 
 def worker(names: list[str], out_path: str, deadline: float) -> None:
     """Check ``names`` in this process, appending one JSON line per task to ``out_path``."""
+    signal.signal(signal.SIGALRM, _on_alarm)
     logging.disable(logging.CRITICAL)
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -456,18 +490,25 @@ def worker(names: list[str], out_path: str, deadline: float) -> None:
     keep_synthetic_rows()
     stub_unavailable_metrics()
     untrained_punkt()
+    import importlib.util
+
+    if importlib.util.find_spec("unitxt") is not None:  # installed beside the venv for the run (its own pins)
+        import unitxt  # noqa: F401
     hints: dict[str, dict[str, Any]] = {}
     with open(out_path, "a", encoding="utf-8") as fh:
         for name in names:
             if time.time() > deadline:
                 break
             sig = _signature(tm, name)
+            signal.setitimer(signal.ITIMER_REAL, TASK_TIMEOUT_S, 5)  # a task whose data generation never ends
             try:
                 row = check_task(_manager_for(tm, name), name, hints.get(sig))
             except BaseException as exc:  # a task's own code may raise anything
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 row = {"task": name, "status": "not built", "reason": _reason(exc)}
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
             if "fill" in row:
                 hints[sig] = {k: row[k] for k in ("fill", "extra", "overrides")}
             fh.write(json.dumps(row) + "\n")

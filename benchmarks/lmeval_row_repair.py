@@ -8,7 +8,9 @@ failure names what the task wanted, so the row is changed in that one place and 
 - a value looked up in the task's own table (``table[doc["x"]]`` → ``KeyError``, ``choices.index(doc["x"])`` →
   ``'v' is not in list``): the field takes the table's first key / the list's first element, found by evaluating
   the failing line's container expression in the failing frame;
+- ``info[k]`` for ``k`` in a literal list of names (``info = doc["f"]``): the field is a mapping with those keys;
 - ``field.index(1)`` (a literal) that fails: the list field holds that value first;
+- ``.items()`` of a list: the field is a mapping from option letters to its items;
 - a regular expression applied to a list: the field is its items as one string;
 - ``doc["x"][i]`` with an integer ``i`` on a mapping (``KeyError: 1``): the field is a list;
 - ``doc["x"].index("_")`` that finds nothing: the field's text gets the substring the code looks for;
@@ -105,6 +107,11 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
     if isinstance(exc, TypeError) and "list indices must be integers or slices, not str" in text:
         return _first(named, row, lambda v: isinstance(v, list) and v and all(isinstance(x, str) for x in v),
                       lambda v: {x: x for x in v})  # fmt: skip
+    if isinstance(exc, AttributeError) and re.search(r"'list' object has no attribute '(keys|values|items)'", text):
+        aliases = re.findall(r"""\b([A-Za-z_]\w*)\s*=\s*\w+\[\s*["']([^"'\]]+)["']\s*\]\s*$""", source, re.M)
+        held = [f for v, f in aliases if re.search(rf"\b{v}\.(keys|values|items)\(", line) and f in row]
+        return _first(held + named, row, lambda v: isinstance(v, list),
+                      lambda v: {chr(65 + i): str(x) for i, x in enumerate(v)})  # fmt: skip
     if isinstance(exc, AttributeError) and re.search(r"'str' object has no attribute '(keys|values|items)'", text):
         return _first(named, row, lambda v: isinstance(v, str), lambda v: {"A": 1, "B": 0})
     if isinstance(exc, KeyError) and isinstance(exc.args[0] if exc.args else None, str):
@@ -160,6 +167,9 @@ def _nested_key(exc: BaseException, line: str, scope: dict[str, Any], row: dict[
             keys = re.findall(rf"""\[["']{re.escape(field)}["']\]\s*\[\s*\d+\s*\]\s*\[\s*["']([^"'\]]+)["']""", line)
             return field, [{k: "1" for k in keys}] * 4
     aliases = dict(re.findall(r"""\b([A-Za-z_]\w*)\s*=\s*\w+\[\s*["']([^"'\]]+)["']\s*\]\s*$""", source, re.M))
+    fix = _keyed_by_loop(line, source, aliases, row)
+    if fix is not None:
+        return fix
     loops = dict(re.findall(r"""for\s+([A-Za-z_]\w*)\s+in\s+([A-Za-z_]\w*)\s*:""", source))
     loops.update(re.findall(r"""for\s+([A-Za-z_]\w*)\s+in\s+\w+\[\s*["']([^"'\]]+)["']\s*\]""", source))
     for var, _key in re.findall(r"""\b([A-Za-z_]\w*)\[\s*["']([^"'\]]+)["']\s*\]""", line):
@@ -194,6 +204,23 @@ def _format_string(line: str, named: list[str], row: dict[str, Any]) -> tuple[st
         used = re.search(rf"""(\b{re.escape(name)}\b|\[["']{re.escape(name)}["']\])\s*\.format\(""", line)
         if used and isinstance(value, str) and ("{" in value or "}" in value):
             return name, value.replace("{", "").replace("}", "")
+    return None
+
+
+def _keyed_by_loop(line: str, source: str, aliases: dict[str, str], row: dict[str, Any]) -> tuple[str, Any] | None:
+    """``info[ans]`` inside ``for ans in ["ans0", "ans1"]`` where ``info = doc["f"]``: field ``f`` is a mapping
+    with those keys (each a short list of strings)."""
+    loops = {v: items for v, items in re.findall(r"""for\s+(\w+)\s+in\s+(\[[^\]]*\]|\([^)]*\))\s*:""", source)}
+    for var, index in re.findall(r"""\b([A-Za-z_]\w*)\[\s*([A-Za-z_]\w*)\s*\]""", line):
+        field = aliases.get(var, var if var in row else None)
+        if index not in loops or field not in row or isinstance(row[field], dict):
+            continue
+        try:
+            keys = ast.literal_eval(loops[index])
+        except (ValueError, SyntaxError):
+            continue
+        if keys and all(isinstance(k, str) for k in keys):
+            return field, {k: ["1", "2"] for k in keys}
     return None
 
 
