@@ -11,6 +11,8 @@ failure names what the task wanted, so the row is changed in that one place and 
 - ``info[k]`` for ``k`` in a literal list of names (``info = doc["f"]``): the field is a mapping with those keys;
 - ``field.index(1)`` (a literal) that fails: the list field holds that value first;
 - ``.items()`` of a list: the field is a mapping from option letters to its items;
+- a column the task's code adds itself (``duplicated columns ['x']``): the row goes without it;
+- a list used as a mapping key (``unhashable type: 'list'``): the field (named by the function) is plain text;
 - a regular expression applied to a list: the field is its items as one string;
 - ``doc["x"][i]`` with an integer ``i`` on a mapping (``KeyError: 1``): the field is a list;
 - ``doc["x"].index("_")`` that finds nothing: the field's text gets the substring the code looks for;
@@ -29,6 +31,8 @@ import json
 import re
 import traceback
 from typing import Any
+
+from lmeval_synthetic_docs import DROP
 
 _FIELD_REF = re.compile(r"""\[\s*["']([^"'\]]+)["']\s*\]""")
 _NOT_IN_LIST = re.compile(r"^(.+) is not in list$")
@@ -141,6 +145,13 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
     if isinstance(exc, TypeError) and re.search(r"expected string or bytes-like object, got '(list|dict)'", text):
         return _first(named, row, lambda v: isinstance(v, (list, dict)),
                       lambda v: ", ".join(map(str, v.values() if isinstance(v, dict) else v)))  # fmt: skip
+    m = re.search(r"can't have duplicated columns but columns \['([^']+)'\] are duplicated", text)
+    if m and m.group(1) in row:  # the task's code adds that column itself: the stored row lacks it
+        return m.group(1), DROP
+    if isinstance(exc, TypeError) and "unhashable type: 'list'" in text:  # a value used as a key: plain text
+        in_source = [f for f in dict.fromkeys(_FIELD_REF.findall(source)) if f in row]
+        return _first(named + in_source, row, lambda v: isinstance(v, list) and v and not isinstance(v[0], list),
+                      lambda v: str(v[0]))  # fmt: skip
     if isinstance(exc, TypeError) and _NEEDS_TEXT.search(text):
         return _first(named, row, lambda v: isinstance(v, int), lambda v: "1")
     if isinstance(exc, TypeError) and "must be a mapping" in text:

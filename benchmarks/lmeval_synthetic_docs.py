@@ -21,6 +21,7 @@ STR_METHODS = {"split", "strip", "lower", "upper", "replace", "startswith", "end
                "casefold"}  # fmt: skip
 JINJA_GLOBALS = {"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop", "true", "false", "none",
                  "True", "False", "None"}  # fmt: skip
+DROP = "<not in the stored row>"  # a repair's value for a field the row must not have
 LIST_METHODS = {"index", "append", "extend", "pop", "insert"}
 LIST_FILTERS = {"join", "length", "first", "last", "list", "count", "reverse", "sort", "batch", "map", "select",
                 "reject", "unique", "sum", "max", "min", "random"}  # fmt: skip
@@ -275,6 +276,7 @@ def synthetic_splits(cfg: dict[str, Any], fields: dict[str, Shape], fill: dict[s
     is its test split (lm-eval leaves out every few-shot document equal to the one evaluated)."""
     row = {name: shape.value(fill, name) for name, shape in fields.items()} or {"text": fill["str"]}
     row.update(overrides or {})
+    row = {k: v for k, v in row.items() if not (isinstance(v, str) and v == DROP)} or {"text": fill["str"]}
     splits = {"train", "validation", "test"}
     for key in ("training_split", "validation_split", "test_split", "fewshot_split"):
         value = cfg.get(key)
