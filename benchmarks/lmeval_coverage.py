@@ -613,7 +613,7 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 _ABSENT = re.compile(r"ModuleNotFoundError|ImportError|[Pp]lease install|is required|not installed|Offline|"
                      r"Couldn't reach|not available here|Couldn't find a module script|"
-                     r"No tokenizer or pretrained")  # fmt: skip
+                     r"No tokenizer or pretrained|Max retries exceeded|UnavailableMetric")  # fmt: skip
 _LM_EVAL_DEFECT = re.compile(r"Context is not a string|has no function")
 
 
