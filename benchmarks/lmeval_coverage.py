@@ -250,6 +250,8 @@ def _answer(exc: BaseException, known: dict[str, Any], extra: dict[str, Shape], 
     new."""
     row = synthetic_splits(cfg, known, fill, overrides)["test"][0]
     values = {str(x) for v in row.values() for x in (v if isinstance(v, (list, dict)) else [v])}
+    values |= {str(y) for v in row.values() if isinstance(v, list) for x in v if isinstance(x, dict)
+               for y in x.values()}  # a value inside a list of mappings (doc["messages"][1]["content"])  # fmt: skip
     missing = _missing_key(exc, known)
     if missing and missing not in values:  # a key that is one of the row's values is a lookup of that value
         extra[missing] = Shape()

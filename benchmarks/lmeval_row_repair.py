@@ -14,6 +14,7 @@ failure names what the task wanted, so the row is changed in that one place and 
 - a column the task's code adds itself (``duplicated columns ['x']``): the row goes without it;
 - a list used as a mapping key (``unhashable type: 'list'``): the field (named by the function) is plain text;
 - a regular expression applied to a list: the field is its items as one string;
+- ``alpha[table[doc["m"][1]["content"]]]``: the inner table's first key, in the list of mappings that holds it;
 - ``doc["x"][i]`` with an integer ``i`` on a mapping (``KeyError: 1``): the field is a list;
 - ``doc["x"].index("_")`` that finds nothing: the field's text gets the substring the code looks for;
 - ``x.format(..)`` of a field holding braces: the field (a format template) keeps no stray braces;
@@ -295,13 +296,19 @@ def _from_container(line: str, scope: dict[str, Any], named: list[str], row: dic
                     wanted: str) -> tuple[str, Any] | None:  # fmt: skip
     """``table[doc["x"]]`` or ``choices.index(doc["x"])`` failed for the row's value: take the container's first
     key / element for the field holding that value (or a list of them, for a list field iterated in the line)."""
-    candidate = _container_value(line, scope)
+    candidate = _container_value(line, scope, wanted)
     if candidate is _NONE:
         return None
     holders = [n for n in named if _holds(row[n], wanted)] or [n for n in row if _holds(row[n], wanted)]
     for name, value in row.items():  # a key of a mapping field that the task looks up in its table
         if isinstance(value, dict) and wanted in value and candidate not in value:
             return name, {(candidate if k == wanted else k): v for k, v in value.items()}
+    for name in named:  # a value inside a list of mappings (doc["messages"][1]["content"])
+        value = row[name]
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            new_list = [{k: (candidate if str(x) == wanted else x) for k, x in v.items()} for v in value]
+            if new_list != value:
+                return name, new_list
     for name in holders:
         value = row[name]
         iterated = re.search(rf"""for\s+\w+\s+in\s+\w+\[["']{re.escape(name)}["']\]""", line)
@@ -335,18 +342,19 @@ def _holds(value: Any, wanted: str) -> bool:
 _NONE = object()
 
 
-def _container_value(line: str, scope: dict[str, Any]) -> Any:
+def _container_value(line: str, scope: dict[str, Any], wanted: str | None = None) -> Any:
     """The first key (mapping) or element (list) of a container the line subscripts or calls ``.index`` on (in
     templates: of each ``{{ expression }}``)."""
     if "{{" in line:
         for expr in re.findall(r"\{\{(.*?)\}\}", line, re.S):
-            found = _container_value(expr.strip(), scope)
+            found = _container_value(expr.strip(), scope, wanted)
             if found is not _NONE:
                 return found
         return _NONE
     tree = _parse_line(line)
     if tree is None:
         return _NONE
+    first: Any = _NONE
     for node in ast.walk(tree):
         target = None
         if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
@@ -360,10 +368,26 @@ def _container_value(line: str, scope: dict[str, Any]) -> Any:
         except Exception:
             continue
         if isinstance(container, dict) and container:
+            if wanted is not None and wanted in container and first is _NONE:  # not the table that refused it
+                first = next(iter(container))
+                continue
             return next(iter(container))
         if isinstance(container, (list, tuple)) and container and not isinstance(container[0], (dict, list)):
+            inner = wanted is not None and isinstance(node, ast.Subscript) and _dict_inside(node, scope)
+            if inner and first is _NONE:  # alpha[table[x]]: the table inside refused x, not the list outside
+                first = container[0]
+                continue
             return container[0]
-    return _NONE
+    return first
+
+
+def _dict_inside(node: ast.Subscript, scope: dict[str, Any]) -> bool:
+    """The subscript's index looks a value up in a mapping of the scope (``alpha[table[x]]``)."""
+    for sub in ast.walk(node.slice):
+        if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) \
+                and isinstance(scope.get(sub.value.id), dict):
+            return True
+    return False
 
 
 def _parse_line(line: str) -> ast.AST | None:
