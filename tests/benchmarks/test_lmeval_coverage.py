@@ -41,6 +41,12 @@ def task_manager(coverage: Any) -> Any:
     return TaskManager()
 
 
+def _darija_labels() -> Any:
+    from lm_eval.tasks.darija_bench.darija_sentiment import utils
+
+    return utils.out_dic
+
+
 # (task, the field the repair changed, what the task's own code accepts there)
 REPAIRED = [
     ("xcopa_et", "question", lambda v: v in ("cause", "effect")),  # xcopa: connector[doc["question"]]
@@ -54,6 +60,8 @@ REPAIRED = [
     ("bigbench_strategyqa_multiple_choice", "multiple_choice_scores", lambda v: v[0] == 1),
     # glianorex: "".join(f"{k}. {v}" for k, v in option_choices.items()), option_choices = doc["options"]
     ("glianorex", "options", lambda v: isinstance(v, dict) and list(v)[:2] == ["A", "B"]),
+    # darija_sentiment: alpha[out_dic[doc["messages"][1]["content"]]]: the message text is a key of its label table
+    ("darija_sentiment_mac", "messages", lambda v: v[1]["content"] in _darija_labels()),
     # metabench: 5 few-shot columns named by f-strings in range loops, doc["sentence"].index("_")
     ("metabench_winogrande", "sentence", lambda v: "_" in v),
 ]
