@@ -11,6 +11,9 @@ missing field is added, a field the code parses, looks up in its own table, does
 end is given a value of that kind, and the task is built again (a few rounds, then the next plain filling). Within
 the run a ``Dataset.filter`` that would drop every row of a split keeps them (a task selecting its documents by a
 value the guessed row lacks): the check is about the request lmmbench builds for a document the task accepts.
+What cannot be fetched offline has a stand-in inside the run only (metrics that raise when used, an untrained
+Punkt splitter, a word-level tokenizer for the tasks that generate their own data, unitxt's loader patched like
+``load_dataset``); none of them makes or changes a request. A task gets TASK_TIMEOUT_S to build.
 lm-eval builds the task's ``Instance``s for that document (few-shot context, chat template off). lmmbench's LM
 adapter (``lmmbench.evaluation.lmeval_catalogue.make_lm``, the object a catalogue run hands to lm-eval) then
 answers those instances with a recording scoring backend, and the script checks that each request the adapter sends
