@@ -11,6 +11,9 @@ missing field is added, a field the code parses, looks up in its own table, does
 end is given a value of that kind, and the task is built again (a few rounds, then the next plain filling). Within
 the run a ``Dataset.filter`` that would drop every row of a split keeps them (a task selecting its documents by a
 value the guessed row lacks): the check is about the request lmmbench builds for a document the task accepts.
+What cannot be fetched offline has a stand-in inside the run only (metrics that raise when used, an untrained
+Punkt splitter, a word-level tokenizer for the tasks that generate their own data, unitxt's loader patched like
+``load_dataset``); none of them makes or changes a request. A task gets TASK_TIMEOUT_S to build.
 lm-eval builds the task's ``Instance``s for that document (few-shot context, chat template off). lmmbench's LM
 adapter (``lmmbench.evaluation.lmeval_catalogue.make_lm``, the object a catalogue run hands to lm-eval) then
 answers those instances with a recording scoring backend, and the script checks that each request the adapter sends
@@ -37,6 +40,7 @@ import logging
 import multiprocessing as mp
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -135,6 +139,10 @@ def _diff_one(method: str, kind: str, args: tuple[Any, ...], req: Any) -> list[s
 
 
 # ---------------------------------------------------------------------------- one task
+def _is_load_dataset(value: Any, real: Any) -> bool:
+    return value is real or getattr(value, "_synthetic", False)
+
+
 def _patched_load_dataset(splits: dict[str, list[Any]]) -> Any:
     import datasets
 
@@ -145,6 +153,7 @@ def _patched_load_dataset(splits: dict[str, list[Any]]) -> Any:
             return dd[split.split("[")[0]] if split.split("[")[0] in dd else dd["test"]
         return dd
 
+    load_dataset._synthetic = True  # type: ignore[attr-defined]
     return load_dataset
 
 
@@ -168,18 +177,23 @@ def check_task(tm: Any, name: str, hint: dict[str, Any] | None) -> dict[str, Any
     first = hint["fill"] if hint else None
     order = ([first] if first is not None else []) + [i for i in range(len(plain)) if i != first]
     extra: dict[str, Shape] = {k: Shape() for k in (hint or {}).get("extra", []) if k not in fields}
-    reason, attempts, copies = "", 0, 1
+    reason, attempts, copies, distinct = "", 0, 1, False
     raw = raw_fields(cfg, fields)
     variants = [(fi, fields, False) for fi in order] + [(fi, raw, True) for fi in order if raw is not None]
+    budget = {False: 0, True: 0}  # builds of the fields as read, and as stored (each its own budget)
     for fi, fields, stored in variants:  # the fields as read, then (when process_docs writes some) as stored
         overrides: dict[str, Any] = dict(hint["overrides"]) if hint and fi == first else {}
         for _ in range(ROUNDS):
-            if attempts >= MAX_ATTEMPTS:
+            if budget[stored] >= MAX_ATTEMPTS:
                 break
+            budget[stored] += 1
             attempts += 1
-            got = _build(tm, entry, synthetic_splits(cfg, {**fields, **extra}, plain[fi], overrides, copies))
-            if isinstance(got, BaseException) and "Sample larger than population" in str(got) and copies == 1:
-                copies = 32  # a few-shot count the config does not show: a larger pool
+            splits = synthetic_splits(cfg, {**fields, **extra}, plain[fi], overrides, copies, distinct)
+            got = _build(tm, entry, splits)
+            if isinstance(got, BaseException) and "Sample larger than population" in str(got) and not distinct:
+                # a few-shot count the config does not show: a larger pool; then a pool of rows that differ from
+                # the evaluated one (a task whose few-shot split is its test split)
+                copies, distinct = (32, False) if copies == 1 else (32, True)
                 continue
             if isinstance(got, BaseException):
                 reason = _reason(got) if fi == order[0] else reason
@@ -208,7 +222,17 @@ def _build(tm: Any, entry: Any, splits: dict[str, list[Any]]) -> list[Any] | Bas
     import datasets
 
     real = datasets.load_dataset
-    datasets.load_dataset = _patched_load_dataset(splits)
+    patched = _patched_load_dataset(splits)
+    datasets.load_dataset = patched
+    # a task module that imported the function itself (``from datasets import load_dataset``) gets it too
+    bound = [m for n, m in list(sys.modules.items())
+             if n.startswith("lm_eval.tasks") and _is_load_dataset(getattr(m, "load_dataset", None), real)]  # fmt: skip
+    for mod in bound:
+        mod.load_dataset = patched
+    unitxt = sys.modules.get("unitxt")  # unitxt's tasks load their data through unitxt's own loader
+    real_unitxt = getattr(unitxt, "load_dataset", None)
+    if unitxt is not None:
+        unitxt.load_dataset = lambda *a, **k: patched(*a, **{x: v for x, v in k.items() if x == "split"})
     try:
         task = tm._factory.build(entry, overrides=None, registry=tm._index)
         task.build_all_requests(limit=1, rank=0, world_size=1)
@@ -217,6 +241,10 @@ def _build(tm: Any, entry: Any, splits: dict[str, list[Any]]) -> list[Any] | Bas
         return exc
     finally:
         datasets.load_dataset = real
+        for mod in bound:
+            mod.load_dataset = real
+        if unitxt is not None:
+            unitxt.load_dataset = real_unitxt
 
 
 def _answer(exc: BaseException, known: dict[str, Any], extra: dict[str, Shape], overrides: dict[str, Any],
@@ -225,6 +253,8 @@ def _answer(exc: BaseException, known: dict[str, Any], extra: dict[str, Shape], 
     new."""
     row = synthetic_splits(cfg, known, fill, overrides)["test"][0]
     values = {str(x) for v in row.values() for x in (v if isinstance(v, (list, dict)) else [v])}
+    values |= {str(y) for v in row.values() if isinstance(v, list) for x in v if isinstance(x, dict)
+               for y in x.values()}  # a value inside a list of mappings (doc["messages"][1]["content"])  # fmt: skip
     missing = _missing_key(exc, known)
     if missing and missing not in values:  # a key that is one of the row's values is a lookup of that value
         extra[missing] = Shape()
@@ -237,7 +267,9 @@ def _answer(exc: BaseException, known: dict[str, Any], extra: dict[str, Shape], 
 
 
 class UnavailableMetric:
-    """Stands in for a metric that cannot be loaded here; any use of it raises."""
+    """Stands in for a metric that cannot be loaded here; any use of it raises, except the self-test a task module
+    runs at its top level while it is imported (``code_eval``: "is code execution enabled?"), which gets no
+    result."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -245,16 +277,31 @@ class UnavailableMetric:
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
+        if sys._getframe(1).f_code.co_name == "<module>":  # read at a module's top level: an import-time self-test
+            return self._import_time_call
         raise RuntimeError(f"metric {self.name} is not available here (coverage run stand-in)")
+
+    def _import_time_call(self, *args: Any, **kwargs: Any) -> Any:
+        if sys._getframe(1).f_code.co_name != "<module>":
+            raise RuntimeError(f"metric {self.name} is not available here (coverage run stand-in)")
+        return None, None
 
 
 def stub_unavailable_metrics() -> None:
     """Within a coverage run, metrics that cannot be loaded here do not stop a task from being built: a hub metric
-    script (``evaluate.load`` offline) and ``transformers.data.metrics`` (gone from transformers 5) become stand-ins
-    that raise when used. Metrics score answers; the requests this check compares never use them."""
+    script (``evaluate.load`` offline, a metric script a task fetches with ``hf_hub_download``),
+    ``datasets.load_metric`` (gone from datasets 5) and ``transformers.data.metrics`` (gone from transformers 5)
+    become stand-ins that raise when used. Metrics score answers; the requests this check compares never use
+    them."""
     import types
 
+    import datasets
     import evaluate
+    import huggingface_hub
+
+    if not hasattr(datasets, "load_metric"):
+        datasets.load_metric = lambda path, *a, **k: UnavailableMetric(f"datasets.load_metric({path!r})")
+    _stub_hub_metric_scripts(huggingface_hub)
 
     real = evaluate.load
     if getattr(real, "_stands_in", False):
@@ -269,6 +316,10 @@ def stub_unavailable_metrics() -> None:
             return real(path, *args, **kwargs)
         except (FileNotFoundError, ConnectionError, OSError):
             return absent.setdefault(str(path), UnavailableMetric(str(path)))
+        except Exception:  # a metric script fetched from the hub is an empty stand-in file here
+            if not str(path).startswith(_PLACEHOLDERS):
+                raise
+            return absent.setdefault(str(path), UnavailableMetric(str(path)))
 
     load._stands_in = True  # type: ignore[attr-defined]
     evaluate.load = load
@@ -282,10 +333,54 @@ def stub_unavailable_metrics() -> None:
         sys.modules.update({parent.__name__: parent, stub.__name__: stub})
 
 
+_PLACEHOLDERS = os.path.join(os.environ.get("TMPDIR", "/tmp"), "lmeval_coverage_hub_placeholders")
+
+
+def _stub_hub_metric_scripts(hub: Any) -> None:
+    """``hf_hub_download`` of a ``.py`` file (a metric script, SCROLLS') that is not in the cache offline gives an
+    empty file of that name, which ``evaluate.load`` turns into a stand-in metric."""
+    real = hub.hf_hub_download
+    if getattr(real, "_stands_in", False):
+        return
+
+    def hf_hub_download(repo_id: str, filename: str, *args: Any, **kwargs: Any) -> str:
+        try:
+            return str(real(repo_id, filename, *args, **kwargs))
+        except (ConnectionError, FileNotFoundError, OSError):
+            if not filename.endswith(".py"):
+                raise
+            path = Path(_PLACEHOLDERS) / repo_id.replace("/", "--") / filename
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+            return str(path)
+
+    hf_hub_download._stands_in = True  # type: ignore[attr-defined]
+    hub.hf_hub_download = hf_hub_download
+
+
 def _stub_attr(attr: str) -> Any:
     if attr.startswith("__"):
         raise AttributeError(attr)
     return UnavailableMetric(f"squad_metrics.{attr}")
+
+
+def untrained_punkt() -> None:
+    """Within a coverage run, NLTK's Punkt sentence splitter, when its ``punkt_tab`` data is not here (it is
+    downloaded, and nothing but package indexes is reachable), is an untrained one: empty parameter files, so it
+    splits at every full stop. RULER splits its haystack essays with it while generating its documents."""
+    import nltk
+
+    try:
+        nltk.data.find("tokenizers/punkt_tab/english/")
+        return
+    except LookupError:
+        pass
+    root = Path(_PLACEHOLDERS) / "nltk_data"
+    lang = root / "tokenizers" / "punkt_tab" / "english"
+    lang.mkdir(parents=True, exist_ok=True)
+    for name in ("collocations.tab", "sent_starters.txt", "abbrev_types.txt", "ortho_context.tab"):
+        (lang / name).touch()
+    nltk.data.path.append(str(root))
 
 
 def keep_synthetic_rows() -> None:
@@ -333,8 +428,60 @@ def _signature(tm: Any, name: str) -> str:
     return str(entry.yaml_path.parent if entry and entry.yaml_path else name)
 
 
+_WITH_TOKENIZER: list[Any] = []
+RULER_LENGTH = 1024  # RULER's documents are generated at this one length (its default, 4096, takes minutes a task)
+
+
+def _manager_for(tm: Any, name: str) -> Any:
+    """The task manager a task is built with: a task that generates its own data (``custom_dataset``, RULER sizes
+    it in tokens) gets a tokenizer and one short target length through lm-eval's ``metadata``, as a user passes
+    ``--metadata='{"tokenizer": DIR, "max_seq_lengths": [1024]}'``; every other task the plain one."""
+    try:
+        cfg = tm._factory._load_full_config(tm._entry(name))
+    except Exception:
+        return tm
+    if "custom_dataset" not in cfg:
+        return tm
+    if not _WITH_TOKENIZER:
+        from lm_eval.tasks import TaskManager
+
+        meta = {"tokenizer": str(word_tokenizer()), "max_seq_lengths": [RULER_LENGTH]}
+        _WITH_TOKENIZER.append(TaskManager(metadata=meta))
+    return _WITH_TOKENIZER[0]
+
+
+def word_tokenizer() -> Path:
+    """A tokenizer directory built offline: one token per whitespace-separated word (an unknown-word token for
+    each), loadable by ``AutoTokenizer``. lmmbench's tiny byte-level BPE (1,024 entries) splits RULER's random
+    variable names so finely that its 500-token few-shot example never fits and its generator loops for ever; a
+    word count is close to what a real tokenizer's vocabulary gives."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    out = Path(_PLACEHOLDERS) / "word_tokenizer"
+    if not (out / "tokenizer.json").exists():
+        tok = Tokenizer(models.WordLevel({"<unk>": 0, "<s>": 1, "</s>": 2}, unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+        fast.save_pretrained(str(out))
+    return out
+
+
+TASK_TIMEOUT_S = 300
+
+
+class TaskTimeout(BaseException):  # not an Exception: a task's own ``except Exception`` does not swallow it
+    """A task took longer than TASK_TIMEOUT_S to build (a generator of its own data that never ends). Raised again
+    every few seconds, in case the task's code catches everything."""
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise TaskTimeout(f"building the task took more than {TASK_TIMEOUT_S} s")
+
+
 def worker(names: list[str], out_path: str, deadline: float) -> None:
     """Check ``names`` in this process, appending one JSON line per task to ``out_path``."""
+    signal.signal(signal.SIGALRM, _on_alarm)
     logging.disable(logging.CRITICAL)
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -347,18 +494,26 @@ def worker(names: list[str], out_path: str, deadline: float) -> None:
     tm = TaskManager()
     keep_synthetic_rows()
     stub_unavailable_metrics()
+    untrained_punkt()
+    import importlib.util
+
+    if importlib.util.find_spec("unitxt") is not None:  # installed beside the venv for the run (its own pins)
+        import unitxt  # noqa: F401
     hints: dict[str, dict[str, Any]] = {}
     with open(out_path, "a", encoding="utf-8") as fh:
         for name in names:
             if time.time() > deadline:
                 break
             sig = _signature(tm, name)
+            signal.setitimer(signal.ITIMER_REAL, TASK_TIMEOUT_S, 5)  # a task whose data generation never ends
             try:
-                row = check_task(tm, name, hints.get(sig))
+                row = check_task(_manager_for(tm, name), name, hints.get(sig))
             except BaseException as exc:  # a task's own code may raise anything
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 row = {"task": name, "status": "not built", "reason": _reason(exc)}
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
             if "fill" in row:
                 hints[sig] = {k: row[k] for k in ("fill", "extra", "overrides")}
             fh.write(json.dumps(row) + "\n")
@@ -463,7 +618,7 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 _ABSENT = re.compile(r"ModuleNotFoundError|ImportError|[Pp]lease install|is required|not installed|Offline|"
                      r"Couldn't reach|not available here|Couldn't find a module script|"
-                     r"No tokenizer or pretrained")  # fmt: skip
+                     r"No tokenizer or pretrained|Max retries exceeded|UnavailableMetric")  # fmt: skip
 _LM_EVAL_DEFECT = re.compile(r"Context is not a string|has no function")
 
 

@@ -8,6 +8,16 @@ failure names what the task wanted, so the row is changed in that one place and 
 - a value looked up in the task's own table (``table[doc["x"]]`` → ``KeyError``, ``choices.index(doc["x"])`` →
   ``'v' is not in list``): the field takes the table's first key / the list's first element, found by evaluating
   the failing line's container expression in the failing frame;
+- ``info[k]`` for ``k`` in a literal list of names (``info = doc["f"]``): the field is a mapping with those keys;
+- ``field.index(1)`` (a literal) that fails: the list field holds that value first;
+- ``.items()`` of a list: the field is a mapping from option letters to its items;
+- a column the task's code adds itself (``duplicated columns ['x']``): the row goes without it;
+- a list used as a mapping key (``unhashable type: 'list'``): the field (named by the function) is plain text;
+- a regular expression applied to a list: the field is its items as one string;
+- ``alpha[table[doc["m"][1]["content"]]]``: the inner table's first key, in the list of mappings that holds it;
+- ``doc["x"][i]`` with an integer ``i`` on a mapping (``KeyError: 1``): the field is a list;
+- ``doc["x"].index("_")`` that finds nothing: the field's text gets the substring the code looks for;
+- ``x.format(..)`` of a field holding braces: the field (a format template) keeps no stray braces;
 - arithmetic on a string (``answer - 1``): the field is an integer; iteration / ``len`` / ``in`` on an integer: a
   string; ``**`` of a non-mapping: a (JSON) mapping; an index past the end of a list: a longer list.
 
@@ -22,6 +32,8 @@ import json
 import re
 import traceback
 from typing import Any
+
+from lmeval_synthetic_docs import DROP
 
 _FIELD_REF = re.compile(r"""\[\s*["']([^"'\]]+)["']\s*\]""")
 _NOT_IN_LIST = re.compile(r"^(.+) is not in list$")
@@ -75,10 +87,24 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
     if where is None:
         return None
     line, scope, source = where
+    if not scope and source == templates:  # a template reads the row's fields as names
+        scope = dict(row)
     text = str(exc.args[0]) if exc.args else str(exc)
     named = fields_named(line, row, scope)
     if any(p in text for p in _PARSE_ERRORS) or type(exc).__name__ == "JSONDecodeError":
         return _first(named, row, lambda v: isinstance(v, (list, dict)), json.dumps)
+    if isinstance(exc, (IndexError, KeyError, ValueError)) and ".format(" in line:
+        fix = _format_string(line, named, row)
+        if fix is not None:
+            return fix
+    if isinstance(exc, ValueError) and text == "substring not found":
+        for name, sub in re.findall(r"""\[["']([^"'\]]+)["']\]\.index\(\s*["']([^"']+)["']""", line):
+            if isinstance(row.get(name), str) and sub not in row[name]:
+                return name, f"{row[name]} {sub}"
+    if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], int):  # a mapping indexed by position
+        fix = _first(named, row, lambda v: isinstance(v, dict), lambda v: ["1", "2", "3", "4"])
+        if fix is not None:
+            return fix
     if isinstance(exc, KeyError) or "string indices must be integers" in text:
         fix = _nested_key(exc, line, scope, row, source)
         if fix is not None:
@@ -86,6 +112,11 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
     if isinstance(exc, TypeError) and "list indices must be integers or slices, not str" in text:
         return _first(named, row, lambda v: isinstance(v, list) and v and all(isinstance(x, str) for x in v),
                       lambda v: {x: x for x in v})  # fmt: skip
+    if isinstance(exc, AttributeError) and re.search(r"'list' object has no attribute '(keys|values|items)'", text):
+        aliases = re.findall(r"""\b([A-Za-z_]\w*)\s*=\s*\w+\[\s*["']([^"'\]]+)["']\s*\]\s*$""", source, re.M)
+        held = [f for v, f in aliases if re.search(rf"\b{v}\.(keys|values|items)\(", line) and f in row]
+        return _first(held + named, row, lambda v: isinstance(v, list),
+                      lambda v: {chr(65 + i): str(x) for i, x in enumerate(v)})  # fmt: skip
     if isinstance(exc, AttributeError) and re.search(r"'str' object has no attribute '(keys|values|items)'", text):
         return _first(named, row, lambda v: isinstance(v, str), lambda v: {"A": 1, "B": 0})
     if isinstance(exc, KeyError) and isinstance(exc.args[0] if exc.args else None, str):
@@ -98,6 +129,10 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
     m = re.search(r"Could not convert '?(.*?)'? with type str: tried to convert to int", text) if arrow else None
     if m:
         return _first(list(row), row, lambda v: v == m.group(1), lambda v: int(v) if v.isdigit() else 0)
+    if isinstance(exc, ValueError) and _NOT_IN_LIST.match(text):
+        fix = _index_of_literal(line, row)
+        if fix is not None:
+            return fix
     if isinstance(exc, (KeyError, ValueError)):
         wanted = text if isinstance(exc, KeyError) else _not_in_list(text)
         if wanted is not None:
@@ -108,6 +143,16 @@ def repair(exc: BaseException, row: dict[str, Any], templates: str = "") -> tupl
         near = [n for n in named if re.search(rf"(\b{re.escape(n)}\b|\[[\"']{re.escape(n)}[\"']\])\s*[-+*/%]\s*\d|"
                                              rf"\d\s*[-+*/%]\s*\b{re.escape(n)}\b", line)]  # fmt: skip
         return _first(near or named, row, lambda v: isinstance(v, str), lambda v: int(v) if str(v).isdigit() else 1)
+    if isinstance(exc, TypeError) and re.search(r"expected string or bytes-like object, got '(list|dict)'", text):
+        return _first(named, row, lambda v: isinstance(v, (list, dict)),
+                      lambda v: ", ".join(map(str, v.values() if isinstance(v, dict) else v)))  # fmt: skip
+    m = re.search(r"can't have duplicated columns but columns \['([^']+)'\] are duplicated", text)
+    if m and m.group(1) in row:  # the task's code adds that column itself: the stored row lacks it
+        return m.group(1), DROP
+    if isinstance(exc, TypeError) and "unhashable type: 'list'" in text:  # a value used as a key: plain text
+        in_source = [f for f in dict.fromkeys(_FIELD_REF.findall(source)) if f in row]
+        return _first(named + in_source, row, lambda v: isinstance(v, list) and v and not isinstance(v[0], list),
+                      lambda v: str(v[0]))  # fmt: skip
     if isinstance(exc, TypeError) and _NEEDS_TEXT.search(text):
         return _first(named, row, lambda v: isinstance(v, int), lambda v: "1")
     if isinstance(exc, TypeError) and "must be a mapping" in text:
@@ -134,6 +179,9 @@ def _nested_key(exc: BaseException, line: str, scope: dict[str, Any], row: dict[
             keys = re.findall(rf"""\[["']{re.escape(field)}["']\]\s*\[\s*\d+\s*\]\s*\[\s*["']([^"'\]]+)["']""", line)
             return field, [{k: "1" for k in keys}] * 4
     aliases = dict(re.findall(r"""\b([A-Za-z_]\w*)\s*=\s*\w+\[\s*["']([^"'\]]+)["']\s*\]\s*$""", source, re.M))
+    fix = _keyed_by_loop(line, source, aliases, row)
+    if fix is not None:
+        return fix
     loops = dict(re.findall(r"""for\s+([A-Za-z_]\w*)\s+in\s+([A-Za-z_]\w*)\s*:""", source))
     loops.update(re.findall(r"""for\s+([A-Za-z_]\w*)\s+in\s+\w+\[\s*["']([^"'\]]+)["']\s*\]""", source))
     for var, _key in re.findall(r"""\b([A-Za-z_]\w*)\[\s*["']([^"'\]]+)["']\s*\]""", line):
@@ -157,6 +205,34 @@ def _nested_key(exc: BaseException, line: str, scope: dict[str, Any], row: dict[
                 base = held if isinstance(held, dict) else {}
                 many = re.search(rf"""\b{var}\[\s*["']{re.escape(key)}["']\s*\]\s*\[""", line)
                 return name, {**base, key: ["1", "2", "3", "4"] if many else "1"}
+    return None
+
+
+def _format_string(line: str, named: list[str], row: dict[str, Any]) -> tuple[str, Any] | None:
+    """``x.format(..)`` failed where ``x`` is a field holding ``{..}`` (a filling with ``\\boxed{1}``): the field
+    is a format template, so its text keeps no stray braces."""
+    for name in named:
+        value = row[name]
+        used = re.search(rf"""(\b{re.escape(name)}\b|\[["']{re.escape(name)}["']\])\s*\.format\(""", line)
+        if used and isinstance(value, str) and ("{" in value or "}" in value):
+            return name, value.replace("{", "").replace("}", "")
+    return None
+
+
+def _keyed_by_loop(line: str, source: str, aliases: dict[str, str], row: dict[str, Any]) -> tuple[str, Any] | None:
+    """``info[ans]`` inside ``for ans in ["ans0", "ans1"]`` where ``info = doc["f"]``: field ``f`` is a mapping
+    with those keys (each a short list of strings)."""
+    loops = {v: items for v, items in re.findall(r"""for\s+(\w+)\s+in\s+(\[[^\]]*\]|\([^)]*\))\s*:""", source)}
+    for var, index in re.findall(r"""\b([A-Za-z_]\w*)\[\s*([A-Za-z_]\w*)\s*\]""", line):
+        field = aliases.get(var, var if var in row else None)
+        if index not in loops or field not in row or isinstance(row[field], dict):
+            continue
+        try:
+            keys = ast.literal_eval(loops[index])
+        except (ValueError, SyntaxError):
+            continue
+        if keys and all(isinstance(k, str) for k in keys):
+            return field, {k: ["1", "2"] for k in keys}
     return None
 
 
@@ -220,24 +296,45 @@ def _from_container(line: str, scope: dict[str, Any], named: list[str], row: dic
                     wanted: str) -> tuple[str, Any] | None:  # fmt: skip
     """``table[doc["x"]]`` or ``choices.index(doc["x"])`` failed for the row's value: take the container's first
     key / element for the field holding that value (or a list of them, for a list field iterated in the line)."""
-    candidate = _container_value(line, scope)
+    candidate = _container_value(line, scope, wanted)
     if candidate is _NONE:
         return None
     holders = [n for n in named if _holds(row[n], wanted)] or [n for n in row if _holds(row[n], wanted)]
     for name, value in row.items():  # a key of a mapping field that the task looks up in its table
         if isinstance(value, dict) and wanted in value and candidate not in value:
             return name, {(candidate if k == wanted else k): v for k, v in value.items()}
+    for name in named:  # a value inside a list of mappings (doc["messages"][1]["content"])
+        value = row[name]
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            new_list = [{k: (candidate if str(x) == wanted else x) for k, x in v.items()} for v in value]
+            if new_list != value:
+                return name, new_list
     for name in holders:
         value = row[name]
         iterated = re.search(rf"""for\s+\w+\s+in\s+\w+\[["']{re.escape(name)}["']\]""", line)
-        new = [candidate] * max(len(value), 1) if isinstance(value, list) or iterated else candidate
+        as_list = (isinstance(value, list) and str(value) != wanted) or iterated  # a whole list looked up: a value
+        new = [candidate] * max(len(value), 1) if as_list else candidate
         if new != value:
             return name, new
     return None
 
 
+def _index_of_literal(line: str, row: dict[str, Any]) -> tuple[str, Any] | None:
+    """``field.index(1)`` (a literal) failed: the list field holds that value first (``[1, 0, 0, 0]``)."""
+    for name, arg in re.findall(r"""\b(\w+)\.index\(\s*([^()]+?)\s*\)""", line):
+        try:
+            lit = ast.literal_eval(arg)
+        except (ValueError, SyntaxError):
+            continue
+        value = row.get(name)
+        if isinstance(value, list) and lit not in value and isinstance(lit, (int, str)):
+            rest = [0 if lit != 0 else 1] if isinstance(lit, int) else [str(v) for v in value[1:]] or ["1"]
+            return name, [lit, *(rest * max(len(value) - 1, 1))[:max(len(value) - 1, 1)]]
+    return None
+
+
 def _holds(value: Any, wanted: str) -> bool:
-    if isinstance(value, list):
+    if isinstance(value, list) and str(value) != wanted:
         return any(str(v) == wanted for v in value)
     return str(value) == wanted
 
@@ -245,11 +342,19 @@ def _holds(value: Any, wanted: str) -> bool:
 _NONE = object()
 
 
-def _container_value(line: str, scope: dict[str, Any]) -> Any:
-    """The first key (mapping) or element (list) of a container the line subscripts or calls ``.index`` on."""
+def _container_value(line: str, scope: dict[str, Any], wanted: str | None = None) -> Any:
+    """The first key (mapping) or element (list) of a container the line subscripts or calls ``.index`` on (in
+    templates: of each ``{{ expression }}``)."""
+    if "{{" in line:
+        for expr in re.findall(r"\{\{(.*?)\}\}", line, re.S):
+            found = _container_value(expr.strip(), scope, wanted)
+            if found is not _NONE:
+                return found
+        return _NONE
     tree = _parse_line(line)
     if tree is None:
         return _NONE
+    first: Any = _NONE
     for node in ast.walk(tree):
         target = None
         if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
@@ -263,10 +368,26 @@ def _container_value(line: str, scope: dict[str, Any]) -> Any:
         except Exception:
             continue
         if isinstance(container, dict) and container:
+            if wanted is not None and wanted in container and first is _NONE:  # not the table that refused it
+                first = next(iter(container))
+                continue
             return next(iter(container))
         if isinstance(container, (list, tuple)) and container and not isinstance(container[0], (dict, list)):
+            inner = wanted is not None and isinstance(node, ast.Subscript) and _dict_inside(node, scope)
+            if inner and first is _NONE:  # alpha[table[x]]: the table inside refused x, not the list outside
+                first = container[0]
+                continue
             return container[0]
-    return _NONE
+    return first
+
+
+def _dict_inside(node: ast.Subscript, scope: dict[str, Any]) -> bool:
+    """The subscript's index looks a value up in a mapping of the scope (``alpha[table[x]]``)."""
+    for sub in ast.walk(node.slice):
+        if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) \
+                and isinstance(scope.get(sub.value.id), dict):
+            return True
+    return False
 
 
 def _parse_line(line: str) -> ast.AST | None:

@@ -21,6 +21,7 @@ STR_METHODS = {"split", "strip", "lower", "upper", "replace", "startswith", "end
                "casefold"}  # fmt: skip
 JINJA_GLOBALS = {"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop", "true", "false", "none",
                  "True", "False", "None"}  # fmt: skip
+DROP = "<not in the stored row>"  # a repair's value for a field the row must not have
 LIST_METHODS = {"index", "append", "extend", "pop", "insert"}
 LIST_FILTERS = {"join", "length", "first", "last", "list", "count", "reverse", "sort", "batch", "map", "select",
                 "reject", "unique", "sum", "max", "min", "random"}  # fmt: skip
@@ -150,11 +151,35 @@ _LEN_OF = re.compile(r"""(?:enumerate|zip|sorted|list)\(\s*\w+\s*\[\s*["']([^"']
 _FOR_IN = re.compile(r"""in\s+\w+\s*\[\s*["']([^"']+)["']\s*\]\s*:""")
 
 
+_FSTRING_KEY = re.compile(r"""\w+\[\s*f(["'])([^"'\]]*\{\w+\}[^"'\]]*)\1\s*\](\s*\[\s*(["']?)([^\]]*)\4\s*\])?""")
+_FSTRING_POP = re.compile(r"""\.(?:pop|get)\(\s*f(["'])([^"'\]]*\{\w+\}[^"'\]]*)\1()()()""")
+_RANGE_LOOP = re.compile(r"""for\s+(\w+)\s+in\s+range\(\s*(?:(\d+)\s*,\s*)?(\d+)\s*\)""")
+
+
+def _fstring_fields(text: str, fields: dict[str, Shape]) -> None:
+    """``doc[f"q_shot_{shot}"]`` inside ``for shot in range(1, 26)``: the fields ``q_shot_1`` .. ``q_shot_25``
+    (a loop variable's values, over every ``range`` loop of that name in the file)."""
+    values: dict[str, set[int]] = {}
+    for var, lo, hi in _RANGE_LOOP.findall(text):
+        values.setdefault(var, set()).update(range(int(lo or 0), min(int(hi), int(lo or 0) + 64)))
+    for m in [*_FSTRING_KEY.finditer(text), *_FSTRING_POP.finditer(text)]:
+        names = re.findall(r"\{(\w+)\}", m.group(2))
+        if len(names) != 1 or names[0] not in values:
+            continue
+        for v in sorted(values[names[0]]):
+            shape = fields.setdefault(m.group(2).replace("{" + names[0] + "}", str(v)), Shape())
+            if m.group(4):
+                shape.key(m.group(5))
+            elif m.group(3) and ":" not in m.group(5) and shape.kind is None:  # x[0], x[int(..)]: a list
+                shape.as_list()
+
+
 def _python_fields(path: str, fields: dict[str, Shape]) -> None:
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return
+    _fstring_fields(text, fields)
     for m in _DOC_KEY.finditer(text):
         shape = fields.setdefault(m.group(1), Shape())
         if m.group(2):
@@ -244,11 +269,14 @@ def fills() -> list[dict[str, Any]]:
 
 
 def synthetic_splits(cfg: dict[str, Any], fields: dict[str, Shape], fill: dict[str, Any],
-                     overrides: dict[str, Any] | None = None, min_copies: int = 1) -> dict[str, list[Any]]:  # fmt: skip
+                     overrides: dict[str, Any] | None = None, min_copies: int = 1,
+                     distinct: bool = False) -> dict[str, list[Any]]:  # fmt: skip
     """One row per split the task names (plus the usual three), each field filled with plain values (or the value
-    a repair set)."""
+    a repair set). ``distinct``: the copies differ in a row-number column ``_row``, for a task whose few-shot pool
+    is its test split (lm-eval leaves out every few-shot document equal to the one evaluated)."""
     row = {name: shape.value(fill, name) for name, shape in fields.items()} or {"text": fill["str"]}
     row.update(overrides or {})
+    row = {k: v for k, v in row.items() if not (isinstance(v, str) and v == DROP)} or {"text": fill["str"]}
     splits = {"train", "validation", "test"}
     for key in ("training_split", "validation_split", "test_split", "fewshot_split"):
         value = cfg.get(key)
@@ -257,6 +285,8 @@ def synthetic_splits(cfg: dict[str, Any], fields: dict[str, Shape], fill: dict[s
     shots = cfg.get("num_fewshot")
     copies = 1 + (int(shots) if isinstance(shots, int) and shots > 0 else 0)  # a few-shot pool needs shots + 1
     copies = max(copies, min_copies)
+    if distinct:
+        return {s: [{**row, "_row": i} for i in range(copies)] for s in splits}
     return {s: [dict(row) for _ in range(copies)] for s in splits}
 
 
@@ -290,27 +320,80 @@ def raw_fields(cfg: dict[str, Any], fields: dict[str, Shape]) -> dict[str, Shape
     and never reads is not in the stored document: a task that takes every other key as an option (AlGhafa's
     ``for key in doc.keys()``) rejects a row that has it. Such a task gets a few plain option fields instead."""
     import ast
-    import textwrap
+    import functools
 
     func = cfg.get("process_docs")
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(func))) if callable(func) else None
-    except (OSError, TypeError, SyntaxError):
-        tree = None
-    if tree is None:
+    while isinstance(func, functools.partial):  # a shared helper with the task's templates bound in
+        func = func.func
+    trees = [_source_tree(f) for f in ([func, *_task_callees(func)] if callable(func) else [])]
+    trees = [t for t in trees if t is not None]
+    if not trees:
         return None
     written: set[str] = set()
     read: set[str] = set()
+    for tree in trees:
+        w, r = _written_and_read(tree)
+        written |= w
+        read |= r
+    drop = (written - read) & set(fields)
+    if not drop:
+        return None
+    out = {k: v for k, v in fields.items() if k not in drop}
+    if re.search(r"\bdoc\.keys\(\)|\bin\s+doc\s*:|\bdoc\.items\(\)", ast.unparse(trees[0])):
+        out.update({f"option_{c}": Shape() for c in "abcd"})
+    return out
+
+
+def _source_tree(func: Any) -> Any:
+    import ast
+    import textwrap
+
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(func)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+
+def _task_callees(func: Any) -> list[Any]:
+    """The task-folder functions ``func`` calls by name (``helper(..)``, ``utils.helper(..)``): a ``process_docs``
+    that hands the data set to a shared helper."""
+    import ast
+
+    tree = _source_tree(func)
+    scope = getattr(func, "__globals__", {})
+    out = []
+    for node in ast.walk(tree) if tree is not None else []:
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        target = scope.get(f.id) if isinstance(f, ast.Name) else None
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            target = getattr(scope.get(f.value.id), f.attr, None)
+        if callable(target) and "lm_eval.tasks" in str(getattr(target, "__module__", "")) and target is not func:
+            out.append(target)
+    return out
+
+
+def _written_and_read(tree: Any) -> tuple[set[str], set[str]]:
+    """Keys a function writes into a document (a returned mapping, ``x["k"] = ..``) and keys it reads from a
+    document it is handed (``doc["k"]`` of a parameter; ``new["k"].append(..)`` on a mapping it builds is a
+    write, ``template["k"]`` of a file it reads is neither)."""
+    import ast
+
+    written: set[str] = set()
+    stored_into: set[str] = set()
+    loads: list[tuple[str, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
             written |= {k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
         key = node.slice.value if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) else None
         if isinstance(node, ast.Subscript) and isinstance(key, str):
-            (written if isinstance(node.ctx, ast.Store) else read).add(key)
-    drop = (written - read) & set(fields)
-    if not drop:
-        return None
-    out = {k: v for k, v in fields.items() if k not in drop}
-    if re.search(r"\bdoc\.keys\(\)|\bin\s+doc\s*:|\bdoc\.items\(\)", ast.unparse(tree)):
-        out.update({f"option_{c}": Shape() for c in "abcd"})
-    return out
+            base = ast.unparse(node.value)
+            if isinstance(node.ctx, ast.Store):
+                written.add(key)
+                stored_into.add(base)
+            else:
+                loads.append((base, key))
+    params = {a.arg for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.Lambda))
+              for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}  # fmt: skip
+    return written, {k for base, k in loads if base not in stored_into and base in params}
