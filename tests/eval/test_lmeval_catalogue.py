@@ -78,9 +78,14 @@ def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         mp.setenv(var, value)
     mp.delenv("HF_DATASETS_CACHE", raising=False)
     import datasets
+    import huggingface_hub.constants
 
-    # `datasets` reads HF_HOME once, at import: another module's cache would be read otherwise
+    # `datasets` and `huggingface_hub` read HF_HOME and the offline switches once, at import (an earlier test of
+    # the same process may have imported them): another cache would be read, or the hub asked, otherwise
     mp.setattr(datasets.config, "HF_DATASETS_CACHE", home / "datasets")
+    for module in (datasets.config, huggingface_hub.constants):
+        mp.setattr(module, "HF_HUB_OFFLINE", True)
+    mp.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
     for (repo, config), splits in _rows().items():
         write_dataset_cache(home, repo, config, splits)
     yield home
