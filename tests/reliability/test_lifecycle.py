@@ -124,24 +124,31 @@ def _text_manifest(path: Path, n: int) -> Path:
     return path
 
 
+INTERRUPTED_REPEATS = 30  # 2 samples x 30: the run is still measuring when the test interrupts it
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_counts_are_exact_after_an_interruption_and_resume(tmp_path: Path, sig: int, code: int) -> None:
+    # enough measurements that the signal lands while the run is still measuring (a run of 20 once ended with
+    # all 20 measured and exit 0; the message below says how many rows there were when the signal was sent)
     manifest = _text_manifest(tmp_path / "m.csv", 2)
-    argv = [*CLI, "run", "ttft-breakdown", "--model", "tiny-llm", "--manifest", str(manifest), "--repeats", "10",
-            "--warmup", "0", "--threads", "1", "--no-progress", "--out-dir", str(tmp_path / "o")]
+    argv = [*CLI, "run", "ttft-breakdown", "--model", "tiny-llm", "--manifest", str(manifest), "--repeats",
+            str(INTERRUPTED_REPEATS), "--warmup", "0", "--threads", "1", "--no-progress", "--out-dir",
+            str(tmp_path / "o")]
     spec = tmp_path / "o" / "ttft-breakdown"
     results = spec / "ttft-breakdown_results.csv"
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         _wait_for(lambda: results.exists() and len(results.read_text().splitlines()) > 4, 180, "measured rows")
+        rows_at_signal = len(results.read_text().splitlines()) - 1
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
-    assert proc.returncode == code, err.decode()[-2000:]
+    assert proc.returncode == code, f"{rows_at_signal} rows when signalled; " + err.decode()[-2000:]
     with results.open() as fh:
         first = [r for r in csv.DictReader(fh) if r["status"] == "ok"]
     info = json.loads((spec / "run.json").read_text())
@@ -153,12 +160,13 @@ def test_counts_are_exact_after_an_interruption_and_resume(tmp_path: Path, sig: 
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     with results.open() as fh:
         rows = [r for r in csv.DictReader(fh) if r["status"] == "ok"]
-    assert len(rows) == 20 and len({(r["sample_id"], r["repeat"]) for r in rows}) == 20
+    total = 2 * INTERRUPTED_REPEATS
+    assert len(rows) == total and len({(r["sample_id"], r["repeat"]) for r in rows}) == total
     info = json.loads((spec / "run.json").read_text())
     stats = info["outcome"]
-    assert stats["ok"] == 20 and stats["interrupted"] is False
-    assert stats["measured_this_run"] == 20 - len(first) and stats["skipped"] == len(first)
-    assert "20 measured" in resumed.stdout and "interrupted" not in (spec / "report.html").read_text()
+    assert stats["ok"] == total and stats["interrupted"] is False
+    assert stats["measured_this_run"] == total - len(first) and stats["skipped"] == len(first)
+    assert f"{total} measured" in resumed.stdout and "interrupted" not in (spec / "report.html").read_text()
 
 
 def test_no_secret_in_any_output_file_or_log(url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
