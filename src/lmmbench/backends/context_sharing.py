@@ -6,9 +6,9 @@ each distinct context is run once with its KV cache kept, and the choices' conti
 of that cache. Both are batched across questions: ``batch_size`` contexts in one right-padded forward, then
 their choices, each on its own context's cache rows, with the contexts' padding masked out and positions
 counted from each context's own end. The vocabulary projection is applied only at the positions lm-eval
-reads, and the last layer's MLP runs only there (``backends.read_positions``). What the model computes at
-every read position is the same; only the float32 rounding of the attention over a cache differs from the
-whole-input forward (measured: tests/eval/test_context_sharing.py).
+reads, and the last layer's MLP and query / output projections run only there (``backends.read_positions``).
+What the model computes at every read position is the same; only the float32 rounding of the attention over a
+cache differs from the whole-input forward (measured: tests/eval/test_context_sharing.py).
 
 Groups whose choices are one token each (MMLU's letters), or with a single choice, need no cache: their
 inputs are right-padded into ordinary batches, as before.
@@ -132,15 +132,14 @@ def _suffix_forward(
         mask[k, width:] = 1  # right-padded choices: causal, so a choice's pads are never attended
         positions[k] = torch.arange(prefixes[b], prefixes[b] + suffix_width)
     spans = [(k, 0, len(r)) for k, (_, r) in enumerate(rows)]
-    with torch.no_grad():
-        return scorer._forward_hidden_output(
-            [list(r) for _, r in rows],
-            keep=read_index(spans, suffix_width, scorer.device),
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **{cache_kwarg(scorer.model): cache},
-        )
+    return scorer._forward_hidden_output(
+        [list(r) for _, r in rows],
+        keep=read_index(spans, suffix_width, scorer.device),
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        **{cache_kwarg(scorer.model): cache},
+    )
 
 
 def _score_cached(scorer: Any, groups: list[ContextGroup], pairs: Sequence[Any], out: list[Any]) -> bool:
