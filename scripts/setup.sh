@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Set up .venv for the main job: lmmbench with the in-process models extra, torch pinned by constraints.txt.
 #   bash scripts/setup.sh          the main job (README command 1): `lmmbench run ttft-breakdown` and friends
-#   bash scripts/setup.sh --dev    + every extra, the dev tools, .venv-tf517 (transformers 5.17) and Chromium:
-#                                  what scripts/test.sh needs (README command 2, .ci/run); SKIP_TF517=1 skips .venv-tf517
+#   bash scripts/setup.sh --dev    + every extra, the dev tools, the version legs' venvs and Chromium: what
+#                                  scripts/test.sh needs (README command 2, .ci/run); SKIP_LEGS=1 skips the legs' venvs
+# The version legs (scripts/test.sh runs the install smoke and the in-process subset on each):
+#   .venv-gpuimage    a stock CUDA image's versions (scripts/gpu-image-versions.txt: typer 0.27.2, transformers 5.17.0, ...)
+#   .venv-floor       the lowest versions pyproject admits (uv --resolution lowest-direct): base + models, serve, eval
+#   .venv-floor-base  the same for the base package alone (the load-testing client: no torch)
 # Packages are installed with uv (fast); uv does not read pip's configuration, so the find-links folders pip is
 # configured with (where a CPU torch wheel may lie) are passed on to it. Idempotent: a second run changes nothing.
 set -euo pipefail
@@ -35,9 +39,17 @@ fi
 
 [ "$DEV" = 1 ] || exit 0
 
-if [ "${SKIP_TF517:-0}" != "1" ]; then  # the in-process subset again on transformers 5.17 (scripts/test.sh)
-  [ -x .venv-tf517/bin/python ] || "$PY" -m venv .venv-tf517
-  uv_install .venv-tf517/bin/python -e ".[models,serve,eval,test]" "transformers==5.17.*"
+if [ "${SKIP_LEGS:-0}" != "1" ]; then  # the version legs of scripts/test.sh, rebuilt when pyproject changes
+  leg_venv() {  # leg_venv DIR UV-ARGS...: a fresh venv when pyproject.toml is newer than it, then the install
+    local dir=$1; shift
+    if [ ! -x "$dir/bin/python" ] || [ pyproject.toml -nt "$dir/.lmmbench-leg" ]; then
+      rm -rf "$dir" && "$PY" -m venv "$dir"
+    fi
+    uv_install "$dir/bin/python" "$@" && touch "$dir/.lmmbench-leg"
+  }
+  leg_venv .venv-gpuimage -c scripts/gpu-image-versions.txt -e ".[models,serve,eval,test]"
+  leg_venv .venv-floor --resolution lowest-direct -e ".[models,serve,eval,test]"
+  leg_venv .venv-floor-base --resolution lowest-direct -e ".[test]"
 fi
 
 # Headless Chromium for the report-page test (tests/reports/test_report_pages_chromium.py).

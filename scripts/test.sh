@@ -4,8 +4,10 @@
 #  2. the tests not marked serial, on two pytest-xdist workers (tests/conftest.py says which are serial: those
 #     that time something against a ground truth);
 #  3. the serial ones, one at a time;
-#  4. the in-process subset (breakdown, serve engine, eval scoring) on .venv-tf517, transformers 5.17, the
-#     oldest version pyproject admits (scripts/setup.sh --dev creates it); SKIP_TF517=1 skips it.
+#  4. the version legs (scripts/setup.sh --dev creates their venvs; SKIP_LEGS=1 skips them): the install smoke
+#     (tests/install: every command's --help, perf, ttft-breakdown, eval, serve) and the in-process subset
+#     (breakdown, serve engine, eval scoring) on a stock GPU image's versions (.venv-gpuimage) and on the lowest
+#     versions pyproject admits (.venv-floor); the smoke's torch-free part on the base package's floors.
 # With arguments (test paths, -k ...), one plain pytest run of those instead of passes 2 and 3.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,24 +25,49 @@ pytest_pass() {  # pytest_pass NAME ARGS...: fails on any failure and on "no tes
   [ "$rc" -eq 0 ] || exit "$rc"
 }
 
+versions() {  # versions VENV: the versions that decide whether lmmbench imports, one line
+  "$1/bin/python" - <<'PY'
+from importlib.metadata import PackageNotFoundError, version
+out = []
+for name in ("typer", "click", "rich", "pydantic", "tokenizers", "transformers", "huggingface_hub", "numpy", "torch"):
+    try:
+        out.append(f"{name} {version(name)}")
+    except PackageNotFoundError:
+        out.append(f"{name} -")
+print(", ".join(out))
+PY
+}
+
 .venv/bin/ruff check src tests benchmarks || exit 1
 .venv/bin/mypy src || exit 1
 if [ "$#" -gt 0 ]; then
   pytest_pass "selected" .venv/bin/python -m pytest -q "$@"
 else
+  echo "== leg: main ($(versions .venv))"
   pytest_pass "parallel ($WORKERS workers)" .venv/bin/python -m pytest -q -n "$WORKERS" -m "not serial" \
     -p no:cacheprovider --durations=15
   pytest_pass "serial" .venv/bin/python -m pytest -q -m serial -p no:cacheprovider --durations=15
 fi
-if [ "${SKIP_TF517:-0}" = "1" ]; then
+if [ "${SKIP_LEGS:-0}" = "1" ]; then
   exit 0
 fi
-if [ ! -x .venv-tf517/bin/python ]; then
-  echo ".venv-tf517 is missing: run scripts/setup.sh --dev (or SKIP_TF517=1 to skip the transformers 5.17 run)" >&2
+IN_PROCESS=(tests/ttft/test_measured_or_refused.py tests/ttft/test_hooks.py tests/models/test_tiny_models.py
+  tests/serve/test_serve_engine.py tests/serve/test_serve_media_guard.py tests/eval/test_scoring.py
+  tests/eval/test_context_sharing.py tests/eval/test_read_positions.py)
+leg() {  # leg VENV TITLE PYTEST-ARGS...
+  local venv=$1 title=$2; shift 2
+  if [ ! -x "$venv/bin/python" ]; then
+    echo "$venv is missing: run scripts/setup.sh --dev (or SKIP_LEGS=1 to skip the version legs)" >&2
+    exit 1
+  fi
+  echo "== leg: $title ($(versions "$venv"))"
+  pytest_pass "$title" env PYTHONPATH=src "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+}
+leg .venv-gpuimage "GPU image versions" tests/install "${IN_PROCESS[@]}"
+leg .venv-floor "lowest versions pyproject admits" tests/install "${IN_PROCESS[@]}"
+# The base package is the load-testing client: its floors without torch, and torch never pulled in.
+if .venv-floor-base/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"; then
+  echo "the base package's install pulled torch: 'pip install lmmbench' must not" >&2
   exit 1
 fi
-echo "== transformers $(.venv-tf517/bin/python -c 'import transformers; print(transformers.__version__)'): in-process subset"
-pytest_pass "transformers 5.17" env PYTHONPATH=src .venv-tf517/bin/python -m pytest -q -p no:cacheprovider \
-  tests/ttft/test_measured_or_refused.py tests/ttft/test_hooks.py tests/models/test_tiny_models.py \
-  tests/serve/test_serve_engine.py tests/serve/test_serve_media_guard.py tests/eval/test_scoring.py \
-  tests/eval/test_context_sharing.py tests/eval/test_read_positions.py
+leg .venv-floor-base "base package, lowest versions (no torch)" tests/install -k "help or perf or entry_point or lists"

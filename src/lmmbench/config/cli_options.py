@@ -56,24 +56,6 @@ def panel_of(model: type[BaseModel], field_name: str) -> str:
     return "Options"
 
 
-def _hide_flag_types() -> None:
-    """Flags (``--x/--no-x``) are shown without a ``<bool>`` type label."""
-    from typer.core import TyperOption
-
-    if getattr(TyperOption.display_type_rich, "_lmmbench", False):
-        return
-    original = TyperOption.display_type_rich
-
-    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
-        return None if self.is_flag else original(self, ctx)
-
-    display_type_rich._lmmbench = True  # type: ignore[attr-defined]
-    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
-
-
-_hide_flag_types()
-
-
 def _unwrap_optional(tp: Any) -> Any:
     origin = get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -185,7 +167,8 @@ def _field_param(model: type[BaseModel], fname: str, field: Any, positional: tup
         info: Any = typer.Argument(None, help=desc, show_default=False)
     elif cli_tp is bool:
         flags = f"{opt_name}/--no-{fname.replace('_', '-')}"
-        info = typer.Option(None, flags, help=desc, show_default=False, rich_help_panel=panel)
+        # An empty metavar (public typer API) keeps a ``<bool>`` label off flags in every typer version.
+        info = typer.Option(None, flags, help=desc, show_default=False, rich_help_panel=panel, metavar="")
     else:
         info = typer.Option(None, opt_name, help=desc, show_default=False, rich_help_panel=panel)
     return inspect.Parameter(fname, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=cli_tp | None)
