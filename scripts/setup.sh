@@ -47,9 +47,15 @@ if [ "${SKIP_LEGS:-0}" != "1" ]; then  # the version legs of scripts/test.sh, re
     fi
     uv_install "$dir/bin/python" "$@" && touch "$dir/.lmmbench-leg"
   }
+  # The torch build .venv got (the CPU one), pinned to the letter: uv's lowest-direct resolution otherwise takes
+  # the plain 2.13.0 over 2.13.0+cpu, and that is the CUDA build with several GB of nvidia packages.
+  torch_pin=$(mktemp)
+  .venv/bin/python -c "from importlib.metadata import version; print('torch==' + version('torch'))" > "$torch_pin"
+  uv_args+=(-c "$torch_pin")
   leg_venv .venv-gpuimage -c scripts/gpu-image-versions.txt -e ".[models,serve,eval,test]"
   leg_venv .venv-floor --resolution lowest-direct -e ".[models,serve,eval,test]"
   leg_venv .venv-floor-base --resolution lowest-direct -e ".[test]"
+  rm -f "$torch_pin"
 fi
 
 # Headless Chromium for the report-page test (tests/reports/test_report_pages_chromium.py).
