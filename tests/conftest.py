@@ -49,6 +49,7 @@ SERIAL_PATHS = (
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "serial: times something against a ground truth; never beside another worker")
+    config.addinivalue_line("markers", "docs: runs the documented bash blocks (scripts/test.sh's docs leg only)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

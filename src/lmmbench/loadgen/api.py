@@ -29,7 +29,7 @@ from lmmbench.loadgen.driver import WorkerPlan, WorkerResult, run_worker
 from lmmbench.loadgen.protocol import make_client
 from lmmbench.metrics.perf_metrics import PerfSummary, summarize_records
 
-__all__ = ["LoadResult", "Preflight", "measurement_facts", "preflight", "run_benchmark"]
+__all__ = ["LoadResult", "Preflight", "measurement_facts", "preflight", "requested_output_range", "run_benchmark"]
 
 LATENESS_WARN_MS = 1.0
 
@@ -59,6 +59,7 @@ class LoadResult:
     warnings: list[str] = field(default_factory=list)
     client_cpu_s: float = 0.0  # CPU time of the client process(es) during the load
     worker_clocks: list[Any] = field(default_factory=list)  # Ray actors' clock offsets (ray_fanout.ActorClock)
+    requested_output_tokens: tuple[int, int] | None = None  # (min, max) max_tokens the requests asked for
 
 
 def _client_kwargs(cfg: PerfConfig, model: str, continuous: bool) -> dict[str, Any]:
@@ -320,6 +321,18 @@ def _run_multi(plans: list[WorkerPlan], cfg: PerfConfig, total: int | None) -> l
     return results
 
 
+def requested_output_range(requests: list[PerfRequest]) -> tuple[int, int] | None:
+    """(min, max) of the output lengths the requests ask for (``max_tokens`` / ``max_completion_tokens`` of the
+    body, else the data set's count); None when no request names one."""
+    asked: list[int] = []
+    for req in requests:
+        body = req.payload
+        value = body.get("max_completion_tokens", body.get("max_tokens", req.output_tokens))
+        if isinstance(value, int) and not isinstance(value, bool):
+            asked.append(value)
+    return (min(asked), max(asked)) if asked else None
+
+
 def run_benchmark(
     config: PerfConfig,
     requests: list[PerfRequest] | None = None,
@@ -374,6 +387,7 @@ def run_benchmark(
                         sum(r.connections_opened for r in results), workers, pf.model)  # fmt: skip
     result.client_cpu_s = sum(r.cpu_s for r in results)
     result.worker_clocks = clocks
+    result.requested_output_tokens = requested_output_range(requests)
     if clocks:
         result.warnings.append("note: Ray actors' clock offsets from this process (ms, +- half the best ping): "
                                + ", ".join(f"{c.node} {c.offset_ns / 1e6:+.3f} +- {c.rtt_ns / 2e6:.3f}"

@@ -42,11 +42,23 @@ def claim_run_dir(cfg: PerfConfig) -> Path:
     if held and not cfg.overwrite:
         raise UserError(f"{run_dir} already holds a run ({held[0]}); pass --overwrite to replace it, "
                         f"another --run-name, or `lmmbench perf recover {run_dir}` if it crashed")
-    replaced = [f for f in RUN_FILES if f != JOURNAL_NAME]  # a crashed journal is kept aside, never deleted
-    for p in [*(run_dir / f for f in replaced), *run_dir.glob("*.png"), run_dir / "report.html"]:
-        if p.is_file():
-            p.unlink()
+    if held:
+        _clear_replaced_run(run_dir)
     return run_dir
+
+
+def _clear_replaced_run(run_dir: Path) -> None:
+    """Remove everything the replaced run wrote (files and folders: plots, comparison, result files, logs), so
+    nothing of it is mistaken for the new run's; a crashed run's journals are kept aside, never deleted."""
+    import shutil
+
+    for p in run_dir.iterdir():
+        if p.name == JOURNAL_NAME or p.name.startswith("records.partial.crashed-"):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
 
 
 def keep_crashed_journal(run_dir: Path) -> None:

@@ -72,7 +72,11 @@ class PerfRun:
 def _print_point(labels: dict[str, Any], res: LoadResult) -> None:
     s, m = res.summary, res.summary.metrics
     load = f"rate={labels['rate']:g}/s" if labels.get("rate") is not None else f"conc={labels.get('concurrency')}"
-    print(f"[perf] {load} in={labels.get('input_tokens')} out={labels.get('output_tokens')}: "
+    asked = res.requested_output_tokens  # what was sent, which a data set may set (spec_bench, ShareGPT, traces)
+    out: Any = labels.get("output_tokens")
+    if asked is not None:
+        out = asked[0] if asked[0] == asked[1] else f"{asked[0]}-{asked[1]}"
+    print(f"[perf] {load} in={labels.get('input_tokens')} out={out}: "
           f"{s.ok}/{s.requests} ok, QPS {s.qps:.2f}, out tok/s {s.output_token_throughput:.1f}, "
           f"TTFT mean/p99 {m['ttft_ms'].mean:.2f}/{m['ttft_ms'].p99:.2f} ms, "
           f"TPOT {m['tpot_ms'].mean:.2f} ms, ITL {m['itl_ms'].mean:.2f} ms, "

@@ -23,13 +23,26 @@ COMPARISON_NAME = "comparison.json"
 log = logging.getLogger("lmmbench.previous_run")
 
 
-def previous_run_id(run_log: RunLog, store: Any) -> str | None:
-    """The newest run in ``store`` before this one with the same name and kind (None: this is the first)."""
+def previous_run_id(run_log: RunLog, store: Any, run_dir: Path | None = None) -> str | None:
+    """The newest run in ``store`` before this one with the same name and kind (None: this is the first).
+    A stored run whose folder is ``run_dir`` is the one this run replaced (``--overwrite``): its files are gone,
+    so it is never the baseline."""
     started = run_log.started_at or ""
+    here = _resolved(run_dir) if run_dir is not None else None
     for stored in store.list(kind=run_log.kind):
-        if stored.name == run_log.name and stored.run_id != run_log.run_id and (stored.started_at or "") <= started:
-            return str(stored.run_id)
+        if stored.name != run_log.name or stored.run_id == run_log.run_id or (stored.started_at or "") > started:
+            continue
+        if here is not None and _resolved(Path(stored.path)) == here:
+            continue
+        return str(stored.run_id)
     return None
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except OSError:
+        return path
 
 
 def _payload(result: Any, baseline: Any) -> dict[str, Any]:
@@ -75,7 +88,7 @@ def compare_with_previous(run_dir: Path, run_log: RunLog, baseline: str | None =
 
     try:
         store = RunStore.open()
-        ref = baseline or previous_run_id(run_log, store)
+        ref = baseline or previous_run_id(run_log, store, run_dir)
         if ref is None:
             return []
         result = compare_runs([ref], [str(run_dir)], store=store)

@@ -166,6 +166,10 @@ def _claim_folder(spec_dir: Path, name: str, options: Any) -> None:
     if not getattr(options, "overwrite", False):
         raise UserError(f"{spec_dir} already holds a run ({held[0].name}); pass --resume to continue it, "
                         f"--overwrite to replace it, or another --out-dir")
-    for p in [*spec_dir.glob(f"{name}_*"), *(spec_dir / f for f in _RUN_FILES)]:
-        if p.is_file():
+    import shutil
+
+    for p in spec_dir.iterdir():  # everything the replaced run wrote (traces, replays, comparison), not just its CSVs
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
             p.unlink()

@@ -1,0 +1,125 @@
+"""The fenced bash blocks of README.md and docs/*.md, in document order, and how the docs test runs one.
+
+A block that cannot run on a CPU machine without network (a GPU, a hub model, a remote cluster, the network,
+minutes of benchmark) says so in its first line, visibly, as a shell comment::
+
+    # not run by the docs test: needs a GPU
+
+Every other block is run as pasted: in one fresh folder shared by all blocks (so a block sees what earlier blocks
+wrote, as a reader pasting them in order would), each block in its own process group that is killed afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SKIP_MARKER = re.compile(r"^#\s*not run by the docs test:\s*(?P<why>\S.*)$")
+_FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[A-Za-z0-9_-]*)\s*$")
+
+
+@dataclass(frozen=True)
+class DocBlock:
+    """One fenced ```bash block: where it is, its text, and why it is skipped (None: it runs)."""
+
+    path: str
+    line: int
+    text: str
+    skip_reason: str | None
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def doc_files() -> list[Path]:
+    """README.md first, then docs/*.md by name: the order a reader meets them."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def blocks_of(path: Path) -> list[DocBlock]:
+    """The ```bash blocks of one Markdown file (``line`` is the fence's line, 1-based)."""
+    out: list[DocBlock] = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if m is None or not m.group("lang"):
+            i += 1
+            continue
+        start, lang, indent = i, m.group("lang"), len(m.group("indent"))
+        i += 1
+        body: list[str] = []
+        while i < len(lines) and not lines[i].strip().startswith("```"):
+            body.append(lines[i][indent:] if lines[i][:indent].strip() == "" else lines[i])
+            i += 1
+        i += 1
+        if lang not in ("bash", "sh", "shell"):
+            continue
+        first = next((b.strip() for b in body if b.strip()), "")
+        marker = SKIP_MARKER.match(first)
+        name = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+        out.append(DocBlock(name, start + 1, "\n".join(body) + "\n",
+                            marker.group("why") if marker else None))  # fmt: skip
+    return out
+
+
+def all_blocks() -> list[DocBlock]:
+    """Every bash block of the documentation, in document order."""
+    return [b for path in doc_files() for b in blocks_of(path)]
+
+
+@dataclass
+class BlockRun:
+    """What running one block gave: exit code, output, and processes of its group still alive at its end."""
+
+    returncode: int
+    output: str
+    left_running: list[str]
+    seconds: float
+
+
+def _group_members(pgid: int) -> list[str]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                members.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+        except (OSError, ValueError, IndexError):
+            continue
+    return members
+
+
+def run_block(block: DocBlock, folder: Path, env: dict[str, str], timeout_s: float) -> BlockRun:
+    """Run ``block`` with ``bash -e -o pipefail`` in ``folder``, in its own process group; kill the group after."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        ["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=folder, env=env, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        code = -9
+    left = _group_members(proc.pid)
+    if left:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            time.sleep(1.0)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return BlockRun(code, out.decode(errors="replace"), left, time.monotonic() - t0)

@@ -1,0 +1,88 @@
+"""Every documented bash block runs as pasted, in document order, in one fresh folder (scripts/test.sh: docs leg).
+
+A block that cannot run here carries a visible first line ``# not run by the docs test: <why>`` and is skipped
+with that reason; an unmarked block that fails (non-zero exit with ``bash -e -o pipefail``), or that leaves a
+process running at its end (a server started with ``&`` and never stopped), fails its test. The run's counts are
+pytest's closing line: passed = blocks run, skipped = skipped by marker, failed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from docs.doc_blocks import ROOT, DocBlock, all_blocks, blocks_of, run_block
+
+pytestmark = pytest.mark.docs
+
+BLOCKS = all_blocks()
+#: Longest a block may take (a few blocks run short benchmarks or evaluations on the tiny models).
+BLOCK_TIMEOUT_S = 420.0
+
+
+def _docs_venv(folder: Path) -> Path:
+    """``folder/.venv``: a venv of its own (a block's ``pip install`` lands there, not in the test's venv) that sees
+    the test venv's packages through a ``.pth`` line, with an ``lmmbench`` command run by its own Python."""
+    import subprocess
+    import sysconfig
+
+    venv = folder / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    parent_site = sysconfig.get_paths()["purelib"]
+    (site / "_lmmbench_docs_parent.pth").write_text(f"import site; site.addsitedir({parent_site!r})\n")
+    script = venv / "bin" / "lmmbench"
+    script.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom lmmbench.cli.main import main\n"
+                      "sys.exit(main())\n")  # fmt: skip
+    script.chmod(0o755)
+    return venv
+
+
+@pytest.fixture(scope="module")
+def docs_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """The fresh folder every block runs in: its own ``.venv`` (see ``_docs_venv``) first on PATH, the repository's
+    files beside it, and its own HOME and LMMBENCH_HOME (so ``~/.cache/lmmbench`` in a block is this run's)."""
+    folder = tmp_path_factory.mktemp("docs")
+    for name in ("docs", "tests", "scripts", "constraints.txt", "pyproject.toml", "src", "benchmarks"):
+        if (ROOT / name).exists():
+            (folder / name).symlink_to(ROOT / name)
+    venv = _docs_venv(folder)
+    home = folder / ".home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "LMMBENCH_", "VIRTUAL_ENV"))}
+    env.update(HOME=str(home), LMMBENCH_HOME=str(home / ".cache" / "lmmbench"), HF_HUB_OFFLINE="1",
+               HF_DATASETS_OFFLINE="1", PATH=f"{venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}",
+               PYTHONPATH=str(ROOT / "src"), PIP_DISABLE_PIP_VERSION_CHECK="1")  # fmt: skip
+    yield folder, env
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_blocks_are_found_with_their_markers() -> None:
+    assert len(BLOCKS) >= 40, len(BLOCKS)
+    assert BLOCKS[0].path == "README.md"
+    assert any(b.skip_reason for b in BLOCKS) and any(b.skip_reason is None for b in BLOCKS)
+
+
+def test_the_parser_reads_markers_and_indented_fences(tmp_path: Path) -> None:
+    doc = tmp_path / "x.md"
+    doc.write_text("text\n```bash\n# not run by the docs test: needs a GPU\nnvidia-smi\n```\n"
+                   "- item\n  ```bash\n  echo hi\n  ```\n```python\nprint(1)\n```\n")  # fmt: skip
+    found = blocks_of(doc)
+    assert [(b.line, b.skip_reason) for b in found] == [(2, "needs a GPU"), (7, None)]
+    assert found[1].text == "echo hi\n"
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.where for b in BLOCKS])
+def test_block_runs_as_pasted(block: DocBlock, docs_folder: tuple[Path, dict[str, str]]) -> None:
+    if block.skip_reason is not None:
+        pytest.skip(f"marked in the doc: {block.skip_reason}")
+    folder, env = docs_folder
+    run = run_block(block, folder, env, BLOCK_TIMEOUT_S)
+    tail = run.output[-3000:]
+    assert run.returncode == 0, f"{block.where} exited {run.returncode} after {run.seconds:.0f} s:\n{tail}"
+    assert not run.left_running, f"{block.where} left processes running at its end: {run.left_running}"
