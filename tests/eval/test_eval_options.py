@@ -157,3 +157,34 @@ def test_options_that_cannot_act_are_refused_with_one_line(tmp_path: Path, capsy
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
     assert not any(tmp_path.iterdir())  # refused before a run folder or a model
+
+
+def test_served_model_names_the_model_in_every_request(tiny_llm: Any, port: int, tmp_path: Path) -> None:
+    from lmmbench.core.errors import UserError
+
+    received: list[dict[str, Any]] = []
+    common = {"tokenizer": "tiny-llm", "max_length": 32768, "limit": 2, "tasks": ["sample_qa"]}
+    with serve(tiny_llm, port, name="srv-a", received=received) as url:
+        run_eval(EvalConfig.model_validate({**common, "model": url, "served_model": "srv-a",
+                                            "out_dir": tmp_path / "a"}), False)  # fmt: skip
+        with pytest.raises(UserError, match="model 'other-name' is not served"):
+            run_eval(EvalConfig.model_validate({**common, "model": url, "served_model": "other-name",
+                                                "out_dir": tmp_path / "b"}), False)  # fmt: skip
+    assert received and {r["body"]["model"] for r in received} == {"srv-a"}
+
+
+def test_dtype_changes_the_log_likelihoods_written(tmp_path: Path) -> None:
+    lls = {}
+    for dtype in ("float32", "bfloat16"):
+        run = run_eval(EvalConfig.model_validate({"model": "tiny-llm", "tasks": ["sample_mc"], "limit": 2,
+                                                  "threads": 1, "dtype": dtype, "out_dir": tmp_path / dtype}), False)
+        lls[dtype] = [p["loglikelihoods"] for p in _predictions(run.run_dir, "sample_mc")]
+    assert lls["float32"] != lls["bfloat16"]
+
+
+def test_a_config_file_sets_the_options(tmp_path: Path) -> None:
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text("model: tiny-llm\ntasks: [sample_qa]\nlimit: 2\nsystem_instruction: 'From a file.'\n")
+    assert main(["eval", "--config", str(cfg), "--threads", "1", "--out-dir", str(tmp_path / "out")]) == 0
+    run_dir = next((tmp_path / "out").glob("*/predictions")).parent
+    assert all(p["prompt"].startswith("From a file.") for p in _predictions(run_dir, "sample_qa"))
