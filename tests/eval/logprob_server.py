@@ -49,9 +49,16 @@ def _echo_logprobs(loaded: Any, ids: list[int]) -> dict[str, Any]:
 
 
 def make_app(loaded: Any, name: str, logprobs_supported: bool = True, refuse_logprobs: bool = False,
-             max_model_len: int | None = None) -> web.Application:  # fmt: skip
-    """The aiohttp application (``max_model_len``: reported in /v1/models, as vLLM does)."""
+             max_model_len: int | None = None, received: list[dict[str, Any]] | None = None) -> web.Application:
+    """The aiohttp application (``max_model_len``: reported in /v1/models, as vLLM does; ``received``: each POST's
+    path and JSON body is appended to it, for tests that assert what reached the server)."""
     tok = loaded.tokenizer
+
+    @web.middleware
+    async def record(request: web.Request, handler: Any) -> web.StreamResponse:
+        if received is not None and request.method == "POST":
+            received.append({"path": request.path, "body": await request.json()})
+        return await handler(request)  # type: ignore[no-any-return]
 
     async def models(_: web.Request) -> web.Response:
         entry: dict[str, Any] = {"id": name, "object": "model"}
@@ -84,7 +91,7 @@ def make_app(loaded: Any, name: str, logprobs_supported: bool = True, refuse_log
         msg = {"role": "assistant", "content": tok.decode(gen, skip_special_tokens=True)}
         return web.json_response({"object": "chat.completion", "choices": [{"index": 0, "message": msg}]})
 
-    app = web.Application()
+    app = web.Application(middlewares=[record])
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat)
@@ -121,8 +128,9 @@ def serve_app(app: Any, port: int) -> Iterator[str]:
 @contextmanager
 def serve(
     loaded: Any, port: int, name: str = "tiny-llm", logprobs_supported: bool = True, refuse_logprobs: bool = False,
-    max_model_len: int | None = None,
+    max_model_len: int | None = None, received: list[dict[str, Any]] | None = None,
 ) -> Iterator[str]:
     """Run the server in a thread on 127.0.0.1:port; yields its base URL; shuts it down after."""
-    with serve_app(make_app(loaded, name, logprobs_supported, refuse_logprobs, max_model_len), port) as url:
+    with serve_app(make_app(loaded, name, logprobs_supported, refuse_logprobs, max_model_len, received),
+                   port) as url:
         yield url

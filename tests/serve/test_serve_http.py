@@ -251,3 +251,15 @@ def test_omni_audio_request_over_http() -> None:
         bad = {**body, "messages": [{"role": "user", "content": [
             {"type": "input_audio", "input_audio": {"data": "bm90IGF1ZGlv", "format": "wav"}}]}]}  # fmt: skip
         assert httpx.post(srv.url + "/v1/chat/completions", json=bad, timeout=30).status_code == 400
+
+
+def test_one_token_response_says_null_for_tpot_and_a_measured_peak_memory(llm_server: ServerThread) -> None:
+    """Unmeasured is null, never 0: one output token has no interval (tpot_ms null); memory is read right after the
+    forward the request took part in, before it is answered (a positive resident set, not 0)."""
+    body = {"model": "tiny-llm", "prompt": "once upon", "max_tokens": 1, "temperature": 0, "ignore_eos": True}
+    one = httpx.post(llm_server.url + "/v1/completions", json=body, timeout=30).json()["metrics"]
+    assert one["completion_tokens"] == 1
+    assert one["tpot_ms"] is None
+    assert isinstance(one["peak_memory_bytes"], int) and one["peak_memory_bytes"] > 10 * 2**20
+    three = httpx.post(llm_server.url + "/v1/completions", json={**body, "max_tokens": 3}, timeout=30).json()
+    assert three["metrics"]["completion_tokens"] == 3 and three["metrics"]["tpot_ms"] > 0

@@ -68,6 +68,7 @@ class GenRequest:
     temperature: float = 0.0  # 0 is greedy; lm-eval's do_sample=True with a temperature samples
     top_p: float = 1.0
     top_k: int = 0
+    seed: int | None = None  # sampling seed of this request (None: unseeded)
 
 
 class ScoringBackend(Protocol):
@@ -175,7 +176,11 @@ class InProcessScorer:
         max_length: int | None = None,
         pad_batches: bool = False,
         share_context: bool = True,
+        truncate: bool = True,
     ) -> None:
+        from lmmbench.backends.truncation import Truncation
+
+        self.truncation = Truncation(enabled=truncate)  # lm-eval's left truncation, counted (or refused)
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -347,9 +352,13 @@ class InProcessScorer:
     ) -> list[tuple[float, bool]]:
         """Log-likelihood per request; media requests go one by one through the processor."""
         results: list[tuple[float, bool] | None] = [None] * len(requests)
+        cut = [False] * len(requests)
         text_idx = [i for i, r in enumerate(requests) if not r.images and not r.audio]
         if text_idx:
             pairs = [self.encode_pair(requests[i].context, requests[i].continuation) for i in text_idx]
+            for i, (ctx, cont) in zip(text_idx, pairs, strict=True):
+                cut[i] = self.truncation.loglikelihood_input(ctx, cont, self.max_length)
+            self.truncation.last = cut
             for i, res in zip(text_idx, self.score_tokens(pairs, progress), strict=True):
                 results[i] = res
         media_idx = [i for i, r in enumerate(requests) if r.images or r.audio]
@@ -392,13 +401,16 @@ class InProcessScorer:
         out: list[Any] = [""] * len(requests)
         engine_idx: list[int] = []
         engine_reqs: list[Any] = []
+        cut = [False] * len(requests)
         for i, r in enumerate(requests):
             sampling = SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p,
-                                      top_k=r.top_k, stop=[x for x in r.stop if x])  # fmt: skip
+                                      top_k=r.top_k, seed=r.seed, stop=[x for x in r.stop if x])  # fmt: skip
             if r.chat:
                 engine_reqs.append(GenerationRequest(messages=to_messages(r), sampling=sampling))
-            elif not r.images and not r.audio:
-                engine_reqs.append(GenerationRequest(prompt_token_ids=self.tok_encode(r.prompt), sampling=sampling))
+            elif not r.images and not r.audio:  # lm-eval's HF model: the context's last max_length - max_gen_toks
+                ids, cut[i] = self.truncation.generation_context(self.tok_encode(r.prompt), r.max_tokens,
+                                                                 self.max_length)  # fmt: skip
+                engine_reqs.append(GenerationRequest(prompt_token_ids=ids, sampling=sampling))
             else:
                 try:
                     out[i] = generate_one(self, r, prompt_text(self, r))
@@ -413,6 +425,7 @@ class InProcessScorer:
             if progress is not None:
                 progress(1)
 
+        self.truncation.last = cut
         for i, res in zip(engine_idx, engine.generate_many(engine_reqs, on_output=done), strict=True):
             if res.finish_reason == "error":
                 out[i] = RuntimeError(res.error or "generation failed")

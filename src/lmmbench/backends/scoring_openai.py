@@ -49,7 +49,11 @@ class OpenAIScorer:
         concurrency: int = 8,
         timeout_s: float = 300.0,
         api_key: str | None = None,
+        truncate: bool = True,
     ) -> None:
+        from lmmbench.backends.truncation import Truncation
+
+        self.truncation = Truncation(enabled=truncate)  # log-likelihood inputs only: the server cuts its prompts
         self.base_url = base_url.rstrip("/")
         if not self.base_url.endswith("/v1"):
             self.base_url += "/v1"
@@ -166,6 +170,8 @@ class OpenAIScorer:
             lmeval_encode_pair(self.tokenizer, self.prefix_token_id, r.context, r.continuation, self._prefix_str)
             for r in requests
         ]
+        self.truncation.last = [] if self.max_length is None else [  # no window known: nothing cut here
+            self.truncation.loglikelihood_input(c, x, self.max_length) for c, x in pairs]
         jobs = [(lambda s, c=c, x=x: self._score_tokens(s, c, x)) for c, x in pairs]
         return self._run_all(jobs, progress)  # a failed request stays an exception: its sample fails alone
 
@@ -221,6 +227,7 @@ class OpenAIScorer:
 
     def generate(self, requests: Sequence[GenRequest], progress: Progress | None = None) -> list[Any]:
         """Greedy generation per request; a failed request raises its error for the runner to record."""
+        self.truncation.last = []  # not known: the server applies its own rule to a long prompt
         jobs = [(lambda s, r=r: self._generate(s, r)) for r in requests]
         return self._run_all(jobs, progress)
 
@@ -232,4 +239,6 @@ def _sampling(r: GenRequest) -> dict[str, Any]:
         body["top_p"] = r.top_p
     if r.temperature > 0 and r.top_k > 0:
         body["top_k"] = r.top_k
+    if r.temperature > 0 and r.seed is not None:
+        body["seed"] = r.seed
     return body

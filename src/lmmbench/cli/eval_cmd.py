@@ -28,6 +28,12 @@ def _eval(cfg: object) -> None:
             err = "" if mv["stderr"] is None else f" ± {mv['stderr']:.4f}"
             parts.append(f"{name}={mv['value']:.4f}{err}")
         typer.echo(f"{r['task']} ({r['n_samples']} samples, {r['n_errors']} failed): " + ", ".join(parts))
+    from lmmbench.evaluation.modes import truncation_totals
+
+    cut = {k: v for k, v in truncation_totals(run.results).items() if v}
+    if cut:
+        typer.echo("truncated: " + ", ".join(f"{v} {k}" for k, v in cut.items()) + " request(s) left-truncated to "
+                   "the model's window, as lm-eval does (--no-truncate refuses them)", err=True)  # fmt: skip
     for line in comparison:
         typer.echo(f"[compare] {line}", err=True)
     typer.echo(f"run folder: {run.run_dir}")

@@ -73,7 +73,7 @@ class BatchEngine:
         self._stop = False
         self.steps = 0
         self.generated_tokens = 0
-        self.peak_memory_bytes = 0
+        self.peak_memory_bytes: int | None = None  # None until a forward's reading
 
     @classmethod
     def from_model(
@@ -224,20 +224,31 @@ class BatchEngine:
                 s.scheduled_ns = t_ns
             self.running.extend(newcomers)
             try:
-                self._advance(newcomers, self.engine.prefill(newcomers))
+                logits = self.engine.prefill(newcomers)
+                self._sample_memory(newcomers)  # before a request that ends here is answered
+                self._advance(newcomers, logits)
             except Exception as exc:
                 self._fail([s for s in newcomers if s.finish_reason is None], exc)
         if self.running:
             batch = list(self.running)
             try:
-                self._advance(batch, self.engine.decode(batch))
+                logits = self.engine.decode(batch)
+                self._sample_memory(batch)
+                self._advance(batch, logits)
             except Exception as exc:
                 self._fail([s for s in batch if s.finish_reason is None], exc)
         self.steps += 1
-        memory = self.engine.memory_bytes()
-        self.peak_memory_bytes = max(self.peak_memory_bytes, memory)
-        for s in self.running:
-            s.peak_memory_bytes = max(s.peak_memory_bytes, memory)
+
+    def _sample_memory(self, states: list[RequestState]) -> None:
+        """Memory in use right after a forward, into the peak of the engine and of each request in it (a reading
+        that fails leaves them unmeasured)."""
+        try:
+            memory = int(self.engine.memory_bytes())
+        except Exception:  # a profiling read never fails a request
+            return
+        self.peak_memory_bytes = max(self.peak_memory_bytes or 0, memory)
+        for s in states:
+            s.peak_memory_bytes = max(s.peak_memory_bytes or 0, memory)
 
     # -- running ------------------------------------------------------------------------------
     def start(self) -> None:

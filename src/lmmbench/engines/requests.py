@@ -112,23 +112,27 @@ class PreparedInput:
 
 @dataclass
 class RequestMetrics:
-    """Server-side timings of one request (milliseconds from its arrival) and its token counts."""
+    """Server-side timings of one request (milliseconds from its arrival) and its token counts.
+
+    ``tpot_ms`` is None for fewer than two output tokens (no interval to measure); ``peak_memory_bytes`` is the
+    largest memory reading taken right after each engine forward the request took part in, None when no reading
+    was taken (the request never reached a forward) or memory cannot be read."""
 
     queue_ms: float
     ttft_ms: float
-    tpot_ms: float
+    tpot_ms: float | None
     e2e_ms: float
     prompt_tokens: int
     completion_tokens: int
-    peak_memory_bytes: int
+    peak_memory_bytes: int | None
     preprocess_ms: float = 0.0
 
-    def as_dict(self) -> dict[str, float | int]:
-        """The metrics object returned in every response."""
+    def as_dict(self) -> dict[str, float | int | None]:
+        """The metrics object returned in every response (null where unmeasured)."""
         return {
             "queue_ms": round(self.queue_ms, 3),
             "ttft_ms": round(self.ttft_ms, 3),
-            "tpot_ms": round(self.tpot_ms, 3),
+            "tpot_ms": None if self.tpot_ms is None else round(self.tpot_ms, 3),
             "e2e_ms": round(self.e2e_ms, 3),
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -182,7 +186,7 @@ class RequestState:
     emitted_chars: int = 0
     finish_reason: FinishReason | None = None
     error: str | None = None
-    peak_memory_bytes: int = 0
+    peak_memory_bytes: int | None = None  # None until a reading is taken during one of its forwards
     sampler_state: Any = None
 
     @property
@@ -207,7 +211,7 @@ class RequestState:
         first = self.first_token_ns if self.first_token_ns is not None else end
         last = self.last_token_ns if self.last_token_ns is not None else first
         n = len(self.output_ids)
-        tpot = ns_to_ms(last - first) / (n - 1) if n > 1 else 0.0
+        tpot = ns_to_ms(last - first) / (n - 1) if n > 1 else None  # one token: no interval to measure
         return RequestMetrics(
             queue_ms=ns_to_ms(sched - self.arrival_ns),
             ttft_ms=ns_to_ms(first - self.arrival_ns),

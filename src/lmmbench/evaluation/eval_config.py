@@ -62,6 +62,10 @@ class EvalConfig(BaseModel):
         True, description="run each distinct context once and its answer choices on its KV cache (faster; "
         "log-likelihoods move within float32 rounding); --no-share-context runs every input whole"
     )
+    truncate: bool = Field(
+        True, description="a context longer than the model's window keeps its end, as lm-eval's HF model cuts it "
+        "(generation: the last max_length - max_gen_toks tokens); counted per task; --no-truncate refuses it (exit 2)"
+    )
     device: str = device_field()
     dtype: Dtype = dtype_field()
     limit: float | None = Field(None, gt=0, description="only the first N samples of each task; a fraction below 1 "
@@ -75,8 +79,9 @@ class EvalConfig(BaseModel):
                                        "--apply-chat-template; as lm-eval's --fewshot_as_multiturn)")
     system_instruction: str | None = Field(None, description="a system instruction before every prompt of lm-eval "
                                            "catalogue tasks (as lm-eval's --system_instruction)")
-    seed: str = Field("0,1234,1234,1234", description="seeds of python random, numpy, torch and few-shot sampling: "
-                      "one value for all four, or four comma-separated (as lm-eval's --seed)")
+    seed: str | None = Field(None, description="seeds of python random, numpy, torch and few-shot sampling: one "
+                             "value for all four, or four comma-separated (as lm-eval's --seed; default "
+                             "0,1234,1234,1234; refused where nothing of the run is random)")
     bootstrap_iters: int = Field(100_000, ge=0, description="bootstrap resamples for the stderr of non-mean metrics "
                                  "of lm-eval catalogue tasks (as lm-eval's --bootstrap_iters)")
     group_by: list[str] = Field(default_factory=list, description="extra metadata columns to aggregate by")
@@ -100,14 +105,14 @@ class EvalConfig(BaseModel):
 
     def seed_values(self) -> tuple[int, int, int, int]:
         """The four seeds (random, numpy, torch, few-shot) of ``--seed``."""
-        parts = [p.strip() for p in self.seed.split(",")]
+        parts = [p.strip() for p in (self.seed or "0,1234,1234,1234").split(",")]
         if len(parts) == 1:
             parts *= 4
         return int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])
 
     @model_validator(mode="after")
     def _check_lmeval_options(self) -> EvalConfig:
-        parts = [p.strip() for p in self.seed.split(",")]
+        parts = [p.strip() for p in (self.seed or "0").split(",")]
         if len(parts) not in (1, 4) or not all(p.lstrip("-").isdigit() for p in parts):
             raise ValueError(f"--seed {self.seed!r}: one integer, or four comma-separated (random, numpy, torch, "
                              "few-shot)")

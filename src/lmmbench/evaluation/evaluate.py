@@ -35,10 +35,24 @@ class TaskResult:
     n_errors: int
     metrics: dict[str, MetricValue]
     groups: dict[str, dict[str, dict[str, MetricValue]]] = field(default_factory=dict)
+    #: requests whose context was left-truncated to the model's window (lm-eval's rule), by lm-eval request kind;
+    #: None where not counted (predictions written before the count existed, an endpoint's generation)
+    truncated: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return asdict(self)
+
+
+def _truncated(task: TaskConfig, rows: list[dict[str, Any]]) -> dict[str, int] | None:
+    """Truncated requests of the task's predictions by lm-eval request kind (None when a row lacks the count)."""
+    if task.kind == "loglikelihood_rolling":  # disjoint windows: nothing is ever cut
+        return {"generate_until": 0, "loglikelihood": 0}
+    counted = [r for r in rows if not r.get("error")]
+    if any(not isinstance(r.get("truncated"), int) for r in counted):
+        return None
+    n = sum(int(r["truncated"]) for r in counted)
+    return {"generate_until": n if task.kind == "generate" else 0, "loglikelihood": 0 if task.kind == "generate" else n}
 
 
 def extract_answer(task: TaskConfig, output: str) -> str:
@@ -137,7 +151,8 @@ def evaluate_task(task: TaskConfig, pred_path: Path, results_dir: Path) -> TaskR
             for g, ks in sorted(members.items())
         }
     result = TaskResult(
-        task.task, task.version, task.kind, str(rows[0].get("model", "")), len(rows), n_errors, agg, groups
+        task.task, task.version, task.kind, str(rows[0].get("model", "")), len(rows), n_errors, agg, groups,
+        _truncated(task, rows),
     )
     (results_dir / f"{task.task}.json").write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n")
     return result

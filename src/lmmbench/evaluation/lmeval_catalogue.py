@@ -24,6 +24,7 @@ from lmmbench.core.errors import UserError
 __all__ = [
     "catalogue_available",
     "catalogue_knows",
+    "catalogue_output_types",
     "gen_request",
     "make_lm",
     "run_catalogue",
@@ -55,11 +56,32 @@ def catalogue_knows(name: str, include_path: list[Path]) -> bool:
     return name in _task_manager(tuple(str(p) for p in include_path)).all_tasks
 
 
+def catalogue_output_types(names: list[str], include_path: list[Path]) -> list[str | None]:
+    """lm-eval's ``output_type`` of each catalogue task in ``names`` read from its YAML (no data, no code run);
+    ``None`` for a group, a tag, a Python task or a file that cannot be read so."""
+    from lm_eval.tasks._index import Kind
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    index = _task_manager(tuple(str(p) for p in include_path)).task_index
+    out: list[str | None] = []
+    for name in names:
+        entry = index.get(name)
+        kind: str | None = None
+        if entry is not None and entry.kind == Kind.TASK and entry.yaml_path is not None:
+            try:
+                kind = str(load_yaml(entry.yaml_path, resolve_func=False).get("output_type") or "generate_until")
+            except Exception:  # unknown, so nothing is refused on its account
+                kind = None
+        out.append(kind)
+    return out
+
+
 def make_lm(backend: Any) -> Any:
     """An ``lm_eval.api.model.LM`` whose requests lmmbench's scoring ``backend`` answers."""
     from lm_eval.api.model import LM
 
     from lmmbench.backends.scoring import LLRequest
+    from lmmbench.evaluation.runner import truncated_flags
 
     def _values(out: list[Any], what: str) -> list[Any]:
         for o in out:
@@ -68,10 +90,21 @@ def make_lm(backend: Any) -> Any:
         return out
 
     class LmmbenchLM(LM):  # type: ignore[misc]
-        """lm-eval's model interface over lmmbench's scoring backend."""
+        """lm-eval's model interface over lmmbench's scoring backend; ``truncated``: per task and request kind,
+        how many contexts were left-truncated to the model's window (None: not known for that kind)."""
+
+        truncated: dict[str, dict[str, int | None]] = {}
+
+        def _count(self, requests: list[Any], kind: str) -> None:
+            for r, cut in zip(requests, truncated_flags(backend, len(requests)), strict=True):
+                row = self.truncated.setdefault(str(getattr(r, "task_name", None)), {"generate_until": 0,
+                                                                                      "loglikelihood": 0})
+                before = row.get(kind, 0)
+                row[kind] = None if cut is None or before is None else before + int(cut)
 
         def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
             out = backend.loglikelihood([LLRequest(*r.args[:2]) for r in requests])
+            self._count(requests, "loglikelihood")
             return [(float(ll), bool(greedy)) for ll, greedy in _values(out, "loglikelihood")]
 
         def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
@@ -80,7 +113,9 @@ def make_lm(backend: Any) -> Any:
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
             gens = [gen_request(r.args[0], dict(r.args[1] or {})) for r in requests]
-            return [str(x) for x in _values(backend.generate(gens), "generate_until")]
+            out = backend.generate(gens)
+            self._count(requests, "generate_until")
+            return [str(x) for x in _values(out, "generate_until")]
 
         def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
             return str(backend.chat_prompt(chat_history))
@@ -144,6 +179,15 @@ def _task_result(name: str, row: dict[str, Any], kind: str, model: str, n: int, 
                       n_samples=n, n_errors=0, metrics=metrics)  # fmt: skip
 
 
+def _task_truncation(row: dict[str, int | None] | None) -> dict[str, int] | None:
+    """A task's truncation counts; None when a kind it used is not known (an endpoint's generation)."""
+    if row is None:
+        return {"generate_until": 0, "loglikelihood": 0}  # no request of a kind that truncates (rolling only)
+    if any(v is None for v in row.values()):
+        return None
+    return {k: int(v or 0) for k, v in row.items()}
+
+
 def _write_predictions(run_dir: Path, task: str, samples: list[dict[str, Any]]) -> None:
     path = run_dir / "predictions" / f"{task}.jsonl"
     with path.open("w", encoding="utf-8") as fh:
@@ -184,9 +228,11 @@ def run_catalogue(cfg: Any, names: list[str], backend: Any, run_dir: Path) -> li
     from lm_eval import simple_evaluate
 
     seeds = cfg.seed_values()
+    lm = make_lm(backend)
+    lm.truncated = {}
     try:
         out = simple_evaluate(
-            model=make_lm(backend), tasks=names, task_manager=_task_manager(tuple(str(p) for p in cfg.include_path)),
+            model=lm, tasks=names, task_manager=_task_manager(tuple(str(p) for p in cfg.include_path)),
             num_fewshot=cfg.num_fewshot, limit=cfg.limit, log_samples=True, gen_kwargs=cfg.gen_kwargs,
             system_instruction=cfg.system_instruction, apply_chat_template=cfg.apply_chat_template,
             fewshot_as_multiturn=cfg.fewshot_as_multiturn, random_seed=seeds[0], numpy_random_seed=seeds[1],
@@ -209,6 +255,7 @@ def run_catalogue(cfg: Any, names: list[str], backend: Any, run_dir: Path) -> li
         kind = "group" if group else str((out.get("configs") or {}).get(task, {}).get("output_type", "lm-eval"))
         result = _task_result(task, rows, kind, str(cfg.model), n, (out.get("versions") or {}).get(task))
         if not group:
+            result.truncated = _task_truncation(lm.truncated.get(task))
             _write_predictions(run_dir, task, samples[task])
             _write_sample_metrics(run_dir, task, samples[task])
         (run_dir / "results" / f"{task}.json").write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n",

@@ -31,7 +31,7 @@ from lmmbench.evaluation.runner import InferStats, run_infer
 from lmmbench.evaluation.task_config import TaskConfig
 from lmmbench.evaluation.task_registry import resolve_selection
 
-__all__ = ["EvalConfig", "EvalRun", "make_backend", "run_eval"]
+__all__ = ["EvalConfig", "EvalRun", "make_backend", "run_eval", "truncation_totals"]
 
 log = logging.getLogger(__name__)
 runlog = logging.getLogger("lmmbench.evaluation.runlog")  # the run's own log file, never the console
@@ -87,7 +87,8 @@ def make_backend(cfg: EvalConfig) -> ScoringBackend:
 
         served, max_length = _endpoint_identity(cfg)
         tok = AutoTokenizer.from_pretrained(str(resolve_model(cfg.tokenizer).path))
-        return OpenAIScorer(cfg.model, served, tok, max_length=max_length, concurrency=cfg.concurrency)
+        return OpenAIScorer(cfg.model, served, tok, max_length=max_length, concurrency=cfg.concurrency,
+                            truncate=cfg.truncate)
     from lmmbench.backends.scoring import InProcessScorer
     from lmmbench.models import load_model
     from lmmbench.models.shapes import refuse_random_weights
@@ -100,7 +101,7 @@ def make_backend(cfg: EvalConfig) -> ScoringBackend:
 
     loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     return InProcessScorer(loaded, batch_size=cfg.batch_size, max_length=cfg.max_length, pad_batches=cfg.pad_batches,
-                           share_context=cfg.share_context)
+                           share_context=cfg.share_context, truncate=cfg.truncate)
 
 
 def _random_weights(model: str | None) -> bool:
@@ -190,6 +191,26 @@ def _tasks(cfg: EvalConfig, names: list[str]) -> tuple[list[TaskConfig], list[Lm
     return out, selection.groups
 
 
+def _with_options(cfg: EvalConfig, tasks: list[TaskConfig], catalogue: list[str], lmms: list[str]) -> list[TaskConfig]:
+    """``tasks`` with the run's generation and prompt options applied; an option no task can act on is refused
+    (evaluation.eval_options)."""
+    from lmmbench.evaluation.eval_options import GenSettings, apply_to_task, check_options
+
+    kinds: list[str | None] = []
+    if catalogue:
+        from lmmbench.evaluation.lmeval_catalogue import catalogue_output_types
+
+        kinds = catalogue_output_types(catalogue, cfg.include_path)
+    check_options(cfg, tasks, kinds, lmms)
+    gen = GenSettings.from_config(cfg)
+    tasks = [apply_to_task(t, cfg, gen) for t in tasks]
+    if cfg.prompt is not None:  # a registered prompt for every task of this run (eval --prompt, a plan row)
+        from lmmbench.evaluation.task_config import with_prompt
+
+        tasks = [with_prompt(t, cfg.prompt, Path.cwd()) for t in tasks]
+    return tasks
+
+
 def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
     """Run ``cfg.mode`` on every task; returns the run folder and what was done."""
     from lmmbench.config.input_files import prepare_out_dir
@@ -201,10 +222,7 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
     lmms = [n for n in cfg.tasks if is_lmms_task(n)]
     own, catalogue = _split_catalogue(cfg.model_copy(update={"tasks": [n for n in cfg.tasks if n not in lmms]}))
     tasks, groups = _tasks(cfg, own)
-    if cfg.prompt is not None:  # a registered prompt for every task of this run (eval --prompt, a plan row)
-        from lmmbench.evaluation.task_config import with_prompt
-
-        tasks = [with_prompt(t, cfg.prompt, Path.cwd()) for t in tasks]
+    tasks = _with_options(cfg, tasks, catalogue, lmms)
     if cfg.mode in ("all", "infer"):  # a broken template is found before the model loads, not after
         from lmmbench.evaluation.runner import check_first_prompt
 
@@ -237,9 +255,11 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
                 runlog.info("infer %s: %s", task.task, stats)
                 run.infer.append(stats.__dict__)
             if lmms:
+                from lmmbench.evaluation.eval_options import GenSettings
                 from lmmbench.evaluation.lmms.run import run_lmms_infer
 
-                for stats in run_lmms_infer(lmms, backend, run_dir, cfg.limit, cfg.gen_kwargs, show_progress):
+                gen = GenSettings.from_config(cfg)
+                for stats in run_lmms_infer(lmms, backend, run_dir, cfg.limit, gen, show_progress):
                     runlog.info("infer %s: %s", stats.task, stats)
                     run.infer.append(stats.__dict__)
         if cfg.mode in ("all", "eval"):
@@ -256,6 +276,7 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
                 from lmmbench.evaluation.lmeval_catalogue import run_catalogue
 
                 results += run_catalogue(cfg, catalogue, backend, run_dir)
+            _log_truncation(results)
             write_summary(results, run_dir / "summary", title=f"lmmbench eval — {run_dir.name}")
             run.results = [r.to_json() for r in results]
         _finish_run_log(run_log, run, run_dir)
@@ -291,6 +312,25 @@ def _start_run_log(cfg: EvalConfig, run_dir: Path, env: dict[str, Any], prompts:
     return run_log
 
 
+def _log_truncation(results: list[TaskResult]) -> None:
+    """A warning in the run's log per task whose contexts were cut to the model's window."""
+    for r in results:
+        counts = r.truncated or {}
+        if any(counts.values()):
+            runlog.warning("%s: left-truncated to the model's window (lm-eval's rule; --no-truncate refuses): %s",
+                           r.task, ", ".join(f"{v} {k}" for k, v in counts.items()))  # fmt: skip
+
+
+def truncation_totals(results: list[dict[str, Any]]) -> dict[str, int | None]:
+    """Truncated requests of a run by lm-eval request kind, over its tasks (None when a task's count is unknown)."""
+    tasks = [r for r in results if r.get("kind") != "group"]
+    out: dict[str, int | None] = {}
+    for kind in ("generate_until", "loglikelihood"):
+        values = [(r.get("truncated") or {}).get(kind) if r.get("truncated") is not None else None for r in tasks]
+        out[kind] = None if any(v is None for v in values) else sum(int(v) for v in values if v is not None)
+    return out
+
+
 def _finish_run_log(run_log: RunLog, run: EvalRun, run_dir: Path) -> None:
     """run.json at the end: counts, failures, accuracy headline, files; indexed in the run store."""
     errors = sum(int(s.get("errors") or 0) for s in run.infer)
@@ -301,6 +341,9 @@ def _finish_run_log(run_log: RunLog, run: EvalRun, run_dir: Path) -> None:
                                               "failed": failed if run.results else errors,
                                               "failures_by_kind": {"inference": errors} if errors else {}})
     run_log.headline = eval_headline(run.results)
+    if run.results:
+        run_log.measurement = run_log.measurement.model_copy(update={
+            "truncated_requests": truncation_totals(run.results)})  # fmt: skip
     run_log.run["infer"] = run.infer
     run_log.finished_at = wall_label()
     write_run_log(run_dir, run_log, index=False)

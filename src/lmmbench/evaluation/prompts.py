@@ -248,7 +248,7 @@ class PromptRenderer:
             refs = [str(x) for x in target] if isinstance(target, list) else [self.answer_text(target, choices)]
             question = self.text(doc, i)
             user = prefix + question
-            out.append(
-                RenderedSample(i, self.task.description + user, target, choices, gold, refs, user, examples, question)
-            )
+            # lm-eval: a system instruction joins the description (a system message with a chat template)
+            head = maybe_delimit(self.task.system_prompt, self.task.description, self.task.fewshot_delimiter)
+            out.append(RenderedSample(i, head + user, target, choices, gold, refs, user, examples, question))
         return out

@@ -20,11 +20,14 @@ from typing import Any
 
 from lmmbench.backends.scoring import GenRequest, LLRequest, ScoringBackend
 from lmmbench.core.errors import UserError
+from lmmbench.evaluation.eval_options import request_seed
 from lmmbench.evaluation.prompts import PromptRenderer, RenderedSample, chat_messages, maybe_delimit
 from lmmbench.evaluation.task_config import TaskConfig
 from lmmbench.evaluation.task_data import read_source
 
-__all__ = ["InferStats", "SampleJob", "build_jobs", "check_first_prompt", "read_predictions", "run_infer"]
+__all__ = [
+    "InferStats", "SampleJob", "build_jobs", "check_first_prompt", "read_predictions", "run_infer", "truncated_flags",
+]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,7 @@ def _key(key_base: list[Any], payload: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
+_SCORED = ("multiple_choice", "loglikelihood")  # log-likelihood kinds whose context takes a chat template
 ChatPrompt = Callable[[list[dict[str, str]], int, int], str]
 
 
@@ -98,7 +102,7 @@ def build_jobs(task: TaskConfig, model_id: str, chat_prompt: ChatPrompt | None =
     """Render every sample of ``task`` into its requests (``chat_prompt``: the backend's chat template)."""
     docs, rendered = _render(task)
     jobs: list[SampleJob] = []
-    if task.chat_template and task.kind == "multiple_choice" and chat_prompt is None:
+    if task.chat_template and task.kind in _SCORED and chat_prompt is None:
         raise UserError(f"{task.source_file}: chat_template needs a model to render the chat template")
     key_base = [model_id, task.task, task.version, task.fingerprint()]  # once per task, not per sample
     for doc, r in zip(docs, rendered, strict=True):
@@ -124,7 +128,7 @@ def _job(
         messages = chat_messages(r, system, task.fewshot_as_multiturn)
     context = r.context
     delimiter = task.target_delimiter
-    if messages is not None and task.kind == "multiple_choice" and chat_prompt is not None:
+    if messages is not None and task.kind in _SCORED and chat_prompt is not None:
         context = chat_prompt(messages, len(images), len(audio))
         delimiter = ""
     meta = {c: doc.get(c) for c in task.group_by}
@@ -151,11 +155,15 @@ def _job(
         row.update(words=len(re.split(r"\s+", text)), bytes=len(text.encode("utf-8")))
         return SampleJob(_key(key_base, [text]), row, rolling=text)
     g = task.generation
-    gen = GenRequest(r.context, g.max_tokens, list(g.stop), images, audio, messages is not None, messages=messages)
+    gen = GenRequest(r.context, g.max_tokens, list(g.stop), images, audio, messages is not None, messages=messages,
+                     temperature=g.temperature, top_p=g.top_p, top_k=g.top_k,
+                     seed=request_seed(g.seed, r.doc_id) if g.temperature > 0 else None)  # fmt: skip
     if messages is not None and chat_prompt is not None:
         row["prompt"] = chat_prompt(messages, len(images), len(audio))  # what the model sees, for the record
     row.update(references=r.references)
     payload = [r.context, images, audio, g.max_tokens, g.stop, messages]
+    if g.temperature > 0:  # sampled: the settings and the seed are part of what was asked
+        payload += [g.temperature, g.top_p, g.top_k, gen.seed]
     return SampleJob(_key(key_base, payload), row, gen=gen)
 
 
@@ -213,24 +221,41 @@ def _run_chunk(backend: ScoringBackend, jobs: Sequence[SampleJob]) -> list[dict[
     rolling = [j.rolling for j in jobs if j.rolling is not None]
     gens = [j.gen for j in jobs if j.gen is not None]
     ll_res: list[Any] = backend.loglikelihood(ll_reqs) if ll_reqs else []
+    ll_cut = truncated_flags(backend, len(ll_reqs))
     roll_res: list[Any] = backend.loglikelihood_rolling(rolling) if rolling else []
     gen_res: list[Any] = backend.generate(gens) if gens else []
+    gen_cut = truncated_flags(backend, len(gens))
     li = ri = gi = 0
     for j in jobs:
         if j.ll:
             part = ll_res[li : li + len(j.ll)]
+            cut = _cut_count(ll_cut[li : li + len(j.ll)])
             li += len(j.ll)
             bad = [x for x in part if isinstance(x, BaseException)]
-            out.append(bad[0] if bad else {"loglikelihoods": [p[0] for p in part], "is_greedy": [p[1] for p in part]})
+            out.append(bad[0] if bad else {"loglikelihoods": [p[0] for p in part], "is_greedy": [p[1] for p in part],
+                                            "truncated": cut})  # fmt: skip
         elif j.rolling is not None:
             x = roll_res[ri]
             ri += 1
             out.append(x if isinstance(x, BaseException) else {"loglikelihood": float(x)})
         else:
             x = gen_res[gi]
+            g_cut = _cut_count(gen_cut[gi : gi + 1])
             gi += 1
-            out.append(x if isinstance(x, BaseException) else {"output": str(x)})
+            out.append(x if isinstance(x, BaseException) else {"output": str(x), "truncated": g_cut})
     return out
+
+
+def truncated_flags(backend: ScoringBackend, n: int) -> list[bool | None]:
+    """Per request of the backend's last call: whether its context was truncated; None where the backend does
+    not say (an endpoint's generation: the server keeps its own rules)."""
+    truncation = getattr(backend, "truncation", None)
+    flags = list(getattr(truncation, "last", None) or [])
+    return list(flags) if len(flags) == n else [None] * n
+
+
+def _cut_count(flags: list[bool | None]) -> int | None:
+    return None if any(f is None for f in flags) else sum(bool(f) for f in flags)
 
 
 def run_infer(

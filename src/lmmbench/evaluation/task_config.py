@@ -57,10 +57,15 @@ class FewShot(_Strict):
 
 
 class GenerationParams(_Strict):
-    """Greedy generation settings for `generate` tasks."""
+    """Generation settings for `generate` tasks (greedy unless ``temperature`` > 0)."""
 
     max_tokens: int = Field(32, ge=1)
     stop: list[str] = Field(default_factory=lambda: ["\n\n"])
+    temperature: float = Field(0.0, ge=0, allow_inf_nan=False, description="0 is greedy; above 0 samples")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling (with temperature > 0)")
+    top_k: int = Field(0, ge=0, description="top-k sampling (with temperature > 0); 0 turns it off")
+    seed: int | None = Field(None, description="sampling seed (with temperature > 0): each sample draws from its "
+                             "own generator seeded from it and its index")
     answer_regex: str | None = Field(None, description="extract the answer: first match, group `regex_group`")
     regex_group: int = 0
     regex_fallback: str = "[invalid]"
@@ -108,10 +113,11 @@ class TaskConfig(_Strict):
     fewshot_delimiter: str = "\n\n"
     fewshot: FewShot = Field(default_factory=lambda: FewShot.model_validate({}))
     chat_template: bool = Field(
-        False, description="wrap the prompt in the model's chat template (generate, multiple_choice)"
+        False, description="wrap the prompt in the model's chat template (generate, multiple_choice, loglikelihood)"
     )
     fewshot_as_multiturn: bool = Field(True, description="with a chat template: examples as separate turns")
-    system_prompt: str | None = Field(None, description="system message when a chat template is used")
+    system_prompt: str | None = Field(None, description="system instruction before the description: a system "
+                                      "message with a chat template, else the start of the prompt (as lm-eval)")
     image_column: str | None = Field(None, description="column holding an image path (relative to the data)")
     audio_column: str | None = Field(None, description="column holding an audio path (relative to the data)")
     generation: GenerationParams = Field(default_factory=lambda: GenerationParams.model_validate({}))

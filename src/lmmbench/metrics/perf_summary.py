@@ -76,7 +76,7 @@ class Distribution(_AsMapping):
     def from_dict(cls, data: Mapping[str, Any], unit: str = "") -> Distribution:
         """Read the dictionary form (``count``, ``mean``, ``std``, ``min``, ``p..``, ``max``)."""
         pct = {k: float(v) for k, v in data.items() if k.startswith("p")}
-        return cls(unit, float(data.get("count", 0.0)), float(data.get("mean", math.nan)),
+        return cls(unit, float(data.get("count", math.nan)), float(data.get("mean", math.nan)),
                    float(data.get("std", math.nan)), float(data.get("min", math.nan)),
                    float(data.get("max", math.nan)), pct)  # fmt: skip
 
@@ -93,7 +93,7 @@ class PerfSummary(_AsMapping):
     requests: int
     ok: int
     errors: int
-    not_sent: int
+    not_sent: int | None  # None: not recorded (a summary written before lmmbench counted it)
     errors_by_kind: dict[str, int]
     duration_s: float
     send_rate_rps: float
@@ -105,7 +105,7 @@ class PerfSummary(_AsMapping):
     slo: dict[str, float]
     slo_attainment: float
     token_sources: dict[str, int]
-    new_connections: int
+    new_connections: int | None  # None: not recorded
     metrics: dict[str, Distribution]
 
     @property
@@ -126,7 +126,7 @@ class PerfSummary(_AsMapping):
         metrics = {k: Distribution.from_dict(v, metric_unit(k)) for k, v in (data.get("metrics") or {}).items()}
         return cls(
             requests=int(data.get("requests", 0)), ok=int(data.get("ok", 0)), errors=int(data.get("errors", 0)),
-            not_sent=int(data.get("not_sent", 0)), errors_by_kind=dict(data.get("errors_by_kind") or {}),
+            not_sent=_count_or_none(data.get("not_sent")), errors_by_kind=dict(data.get("errors_by_kind") or {}),
             duration_s=float(data.get("duration_s", nan)), send_rate_rps=float(data.get("send_rate_rps", nan)),
             qps=float(data.get("qps", nan)), input_token_throughput=float(data.get("input_token_throughput", nan)),
             output_token_throughput=float(data.get("output_token_throughput", nan)),
@@ -134,8 +134,13 @@ class PerfSummary(_AsMapping):
             goodput_qps=float(data.get("goodput_qps", nan)), slo=dict(data.get("slo") or {}),
             slo_attainment=float(data.get("slo_attainment", nan)),
             token_sources=dict(data.get("token_sources") or {}),
-            new_connections=int(data.get("new_connections", 0)), metrics=metrics,
+            new_connections=_count_or_none(data.get("new_connections")), metrics=metrics,
         )  # fmt: skip
+
+
+def _count_or_none(value: Any) -> int | None:
+    """A count as written, or None where the file does not hold it (unrecorded is not 0)."""
+    return None if value is None else int(value)
 
 
 _SCALARS = ("requests", "ok", "errors", "not_sent", "errors_by_kind", "duration_s", "send_rate_rps", "qps",

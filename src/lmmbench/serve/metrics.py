@@ -75,7 +75,7 @@ class ServerMetrics:
                 self.queue.observe(m.queue_ms / 1e3)
                 self.ttft.observe(m.ttft_ms / 1e3)
                 self.e2e.observe(m.e2e_ms / 1e3)
-                if m.completion_tokens > 1:
+                if m.tpot_ms is not None:  # None for one token: no interval
                     self.tpot.observe(m.tpot_ms / 1e3)
 
     def reject(self, reason: str) -> None:
@@ -100,7 +100,7 @@ class ServerMetrics:
         generated_total: int,
         steps: int,
         memory_bytes: Callable[[], int],
-        peak_memory_bytes: int,
+        peak_memory_bytes: int | None,
     ) -> str:
         """The ``/metrics`` page."""
         tps = self.tokens_per_second(generated_total)
@@ -113,7 +113,9 @@ class ServerMetrics:
         gauge("lmmbench_running_batch_size", "Requests in the running batch.", running)
         gauge("lmmbench_generation_tokens_per_second", "Generated tokens per second, recent window.", tps)
         gauge("lmmbench_memory_bytes", "Memory in use (device on GPU, resident set on CPU).", memory_bytes())
-        gauge("lmmbench_peak_memory_bytes", "Peak of lmmbench_memory_bytes seen at engine steps.", peak_memory_bytes)
+        if peak_memory_bytes is not None:  # no forward yet: no sample, so no value (not 0)
+            gauge("lmmbench_peak_memory_bytes", "Peak of lmmbench_memory_bytes read after engine forwards.",
+                  peak_memory_bytes)
         gauge("lmmbench_engine_steps_total", "Engine steps run.", steps, "counter")
         with self._lock:
             gauge("lmmbench_prompt_tokens_total", "Prompt tokens of finished requests.", self.prompt_tokens, "counter")

@@ -3,7 +3,8 @@
 For accuracy tests and the lmms-eval cross-check: each rule is (text needle, media SHA-256 or None,
 answer); a request gets the answer of the longest needle found in its text whose media hash (if given)
 is among the request's media, else ``default``. Every request is recorded: its text parts, the SHA-256 of
-each image / audio payload (decoded from its data URI or base64), ``max_tokens``. Run in a thread
+each image / audio payload (decoded from its data URI or base64), the roles of its messages and its generation
+settings (``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``). Run in a thread
 (``ScriptedServer``) or as ``python -m lmmbench.testing.scripted_server --port N --rules R.json --record F``.
 """
 
@@ -52,7 +53,8 @@ def parse_chat_request(body: dict[str, Any]) -> dict[str, Any]:
     layout = [("text" if p.get("type") == "text" else "media") for m in body.get("messages") or []
               for p in (m.get("content") if isinstance(m.get("content"), list) else [{"type": "text"}])]  # fmt: skip
     return {"texts": texts, "media": media, "layout": layout, "max_tokens": body.get("max_tokens"),
-            "temperature": body.get("temperature")}  # fmt: skip
+            "temperature": body.get("temperature"), "top_p": body.get("top_p"), "seed": body.get("seed"),
+            "stop": body.get("stop"), "roles": [str(m.get("role")) for m in body.get("messages") or []]}  # fmt: skip
 
 
 class ScriptedServer:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.backends.scoring import GenRequest, ScoringBackend
+from lmmbench.evaluation.eval_options import GenSettings, request_seed
 from lmmbench.evaluation.evaluate import TaskResult
 from lmmbench.evaluation.lmms.av_tasks import VIDEO_FRAMES
 from lmmbench.evaluation.lmms.media import audio_file, image_file, load_rows, video_frame_files
@@ -26,18 +27,9 @@ from lmmbench.evaluation.lmms.spec import LmmsTask, Scored
 from lmmbench.evaluation.runner import InferStats, read_predictions, repair_predictions
 from lmmbench.metrics.accuracy import MetricValue, mean_stderr
 
-__all__ = ["evaluate_lmms", "infer_lmms", "max_new_tokens_from", "run_lmms_eval", "run_lmms_infer"]
+__all__ = ["evaluate_lmms", "infer_lmms", "run_lmms_eval", "run_lmms_infer"]
 
 log = logging.getLogger(__name__)
-
-
-def max_new_tokens_from(gen_kwargs: str | None) -> int | None:
-    """``max_new_tokens`` / ``max_gen_toks`` of ``--gen_kwargs`` (``k=v,k=v``), if given."""
-    for part in (gen_kwargs or "").split(","):
-        key, _, value = part.partition("=")
-        if key.strip() in ("max_new_tokens", "max_gen_toks") and value.strip().isdigit():
-            return int(value)
-    return None
 
 
 def _docs(task: LmmsTask, limit: float | None) -> Sequence[dict[str, Any]]:
@@ -58,24 +50,33 @@ def media_files(task: LmmsTask, doc: dict[str, Any]) -> tuple[list[str], list[st
     return [str(image_file(i)) for i in items], []
 
 
-def _request(task: LmmsTask, doc: dict[str, Any], max_tokens: int) -> GenRequest:
+def _request(task: LmmsTask, doc: dict[str, Any], doc_id: int, gen: GenSettings) -> GenRequest:
+    """One chat request: the sample's media and prompt (lmms-eval's layout) with the run's generation settings
+    (``--gen_kwargs``, ``--system_instruction`` as a system turn, ``--seed``)."""
     images, audio = media_files(task, doc)
     layout = task.layout(doc) if task.layout is not None else None
-    return GenRequest(task.prompt(doc), max_tokens, [], images, audio, chat=True, layout=layout)
+    prompt = task.prompt(doc)
+    messages = [{"role": "system", "content": gen.system}, {"role": "user", "content": prompt}] if gen.system else None
+    temperature = gen.temperature or 0.0
+    return GenRequest(prompt, gen.max_tokens or task.max_new_tokens, list(gen.stop or []), images, audio, chat=True,
+                      layout=layout, messages=messages, temperature=temperature, top_p=gen.top_p or 1.0,
+                      top_k=gen.top_k or 0, seed=request_seed(gen.seed, doc_id) if temperature > 0 else None)
 
 
 def _pending(task: LmmsTask, backend: ScoringBackend, docs: Sequence[dict[str, Any]], ids: Sequence[int],
-             max_tokens: int, existing: dict[str, dict[str, Any]]) -> list[tuple[int, str, dict[str, Any], Any]]:
+             gen: GenSettings, existing: dict[str, dict[str, Any]]) -> list[tuple[int, str, dict[str, Any], Any]]:
     """(doc id, key, meta, request or the error that stops it) of the samples in ``ids`` not yet answered."""
     out = []
     for doc_id in ids:
         doc = docs[doc_id]
         try:
-            req: GenRequest | BaseException = _request(task, doc, max_tokens)
+            req: GenRequest | BaseException = _request(task, doc, doc_id, gen)
         except (ValueError, OSError, KeyError) as exc:  # a broken image or a missing video fails its sample
             req = exc
-        payload = [req.prompt, [Path(p).name for p in req.images], [Path(p).name for p in req.audio], max_tokens,
+        payload = [req.prompt, [Path(p).name for p in req.images], [Path(p).name for p in req.audio], req.max_tokens,
                    req.layout] if isinstance(req, GenRequest) else [doc_id, str(req)]  # fmt: skip
+        if isinstance(req, GenRequest) and (req.stop or req.messages or req.temperature > 0):
+            payload += [req.stop, req.messages, req.temperature, req.top_p, req.top_k, req.seed]
         blob = json.dumps([backend.model_id, task.name, task.version, payload], sort_keys=True, default=str)
         key = hashlib.sha256(blob.encode()).hexdigest()[:24]
         if key not in existing or existing[key].get("error"):
@@ -88,7 +89,7 @@ def infer_lmms(
     backend: ScoringBackend,
     pred_path: Path,
     limit: float | None = None,
-    max_new_tokens: int | None = None,
+    gen: GenSettings | None = None,
     progress: Callable[[int], None] | None = None,
     chunk_size: int = 32,
 ) -> InferStats:
@@ -98,7 +99,7 @@ def infer_lmms(
     chunk's media and a killed run keeps every finished chunk."""
     t0 = time.perf_counter_ns()
     docs = _docs(task, limit)
-    max_tokens = max_new_tokens or task.max_new_tokens
+    gen = gen or GenSettings()
     repair_predictions(pred_path)
     existing = read_predictions(pred_path)
     pred_path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +107,7 @@ def infer_lmms(
     with pred_path.open("a", encoding="utf-8") as fh:
         for start in range(0, len(docs), chunk_size):
             ids = range(start, min(start + chunk_size, len(docs)))
-            chunk = _pending(task, backend, docs, ids, max_tokens, existing)
+            chunk = _pending(task, backend, docs, ids, gen, existing)
             reqs = [r for *_, r in chunk if isinstance(r, GenRequest)]
             answers = iter(backend.generate(reqs) if reqs else [])
             for doc_id, key, meta, req in chunk:
@@ -210,7 +211,7 @@ def evaluate_lmms(task: LmmsTask, pred_path: Path, results_dir: Path, limit: flo
 
 
 def run_lmms_infer(names: Sequence[str], backend: ScoringBackend, run_dir: Path, limit: float | None,
-                   gen_kwargs: str | None, show_progress: bool) -> list[InferStats]:
+                   gen: GenSettings | None, show_progress: bool) -> list[InferStats]:
     """Infer every benchmark of ``names`` into ``run_dir/predictions``."""
     from lmmbench.evaluation.lmms import get_lmms_task
 
@@ -219,7 +220,7 @@ def run_lmms_infer(names: Sequence[str], backend: ScoringBackend, run_dir: Path,
         task = get_lmms_task(name)
         pred = run_dir / "predictions" / f"{name}.jsonl"
         if not show_progress:
-            out.append(infer_lmms(task, backend, pred, limit, max_new_tokens_from(gen_kwargs)))
+            out.append(infer_lmms(task, backend, pred, limit, gen))
             continue
         from rich.progress import Progress, TaskID
 
@@ -229,7 +230,7 @@ def run_lmms_infer(names: Sequence[str], backend: ScoringBackend, run_dir: Path,
             def advance(n: int, bar: Progress = bar, tid: TaskID = tid) -> None:
                 bar.advance(tid, n)
 
-            out.append(infer_lmms(task, backend, pred, limit, max_new_tokens_from(gen_kwargs), progress=advance))
+            out.append(infer_lmms(task, backend, pred, limit, gen, progress=advance))
     return out
 
 
