@@ -48,6 +48,7 @@ from lmmbench.sessions.perf_run_dir import (
 from lmmbench.sessions.perf_search import run_search
 from lmmbench.sessions.perf_server import sweep, wait_ready
 from lmmbench.sessions.perf_telemetry import finish_telemetry, start_telemetry
+from lmmbench.sessions.perf_workload import check_tp_sizes, workload_flags
 
 __all__ = ["PerfRun", "run_perf"]
 
@@ -216,12 +217,15 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None) -> Perf
     """Run every point of ``cfg`` (or the SLO search) and write the run folder; ``requests``: built by the caller
     (``bench serve``), else from ``cfg``'s dataset."""
     base, points = resolve_points(cfg)
+    flags = workload_flags(base)
+    points = check_tp_sizes(base, points)
     tok = _check_before_measuring(base, points)
     run_dir = claim_run_dir(base)
     pf: Preflight | None = None
     if base.server_cmd is None:
         wait_for_server(base.url, base.model, base.wait_for_server, api_key=base.api_key)
-        pf = preflight(base)  # fails clearly before any folder is made or load is sent
+        if points:  # the probe is a request: a workload of test_perf false sends none
+            pf = preflight(base)  # fails clearly before any folder is made or load is sent
     fresh = not run_dir.exists()
     prepare_out_dir(run_dir, "--out-dir/perf/--run-name")
     done = previous_points(base, run_dir, points)
@@ -231,6 +235,8 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None) -> Perf
         return PerfRun(run_dir, already_finished=True)
     keep_crashed_journal(run_dir)
     session = _PerfSession(base, points, run_dir, done, requests, tok, fresh)
+    if flags is not None:  # ByteMLPerf's report.json echoes the workload's
+        session.out.new_tokens = (flags.min_new_tokens, flags.max_new_tokens)
     session.measure(done, pf)
     run = session.run
     run.files += [run_dir / n for n in ("records.jsonl", "records.csv", "summary.csv", "report.json", "run.json")]

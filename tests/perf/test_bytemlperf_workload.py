@@ -1,0 +1,124 @@
+"""A ByteMLPerf workload as its design says: the server's max batch, tp sizes that are real or said to be labels,
+test_perf / test_accuracy, Min / Max New Tokens echoed, a server of the wrong model refused quickly."""
+
+from __future__ import annotations
+
+import csv
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lmmbench.cli.main import main
+from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.core.net import free_loopback_port
+from lmmbench.sessions.perf_workload import TP_LABEL_ONLY
+from lmmbench.testing.fixtures import running_testserver, server_received, server_stats
+
+# a server command that records its argv, then becomes lmmbench's test server with those arguments
+_RECORDER = """import json, os, sys
+with open(sys.argv[1], "a", encoding="utf-8") as fh:
+    fh.write(json.dumps(sys.argv[2:]) + "\\n")
+os.execv(sys.executable, [sys.executable, "-m", "lmmbench.cli.main", "testserver", *sys.argv[2:]])
+"""
+
+
+def _workload(tmp_path: Path, **keys: object) -> Path:
+    data = {"model": "chatglm2-torch-fp16-6b", "test_accuracy": False, "test_perf": True, "min_new_tokens": 4,
+            "max_new_tokens": 8, "tp_sizes": [1], "batch_sizes": [1], "input_tokens": [8],
+            "dataset": "llm_perf/datasets/merged_52_test.csv", "perf_time": 0.3, **keys}  # fmt: skip
+    path = tmp_path / "chatglm2-torch-fp16-6b.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _report(out: Path) -> dict[str, object]:
+    (run,) = list((out / "perf").iterdir())
+    data: dict[str, object] = json.loads((run / "report.json").read_text())
+    return data
+
+
+def _one_line(err: str) -> str:
+    lines = [x for x in err.splitlines() if x.strip() and not x.startswith(("[perf]", "waiting"))]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_server_cmd_batch_is_the_largest_batch_size_of_each_tp_group(tmp_path: Path) -> None:
+    recorder, argv_log = tmp_path / "recorder.py", tmp_path / "argv.jsonl"
+    recorder.write_text(_RECORDER)
+    port = free_loopback_port()
+    wl = _workload(tmp_path, tp_sizes=[1, 2], batch_sizes=[1, 4, 8])
+    cmd = f"{sys.executable} {recorder} {argv_log} --port {{port}} --max-streams {{batch}} --ttft-ms 1 --itl-ms 1"
+    assert main(["perf", "--url", f"http://127.0.0.1:{port}", "--model", "test-model", "--workload", str(wl),
+                 "--server-cmd", cmd, "--no-plots", "--out-dir", str(tmp_path / "o")]) == 0  # fmt: skip
+    started = [json.loads(x) for x in argv_log.read_text().splitlines()]
+    assert len(started) == 2  # one server per tp size, each told the round's largest batch (8), not the first (1)
+    assert all(a[a.index("--max-streams") + 1] == "8" for a in started)
+    perf = _report(tmp_path / "o")["Performance"]
+    assert isinstance(perf, list) and [(p["TP Size"], p["Batch Size"]) for p in perf] == [
+        (1, 1), (1, 4), (1, 8), (2, 1), (2, 4), (2, 8)]  # fmt: skip
+
+
+def test_several_tp_sizes_need_a_server_per_tp_or_tp_label_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wl = _workload(tmp_path, tp_sizes=[1, 2], batch_sizes=[1, 2])
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=1, itl_ms=1)) as url:
+        base = ["perf", "--url", url, "--model", "test-model", "--workload", str(wl), "--no-plots"]
+        assert main([*base, "--out-dir", str(tmp_path / "refused")]) == 2
+        line = _one_line(capsys.readouterr().err)
+        assert "tp_sizes [1, 2]" in line and "--server-cmd" in line and "--tp-label-only" in line
+        assert server_stats(url)["requests"] == 0 and not (tmp_path / "refused").exists()
+        assert main([*base, "--tp-label-only", "--out-dir", str(tmp_path / "o")]) == 0
+    perf = _report(tmp_path / "o")["Performance"]
+    assert isinstance(perf, list) and [p["TP Size"] for p in perf] == [1, 1, 2, 2]
+    assert all(p["labels"]["tp_applied"] == TP_LABEL_ONLY for p in perf)
+    (run,) = list((tmp_path / "o" / "perf").iterdir())
+    rows = list(csv.DictReader((run / "summary.csv").open()))
+    assert len(rows) == 4 and all(r["tp_applied"] == TP_LABEL_ONLY for r in rows)
+    single = _workload(tmp_path, tp_sizes=[2])  # one tp size: nothing to say it is a label of
+    assert main(["perf", "--url", url, "--workload", str(single), "--tp-label-only",
+                 "--out-dir", str(tmp_path / "x")]) == 2  # fmt: skip
+    assert "--tp-label-only" in _one_line(capsys.readouterr().err)
+
+
+def test_min_and_max_new_tokens_echo_the_workload(tmp_path: Path) -> None:
+    wl = _workload(tmp_path, min_new_tokens=3, max_new_tokens=6)
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=1, itl_ms=1)) as url:
+        assert main(["perf", "--url", url, "--model", "test-model", "--workload", str(wl), "--no-plots",
+                     "--out-dir", str(tmp_path / "o")]) == 0  # fmt: skip
+        sent = server_received(url)
+    report = _report(tmp_path / "o")
+    assert (report["Min New Tokens"], report["Max New Tokens"]) == (3, 6)
+    # the test server answers max_tokens every time, so an observed minimum would be 6, never 3
+    load = [r["body"] for r in sent if r["body"].get("max_tokens") == 6]
+    assert load and all(b["min_tokens"] == 3 for b in load)
+
+
+def test_test_perf_false_sends_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wl = _workload(tmp_path, test_perf=False, test_accuracy=False)
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=1, itl_ms=1)) as url:
+        assert main(["perf", "--url", url, "--model", "test-model", "--workload", str(wl),
+                     "--out-dir", str(tmp_path / "o")]) == 2  # fmt: skip
+        assert "nothing to run" in _one_line(capsys.readouterr().err)
+        assert server_stats(url)["requests"] == 0 and server_received(url) == []
+
+
+def test_a_started_server_of_another_model_fails_in_one_line_quickly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_loopback_port()
+    wl = _workload(tmp_path)
+    cmd = f"{sys.executable} -m lmmbench.cli.main testserver --port {{port}} --model other-model"
+    t0 = time.monotonic()
+    assert main(["perf", "--url", f"http://127.0.0.1:{port}", "--model", "test-model", "--workload", str(wl),
+                 "--server-cmd", cmd, "--out-dir", str(tmp_path / "o")]) == 2  # fmt: skip
+    assert time.monotonic() - t0 < 30
+    line = _one_line(capsys.readouterr().err)
+    assert "test-model" in line and "other-model" in line
+    with socket.socket() as s:  # the started server was stopped
+        assert s.connect_ex(("127.0.0.1", port)) != 0
