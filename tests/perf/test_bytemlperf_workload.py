@@ -122,3 +122,31 @@ def test_a_started_server_of_another_model_fails_in_one_line_quickly(
     assert "test-model" in line and "other-model" in line
     with socket.socket() as s:  # the started server was stopped
         assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+_REPORT_KEYS = ["Model", "Backend", "Host Info", "Min New Tokens", "Max New Tokens", "Accuracy", "Performance"]
+_PERF_KEYS = [
+    "TP Size", "Batch Size", "Input Tokens", "First Token Latency(AVG)", "Per Token Latency(AVG)",
+    "First Token Latency(P90)", "Per Token Latency(P90)", "Token Throughput", "Request Number", "QPS",
+]  # fmt: skip
+
+
+def test_report_json_is_bytemlperf_s_layout(tmp_path: Path) -> None:
+    wl = _workload(tmp_path, batch_sizes=[2], input_tokens=[8, 16], min_new_tokens=5, max_new_tokens=5)
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=30, itl_ms=10)) as url:
+        assert main(["perf", "--url", url, "--model", "test-model", "--workload", str(wl), "--no-plots",
+                     "--out-dir", str(tmp_path / "o")]) == 0  # fmt: skip
+    (run,) = list((tmp_path / "o" / "perf").iterdir())
+    report = json.loads((run / "report.json").read_text())
+    assert list(report)[: len(_REPORT_KEYS)] == _REPORT_KEYS  # ByteMLPerf's sections, one file, its order
+    assert report["Model"] == "test-model" and report["Host Info"] and report["Accuracy"] is None  # not asked for
+    assert (report["Min New Tokens"], report["Max New Tokens"]) == (5, 5)
+    perf = report["Performance"]
+    assert [p["Input Tokens"] for p in perf] == [8, 16] and all(list(p)[:10] == _PERF_KEYS for p in perf)
+    for p in perf:  # seconds, as ByteMLPerf reports: the server's injected 30 ms TTFT and 5 tokens 10 ms apart
+        assert 0.029 < p["First Token Latency(AVG)"] < 0.5 and p["First Token Latency(P90)"] >= 0.029
+        # per token latency: e2e / output tokens, first token included = (30 + 4 x 10) / 5 = 14 ms at least
+        assert 0.0139 < p["Per Token Latency(AVG)"] < 0.5
+        assert p["Batch Size"] == 2 and p["TP Size"] == 1 and p["Request Number"] > 0
+    for name in ("records.jsonl", "records.csv", "summary.csv", "run.json"):  # lmmbench's own files beside it
+        assert (run / name).is_file(), name

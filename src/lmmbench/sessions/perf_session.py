@@ -237,6 +237,7 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None) -> Perf
     session = _PerfSession(base, points, run_dir, done, requests, tok, fresh)
     if flags is not None:  # ByteMLPerf's report.json echoes the workload's
         session.out.new_tokens = (flags.min_new_tokens, flags.max_new_tokens)
+        session.out.perf_tested = flags.test_perf
     session.measure(done, pf)
     run = session.run
     run.files += [run_dir / n for n in ("records.jsonl", "records.csv", "summary.csv", "report.json", "run.json")]
