@@ -104,7 +104,7 @@ def test_engine_divergence_is_reported_at_its_step(reference: Path, tmp_path: Pa
                     "--threads", "1"], tmp_path)["Accuracy"]  # fmt: skip
     td = acc["Token Diff"]
     assert [(d["prompt"], d["step"]) for d in td["First Divergence"]] == [(i, DIVERGE_STEP) for i in range(4)]
-    assert all(d["token"] != d["reference_token"] for d in td["First Divergence"])
+    assert all(d["generated"] != d["reference"] for d in td["First Divergence"])
     assert td["Steps Compared"] == 4 * (DIVERGE_STEP + 1)  # steps 0..2, then no position corresponds
     assert acc["Logits Diff"]["Max Difference"] == 0.0  # the prefill is untouched
     assert td["Max Difference"] > 50  # the boosted runner-up's logit
@@ -120,10 +120,10 @@ def test_url_logprob_diff_reports_the_server_s_injected_shift_and_divergence(ref
     assert acc["Logits Diff"] is None and acc["Token Diff"] is None and acc["PPL"] is None  # no logits over HTTP
     lp = acc["logprob_diff"]
     assert lp["k"] == 5
-    assert lp["first_token"]["prompts"] == 6 and lp["first_token"]["values_compared"] == 6 * 5
-    assert lp["first_token"]["max_abs_diff"] == pytest.approx(0.125) and lp["first_token"]["mae"] == pytest.approx(
+    assert lp["first_step"]["prompts"] == 6 and lp["first_step"]["values_compared"] == 6 * 5
+    assert lp["first_step"]["max_abs_diff"] == pytest.approx(0.125) and lp["first_step"]["mae"] == pytest.approx(
         0.125)  # fmt: skip
-    per = lp["per_token"]
+    per = lp["per_step"]
     assert per["prompts"] == 4 and per["values_compared"] == 4 * 5 * (DIVERGE_STEP + 1)
     assert [(d["prompt"], d["step"]) for d in per["first_divergence"]] == [(i, DIVERGE_STEP) for i in range(4)]
     assert report["Backend"] == url

@@ -150,3 +150,78 @@ def test_report_json_is_bytemlperf_s_layout(tmp_path: Path) -> None:
         assert p["Batch Size"] == 2 and p["TP Size"] == 1 and p["Request Number"] > 0
     for name in ("records.jsonl", "records.csv", "summary.csv", "run.json"):  # lmmbench's own files beside it
         assert (run / name).is_file(), name
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(a ByteMLPerf-style prompt CSV, a tiny-llm reference dumped from it)."""
+    out = tmp_path_factory.mktemp("ref")
+    dataset = out / "merged_test.csv"
+    dataset.write_text("id,question,A,B,C,D\n" + "".join(f"{i},what is {i} times two,{i},{2 * i},1,0\n"
+                                                         for i in range(5)))  # fmt: skip
+    assert main(["reference", "dump", "--model", "tiny-llm", "--prompts", str(dataset), "--token-diff-prompts",
+                 "2", "--max-new-tokens", "4", "--top-k", "3", "--threads", "1", "--out", str(out / "dump")]) == 0
+    return dataset, out / "dump"
+
+
+def test_test_accuracy_checks_the_server_under_test_into_report_json(tmp_path: Path,
+                                                                     reference: tuple[Path, Path]) -> None:  # fmt: skip
+    dataset, dump = reference
+    wl = _workload(tmp_path, test_perf=False, test_accuracy=True, dataset=str(dataset))
+    cfg = TestServerConfig(port=free_loopback_port(), model="tiny-llm", logprobs_reference=dump, logprob_shift=-0.5,
+                           diverge_at_step=1)  # fmt: skip
+    with running_testserver(cfg) as url:
+        assert main(["perf", "--url", url, "--model", "tiny-llm", "--workload", str(wl), "--reference", str(dump),
+                     "--no-plots", "--out-dir", str(tmp_path / "o")]) == 0  # fmt: skip
+        sent = server_received(url)
+    report = _report(tmp_path / "o")
+    assert report["Performance"] is None  # test_perf: false
+    acc = report["Accuracy"]
+    assert isinstance(acc, dict) and acc["Logits Diff"] is None
+    lp = acc["logprob_diff"]
+    assert lp["k"] == 3 and lp["first_step"]["prompts"] == 5 and lp["first_step"]["max_abs_diff"] == pytest.approx(0.5)
+    divergences = lp["per_step"]["first_divergence"]
+    assert [(d["prompt"], d["step"]) for d in divergences] == [(0, 1), (1, 1)]
+    assert all(d["generated"] != d["reference"] for d in divergences)  # ids, not masked as if secrets
+    assert sent and all(r["body"]["logprobs"] == 3 for r in sent)  # accuracy requests only: no load, no probe
+
+
+def test_test_accuracy_needs_a_reference_of_the_workload_s_dataset(
+    tmp_path: Path, reference: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset, dump = reference
+    other = tmp_path / "other.csv"
+    other.write_text("id,question\n0,something else entirely\n")
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=1, itl_ms=1)) as url:
+        base = ["perf", "--url", url, "--model", "test-model", "--out-dir", str(tmp_path / "o")]
+        wl = _workload(tmp_path, test_accuracy=True, dataset=str(dataset))
+        assert main([*base, "--workload", str(wl)]) == 2
+        assert "needs --reference" in _one_line(capsys.readouterr().err)
+        wl = _workload(tmp_path, test_accuracy=True, dataset=str(other))
+        assert main([*base, "--workload", str(wl), "--reference", str(dump)]) == 2
+        assert "not the first 5" in _one_line(capsys.readouterr().err)
+        wl = _workload(tmp_path, test_accuracy=False)
+        assert main([*base, "--workload", str(wl), "--reference", str(dump)]) == 2
+        assert "--reference" in _one_line(capsys.readouterr().err)
+        assert server_stats(url)["requests"] == 0 and not (tmp_path / "o").exists()
+
+
+def test_accuracy_runs_on_a_tp1_batch1_server_after_the_load(tmp_path: Path, reference: tuple[Path, Path]) -> None:
+    dataset, dump = reference
+    recorder, argv_log = tmp_path / "recorder.py", tmp_path / "argv.jsonl"
+    recorder.write_text(_RECORDER)
+    port = free_loopback_port()
+    wl = _workload(tmp_path, test_accuracy=True, dataset=dataset.name, batch_sizes=[2, 4])
+    (tmp_path / dataset.name).write_text(dataset.read_text())  # the dataset next to the workload, as ByteMLPerf's
+    cmd = (f"{sys.executable} {recorder} {argv_log} --port {{port}} --tokens-per-chunk {{tp}} --max-streams {{batch}} "
+           f"--model tiny-llm --logprobs-reference {dump} --ttft-ms 1 --itl-ms 1")  # fmt: skip
+    assert main(["perf", "--url", f"http://127.0.0.1:{port}", "--model", "tiny-llm", "--workload", str(wl),
+                 "--server-cmd", cmd, "--reference", str(dump), "--no-plots", "--out-dir", str(tmp_path / "o")]) == 0
+    started = [json.loads(x) for x in argv_log.read_text().splitlines()]
+    # the load's server (tp 1, max batch 4), then the accuracy check's (tp 1, batch 1)
+    assert [(a[a.index("--tokens-per-chunk") + 1], a[a.index("--max-streams") + 1]) for a in started] == [
+        ("1", "4"), ("1", "1")]  # fmt: skip
+    report = _report(tmp_path / "o")
+    perf, acc = report["Performance"], report["Accuracy"]
+    assert isinstance(perf, list) and len(perf) == 2 and isinstance(acc, dict)
+    assert acc["logprob_diff"]["first_step"]["max_abs_diff"] == pytest.approx(0.0, abs=1e-12)  # nothing injected

@@ -101,8 +101,8 @@ def compare_http(url: str, model: str, prompts: list[dict[str, Any]], token_prom
             texts = {str(e[2]): int(e[0]) for e in ref_top if len(e) > 2}
             here = _token_id(tokens[s], texts) if s < len(tokens) else None
             if i < token_prompts and s < len(ref_ids) and here != ref_ids[s]:
-                cmp.divergences.append({"prompt": i, "step": s, "token": here if here is not None else tokens[s],
-                                        "reference_token": ref_ids[s]})  # fmt: skip
+                cmp.divergences.append({"prompt": i, "step": s, "generated": here if here is not None else tokens[s],
+                                        "reference": ref_ids[s]})  # fmt: skip
                 break
         if i < token_prompts:
             cmp.steps.append(diffs)

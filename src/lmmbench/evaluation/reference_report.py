@@ -50,8 +50,8 @@ def _token_diffs(meta: dict[str, Any], traces: list[Any]) -> tuple[list[list[flo
         for s, top in enumerate(here.max_logits[: len(ref["max_logits"])]):
             steps.append(top - float(ref["max_logits"][s]))
             if here.generated_ids[s] != int(ref["generated_ids"][s]):
-                divergences.append({"prompt": i, "step": s, "token": here.generated_ids[s],
-                                    "reference_token": int(ref["generated_ids"][s])})  # fmt: skip
+                divergences.append({"prompt": i, "step": s, "generated": here.generated_ids[s],
+                                    "reference": int(ref["generated_ids"][s])})  # fmt: skip
                 break
         diffs.append(steps)
     return diffs, divergences
@@ -113,8 +113,8 @@ def http_section(out_dir: Path, meta: dict[str, Any], cmp: Any) -> dict[str, Any
         "PPL": None, "Logits Diff": None, "Token Diff": None,
         "logprob_diff": {
             "k": int(meta["top_k"]),
-            "first_token": {"prompts": cmp.first_prompts, "values_compared": len(cmp.first), **_stats(cmp.first)},
-            "per_token": {"prompts": len(cmp.steps), "values_compared": len(steps), **_stats(steps),
+            "first_step": {"prompts": cmp.first_prompts, "values_compared": len(cmp.first), **_stats(cmp.first)},
+            "per_step": {"prompts": len(cmp.steps), "values_compared": len(steps), **_stats(steps),
                           "first_divergence": cmp.divergences},
             "png": str(out_dir / "logprob_diff.png") if (cmp.first or steps) else None,
         },
@@ -133,8 +133,8 @@ def summary_line(report: dict[str, Any]) -> str:
         return (f"logits max diff {ld['Max Difference']:.3g}, cosine {ld['Cosine Similarity']:.8f}; token max diff "
                 f"{td['Max Difference']}; first divergences {len(td['First Divergence'])}")  # fmt: skip
     lp = acc["logprob_diff"]
-    return (f"logprob_diff (top-{lp['k']}): first token max diff {lp['first_token']['max_abs_diff']}, per token "
-            f"max diff {lp['per_token']['max_abs_diff']}; first divergences {len(lp['per_token']['first_divergence'])}")
+    return (f"logprob_diff (top-{lp['k']}): first token max diff {lp['first_step']['max_abs_diff']}, per token "
+            f"max diff {lp['per_step']['max_abs_diff']}; first divergences {len(lp['per_step']['first_divergence'])}")
 
 
 def write_run_log(cfg: Any, report: dict[str, Any], started: str) -> None:
@@ -153,9 +153,9 @@ def write_run_log(cfg: Any, report: dict[str, Any], started: str) -> None:
         how = {"engine": cfg.engine, "backend": report["Backend"], "dtype": report["Backend"].rsplit("/", 1)[-1]}
     else:
         lp = acc["logprob_diff"]
-        headline = {"logprob_first_max_abs_diff": lp["first_token"]["max_abs_diff"],
-                    "logprob_token_max_abs_diff": lp["per_token"]["max_abs_diff"]}  # fmt: skip
-        ok = lp["first_token"]["prompts"]
+        headline = {"logprob_first_max_abs_diff": lp["first_step"]["max_abs_diff"],
+                    "logprob_token_max_abs_diff": lp["per_step"]["max_abs_diff"]}  # fmt: skip
+        ok = lp["first_step"]["prompts"]
         how = {"url": cfg.url, "logprob_top_k": lp["k"]}
     config = cfg.model_dump(mode="json")
     out_dir = cfg.out_dir
