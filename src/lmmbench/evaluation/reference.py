@@ -133,10 +133,12 @@ def _compare_engine(cfg: CompareConfig, meta: dict[str, Any], ref_first: Any) ->
 def http_accuracy(url: str, model: str | None, reference: Path, out_dir: Path, api_key: str | None = None
                   ) -> dict[str, Any]:  # fmt: skip
     """The Accuracy section of the server at ``url`` against ``reference`` (files written under ``out_dir``)."""
+    from lmmbench.backends.readiness import wait_for_server
     from lmmbench.evaluation.reference_http import compare_http
 
     meta, _ref_first = read_reference(reference)
     served = model or str(meta["model"])
+    wait_for_server(url, served, 10.0, api_key=api_key)  # a server still starting; one that serves another model
     token_prompts = int(meta["counts"]["token_diff"])
     cmp = compare_http(url, served, meta["prompts"], token_prompts, int(meta["top_k"]), api_key)
     return http_section(out_dir, meta, cmp)
