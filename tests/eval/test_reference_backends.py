@@ -5,6 +5,7 @@ server's injected shift and divergence)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,9 @@ def test_url_logprob_diff_reports_the_server_s_injected_shift_and_divergence(ref
         report = _compare(["--url", url, "--reference", str(reference)], tmp_path)
         sent = server_received(url)
     acc = report["Accuracy"]
-    assert acc["Logits Diff"] is None and acc["Token Diff"] is None and acc["PPL"] is None  # no logits over HTTP
+    assert acc["Logits Diff"] is None and acc["Token Diff"] is None  # no logits over HTTP
+    # the server's scoring of each prompt, every token log-prob shifted by 0.125: PPL x exp(-0.125)
+    assert acc["PPL"] == pytest.approx([p * math.exp(-0.125) for p in acc["Reference PPL"]], rel=1e-9)
     lp = acc["logprob_diff"]
     assert lp["k"] == 5
     assert lp["first_step"]["prompts"] == 6 and lp["first_step"]["values_compared"] == 6 * 5
@@ -127,9 +130,10 @@ def test_url_logprob_diff_reports_the_server_s_injected_shift_and_divergence(ref
     assert per["prompts"] == 4 and per["values_compared"] == 4 * 5 * (DIVERGE_STEP + 1)
     assert [(d["prompt"], d["step"]) for d in per["first_divergence"]] == [(i, DIVERGE_STEP) for i in range(4)]
     assert report["Backend"] == url
-    bodies = [r["body"] for r in sent]
+    bodies = [r["body"] for r in sent if not r["body"].get("echo")]
     assert len(bodies) == 6 and all(b["logprobs"] == 5 and b["temperature"] == 0 for b in bodies)
     assert [b["max_tokens"] for b in bodies] == [5, 5, 5, 5, 1, 1]
+    assert sum(1 for r in sent if r["body"].get("echo")) == 6  # one scoring request per prompt
 
 
 def test_url_refuses_in_process_options(reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import socket
 import sys
 import time
@@ -183,7 +184,8 @@ def test_test_accuracy_checks_the_server_under_test_into_report_json(tmp_path: P
     divergences = lp["per_step"]["first_divergence"]
     assert [(d["prompt"], d["step"]) for d in divergences] == [(0, 1), (1, 1)]
     assert all(d["generated"] != d["reference"] for d in divergences)  # ids, not masked as if secrets
-    assert sent and all(r["body"]["logprobs"] == 3 for r in sent)  # accuracy requests only: no load, no probe
+    assert sent and all(r["body"]["logprobs"] for r in sent)  # accuracy requests only: no load, no probe
+    assert acc["PPL"] == pytest.approx([p * math.exp(0.5) for p in acc["Reference PPL"]], rel=1e-9)  # shift -0.5
 
 
 def test_test_accuracy_needs_a_reference_of_the_workload_s_dataset(

@@ -72,7 +72,8 @@ def dump_reference(cfg: DumpConfig) -> Path:
             steps = cfg.max_new_tokens if i < counts["token_diff"] else 1
             t = engine_trace(engine, ids, steps, cfg.top_k)
             firsts.append(t.first_logits)
-            records.append({"prompt": prompt, "prompt_ids": ids, "ppl": t.ppl, "generated_ids": t.generated_ids,
+            records.append({"prompt": prompt, "prompt_ids": ids, "ppl": t.ppl, "prompt_logprobs": t.prompt_logprobs,
+                            "generated_ids": t.generated_ids,
                             "max_logits": t.max_logits,
                             "top_logprobs": [_texts(engine.tokenizer, s) for s in t.top]})  # fmt: skip
     cfg.out.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 from lmmbench.core.errors import UserError
 
-__all__ = ["LogprobComparison", "compare_http", "completion_logprobs"]
+__all__ = ["LogprobComparison", "compare_http", "completion_logprobs", "echo_logprobs"]
 
 _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 
@@ -54,6 +54,27 @@ def completion_logprobs(url: str, model: str, ids: list[int], steps: int, k: int
     return tokens, tops
 
 
+def _post(url: str, body: dict[str, Any], api_key: str | None, timeout_s: float) -> dict[str, Any]:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+    req = urllib.request.Request(_completions_url(url), json.dumps(body).encode(), headers, method="POST")
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        answer: dict[str, Any] = json.loads(resp.read())
+        return answer
+
+
+def echo_logprobs(url: str, model: str, ids: list[int], api_key: str | None = None,
+                  timeout_s: float = 120.0) -> list[float] | None:  # fmt: skip
+    """The log-probability of each of ``ids[1:]`` as the server scores its prompt (``echo`` + ``logprobs``, as
+    lm-eval's log-likelihood asks vLLM); None when the server does not return them."""
+    body = {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0, "echo": True, "logprobs": 1}
+    try:
+        lps = _post(url, body, api_key, timeout_s)["choices"][0]["logprobs"]["token_logprobs"]
+        values = [float(x) for x in lps[1 : len(ids)]]
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    return values if len(values) == len(ids) - 1 else None
+
+
 def _token_id(key: str, texts: dict[str, int]) -> int | None:
     """A returned token as an id: ``token_id:N``, else the reference's token whose text it is."""
     m = _TOKEN_ID.match(key)
@@ -68,6 +89,7 @@ class LogprobComparison:
     steps: list[list[float]] = field(default_factory=list)  # per token-diff prompt, every compared value
     divergences: list[dict[str, Any]] = field(default_factory=list)
     first_prompts: int = 0
+    ppls: list[float | None] | None = None  # per prompt, from the server's prompt log-probs; None: not returned
 
 
 def _step_diffs(server_top: dict[str, float], ref_top: list[list[Any]]) -> list[float]:
@@ -85,7 +107,15 @@ def compare_http(url: str, model: str, prompts: list[dict[str, Any]], token_prom
                  api_key: str | None = None) -> LogprobComparison:  # fmt: skip
     """Send every reference prompt (the first ``token_prompts`` for their whole generation, the rest for one
     token) and diff the returned top-k log-probabilities against the reference's."""
+    from lmmbench.evaluation.reference_trace import perplexity
+
     cmp = LogprobComparison()
+    first_echo = echo_logprobs(url, model, prompts[0]["prompt_ids"], api_key) if prompts else None
+    if first_echo is not None:  # the server scores prompts: perplexity through it, as ByteMLPerf's PPL
+        cmp.ppls = [perplexity(first_echo)]
+        for rec in prompts[1:]:
+            lps = echo_logprobs(url, model, rec["prompt_ids"], api_key)
+            cmp.ppls.append(perplexity(lps) if lps is not None else None)
     for i, rec in enumerate(prompts):
         ref_ids = [int(t) for t in rec["generated_ids"]]
         steps = len(ref_ids) if i < token_prompts else 1

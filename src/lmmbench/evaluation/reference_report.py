@@ -110,7 +110,8 @@ def http_section(out_dir: Path, meta: dict[str, Any], cmp: Any) -> dict[str, Any
         _histogram(cmp.first + steps, out_dir / "logprob_diff.png", f"top-{meta['top_k']} log-prob diff",
                    "diff value")  # fmt: skip
     return {
-        "PPL": None, "Logits Diff": None, "Token Diff": None,
+        "PPL": cmp.ppls, "Reference PPL": [r["ppl"] for r in meta["prompts"]], "Logits Diff": None,
+        "Token Diff": None,
         "logprob_diff": {
             "k": int(meta["top_k"]),
             "first_step": {"prompts": cmp.first_prompts, "values_compared": len(cmp.first), **_stats(cmp.first)},
@@ -120,8 +121,9 @@ def http_section(out_dir: Path, meta: dict[str, Any], cmp: Any) -> dict[str, Any
         },
         "Prompt Counts": _counts(meta),
         "note": "over HTTP a server returns log-probabilities, not logits: logprob_diff compares the top-k it "
-                "returns with the reference's; the logits diff, token diff and perplexity need an in-process "
-                "engine (reference compare --engine)",
+                "returns with the reference's; the logits diff and token diff need an in-process engine "
+                "(reference compare --engine); PPL is the server's own scoring of each prompt (echo + logprobs), "
+                "null where it returns none",
     }
 
 

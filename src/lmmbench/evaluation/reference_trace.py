@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Trace", "engine_trace", "top_logprobs"]
+__all__ = ["Trace", "engine_trace", "perplexity", "top_logprobs"]
 
 
 @dataclass
@@ -21,6 +21,7 @@ class Trace:
     prompt_ids: list[int]
     first_logits: Any  # numpy float32 [vocab]: the prefill's last-position logits
     ppl: float | None = None  # over the prompt's tokens; None for a one-token prompt or when not asked
+    prompt_logprobs: list[float] = field(default_factory=list)  # log-prob of prompt token i + 1 given the ones before
     generated_ids: list[int] = field(default_factory=list)  # free-running greedy
     max_logits: list[float] = field(default_factory=list)  # step s: max of the logits that chose generated_ids[s]
     top: list[list[list[Any]]] = field(default_factory=list)  # step s: top-k [token id, log-prob]
@@ -42,25 +43,30 @@ def _state(engine: Any, ids: list[int]) -> Any:
     return RequestState(request=request, prepared=engine.prepare(request))
 
 
-def _perplexity(engine: Any, ids: list[int]) -> float | None:
-    """exp(mean negative log-likelihood) of ``ids[1:]``: the first token prefilled, the rest fed through decode."""
+def _prompt_logprobs(engine: Any, ids: list[int]) -> list[float]:
+    """The log-probability of each of ``ids[1:]``: the first token prefilled, the rest fed through decode."""
     import torch
 
     if len(ids) < 2:
-        return None
+        return []
     state = _state(engine, ids[:1])
-    nll = 0.0
+    out: list[float] = []
     try:
         logits = engine.prefill([state])[0]
         for pos in range(1, len(ids)):
-            nll -= float(torch.log_softmax(logits.float(), dim=-1)[ids[pos]])
+            out.append(float(torch.log_softmax(logits.float(), dim=-1)[ids[pos]]))
             if pos == len(ids) - 1:
                 break
             state.output_ids.append(ids[pos])
             logits = engine.decode([state])[0]
     finally:
         engine.release([state.request_id])
-    return math.exp(nll / (len(ids) - 1))
+    return out
+
+
+def perplexity(logprobs: list[float]) -> float | None:
+    """exp(mean negative log-likelihood); None without any token."""
+    return math.exp(-sum(logprobs) / len(logprobs)) if logprobs else None
 
 
 def engine_trace(engine: Any, ids: list[int], steps: int, top_k: int, *, ppl: bool = True,
@@ -84,5 +90,6 @@ def engine_trace(engine: Any, ids: list[int], steps: int, top_k: int, *, ppl: bo
     finally:
         engine.release([state.request_id])
     if ppl:
-        trace.ppl = _perplexity(engine, ids)
+        trace.prompt_logprobs = _prompt_logprobs(engine, ids)
+        trace.ppl = perplexity(trace.prompt_logprobs)
     return trace
