@@ -95,6 +95,7 @@ def test_engine_offset_gives_exactly_the_injected_logits_diff(reference: Path, t
     assert ld["Prompt Num"] == 6 and td["Prompt Num"] == 4
     assert td["Max Difference"] == pytest.approx(SHIFT, abs=1e-5) and td["First Divergence"] == []  # argmax kept
     assert td["Steps Compared"] == 4 * 5
+    assert sorted(p.name for p in (tmp_path / "token_diff").iterdir()) == [f"prompt_{i}.png" for i in range(4)]
     # perplexity does not move with a constant shift of the logits (softmax is shift-invariant)
     assert acc["PPL"] == pytest.approx(acc["Reference PPL"], rel=1e-4)
     assert acc["Prompt Counts"]["token_diff"] == 4 and "52" in acc["Prompt Counts"]["note"]

@@ -83,13 +83,18 @@ def engine_section(out_dir: Path, meta: dict[str, Any], ref_first: Any, traces: 
     all_t = [x for td in token_diffs for x in td]
     _histogram(all_d, out_dir / "logits_diff.png", "first-token logits diff", "diff value")
     _histogram(all_t, out_dir / "token_diff.png", "per-token max-logit diff (while tokens agree)", "diff value")
+    (out_dir / "token_diff").mkdir(exist_ok=True)
+    for i, td in enumerate(token_diffs):  # ByteMLPerf draws the token diff of each prompt
+        _histogram(td, out_dir / "token_diff" / f"prompt_{i}.png", f"prompt {i}: per-token max-logit diff",
+                   "diff value")  # fmt: skip
     rows = [{"prompt": i, "ppl": t.ppl, "ref_ppl": meta["prompts"][i]["ppl"],
              "first_logits_max_abs_diff": float(np.abs(d[i]).max()),
              "token_max_abs_diff": max((abs(x) for x in token_diffs[i]), default=None) if i < len(token_diffs)
              else None} for i, t in enumerate(traces)]  # fmt: skip
     _write_tables(out_dir, token_diffs, rows)
     token = {"Prompt Num": len(token_diffs), "Max Difference": _stats(all_t)["max_abs_diff"],
-             "Png": str(out_dir / "token_diff.png"), "Steps Compared": len(all_t), "First Divergence": divergences}
+             "Png": str(out_dir / "token_diff.png"), "Prompt Pngs": str(out_dir / "token_diff" / "prompt_<i>.png"),
+             "Steps Compared": len(all_t), "First Divergence": divergences}
     logits = {"Prompt Num": len(traces), "Max Difference": float(np.abs(all_d).max()),
               "Mean Squared(MSE)": float((all_d**2).mean()), "Mean Absolute(MAE)": float(np.abs(all_d).mean()),
               "Cosine Similarity": float((here * ref).sum()) / norm if norm > 0 else None,
