@@ -381,6 +381,23 @@ def check_eval_reference(rep: Reporter, out: Path, s: Settings) -> None:
                     f"{_num(acc.get('Token Diff', {}).get('Max Difference')):.3g}"))
 
 
+def check_model_bench(rep: Reporter, out: Path, s: Settings) -> None:
+    """model-bench (ByteMLPerf's bench_model.py): its matrices filled with positive means, timed by the device's
+    timer (CUDA events on CUDA)."""
+    model = s.perf_model
+    d = _run_spec(rep, out, s, "model-bench", model, ["--seq-lens", "128,512", "--batch-sizes", "1,8",
+                                                      "--budget-s", "1", "--max-iters", "20"])
+    if d is None:
+        return
+    timer = _read_json(d / "config.json").get("timer")
+    rep.add(verdict(f"model-bench:{model}", "timer", timer == s.timer, f"{timer} (expected {s.timer})"))
+    for name in ("context_perf.csv", "decode_perf.csv"):
+        with (d / name).open(newline="", encoding="utf-8") as fh:
+            cells = [c for row in list(csv.reader(fh))[1:] for c in row[1:]]
+        ok = bool(cells) and all(c and _num(c) > 0 for c in cells)
+        rep.add(verdict(f"model-bench:{model}", name, ok, "mean ms " + ", ".join(cells)))
+
+
 def plan(s: Settings) -> list[tuple[str, Callable[[Reporter, Path, Settings], None]]]:
     """The checks, in priority order."""
     steps: list[tuple[str, Callable[[Reporter, Path, Settings], None]]] = []
@@ -390,6 +407,7 @@ def plan(s: Settings) -> list[tuple[str, Callable[[Reporter, Path, Settings], No
     steps.append((f"serve + perf on {s.perf_model}", check_serve_perf))
     steps.append((f"oom-boundary on {s.oom_model}", check_oom))
     steps.append(("eval + reference compare on tiny-llm", check_eval_reference))
+    steps.append((f"model-bench on {s.perf_model}", check_model_bench))
     return steps
 
 

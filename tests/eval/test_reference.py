@@ -26,7 +26,7 @@ def test_dump_then_compare_same_and_other_dtype(tmp_path: Path, capsys: pytest.C
     ]
     assert main([*args, "--max-new-tokens", "5", "--out", str(ref)]) == 0
     meta = json.loads((ref / "reference.json").read_text())
-    assert len(meta["prompts"]) == 4 and all(len(p["top_logits"]) == 5 for p in meta["prompts"])
+    assert len(meta["prompts"]) == 4 and all(len(p["max_logits"]) == 5 for p in meta["prompts"])
 
     same = tmp_path / "same"
     assert main(["reference", "compare", "--model", "tiny-llm", "--reference", str(ref), "--out-dir", str(same)]) == 0

@@ -95,7 +95,8 @@ def test_bytemlperf_workload_json_as_is(url: str, tmp_path: Path) -> None:
         "max_new_tokens": 8, "tp_sizes": [1, 2], "batch_sizes": [1, 2], "input_tokens": [16],
         "dataset": "llm_perf/datasets/merged_52_test.csv", "perf_time": 0.5,
     }))  # fmt: skip
-    argv = ["perf", "--url", url, "--model", "test-model", "--workload", str(wl), "--out-dir", str(tmp_path)]
+    argv = ["perf", "--url", url, "--model", "test-model", "--workload", str(wl), "--tp-label-only",
+            "--out-dir", str(tmp_path)]  # fmt: skip
     assert main(argv) == 0
     perf = json.loads((_run_dir(tmp_path) / "report.json").read_text())["Performance"]
     assert [(p["TP Size"], p["Batch Size"], p["Input Tokens"]) for p in perf] == [

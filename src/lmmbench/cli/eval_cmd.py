@@ -84,14 +84,10 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"reference written: {path}")
 
     def _compare(cfg: CompareConfig) -> None:
-        from lmmbench.evaluation.reference import compare_reference
+        from lmmbench.evaluation.reference import compare_reference, summary_line
 
         report = compare_reference(cfg)
-        acc = report["Accuracy"]
-        typer.echo(
-            f"logits max diff {acc['Logits Diff']['Max Difference']:.3g}, cosine "
-            f"{acc['Logits Diff']['Cosine Similarity']:.8f}; token max diff {acc['Token Diff']['Max Difference']:.3g}"
-        )
+        typer.echo(summary_line(report))
         typer.echo(f"report: {report['_path']}")
 
     command_from_model(ref, "dump", DumpConfig, _dump)

@@ -98,7 +98,16 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions, HubData
     # workloads and output
     workload: Path | None = Field(None, description="Workload YAML, or a ByteMLPerf workload JSON.")
     server_cmd: str | None = Field(
-        None, description="Command that starts the server, with {tp}/{batch}/{port}; run per tp size."
+        None, description="Command that starts the server, with {tp}/{batch}/{port}; run per tp size; {batch}: the "
+        "largest batch size (concurrency) of that tp size's points."
+    )
+    reference: Path | None = Field(
+        None, description="A `lmmbench reference dump` folder (made from the workload's dataset): a ByteMLPerf "
+        "workload's test_accuracy checks the server against it (logprob_diff, at tp 1 / batch 1)."
+    )
+    tp_label_only: bool = Field(
+        False, description="Measure the one server at --url under each of a workload's several tp sizes, the tp a "
+        "label only (stated in every row); without it such a workload needs --server-cmd."
     )
     out_dir: Path = Field(Path("lmmbench-results"), description="Results go to <out-dir>/perf/<run-name>/.")
     run_name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=200,

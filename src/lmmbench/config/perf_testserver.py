@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -72,6 +73,12 @@ class TestServerConfig(BaseModel):
         "step in /metrics (vllm:spec_decode_num_*_total), each accepted with --spec-acceptance.",
     )
     spec_acceptance: float = Field(0.5, ge=0, le=1, description="Acceptance rate of each draft token (0..1).")
+    logprobs_reference: Path | None = Field(
+        None, description="A `reference dump` folder: /v1/completions with logprobs answers its log-probabilities "
+        "(for tests of `reference compare --url`).")
+    logprob_shift: float = Field(0.0, description="With --logprobs-reference: added to every log-probability.")
+    diverge_at_step: int | None = Field(
+        None, ge=0, description="With --logprobs-reference: generate the second-best token from this step on.")
 
     @field_validator("faults")
     @classmethod

@@ -4,13 +4,16 @@ lmmbench YAML: any ``PerfConfig`` field at the top level, plus ``points``: a lis
 one load point each (e.g. ``{concurrency: 8, input_tokens: 512}`` or ``{rate: 100}``).
 
 ByteMLPerf JSON (``model``, ``min_new_tokens``, ``max_new_tokens``, ``tp_sizes``, ``batch_sizes``,
-``input_tokens``, ``perf_time``, ``dataset``, ...): every (tp, batch, input_tokens) combination is a
-point that runs ``perf_time`` seconds with ``batch`` concurrent clients; tp is a label (and is
-passed to ``--server-cmd`` when one is given). Accuracy-only keys are kept as labels.
+``input_tokens``, ``perf_time``, ``dataset``, ``test_perf``, ``test_accuracy``): every (tp, batch,
+input_tokens) combination is a point that runs ``perf_time`` seconds with ``batch`` concurrent clients
+(none when ``test_perf`` is false). ``--server-cmd`` starts a server per tp size with ``{batch}`` the
+largest batch size of the run (ByteMLPerf's ``max_batch_size``); ``bytemlperf_flags`` gives the keys
+that decide what else runs (the accuracy check, report.json's Min / Max New Tokens).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +22,51 @@ from lmmbench.config.loaders import load_config_file
 from lmmbench.config.perf import PerfConfig
 from lmmbench.core.errors import UserError
 
-__all__ = ["is_bytemlperf_workload", "load_workload"]
+__all__ = ["ByteMLPerfFlags", "bytemlperf_flags", "is_bytemlperf_workload", "load_workload"]
 
 _BYTEMLPERF_KEYS = {"tp_sizes", "batch_sizes", "input_tokens", "perf_time"}
+
+
+@dataclass(frozen=True)
+class ByteMLPerfFlags:
+    """The keys of a ByteMLPerf workload that decide what a run does beside its load points."""
+
+    model: str | None
+    test_perf: bool
+    test_accuracy: bool
+    min_new_tokens: int | None
+    max_new_tokens: int | None
+    dataset: str | None
+
+
+def _flag(path: Path, data: dict[str, Any], key: str, default: bool) -> bool:
+    v = data.get(key, default)
+    if not isinstance(v, bool):
+        raise UserError(f"{path}: '{key}' must be true or false")
+    return v
+
+
+def _positive(path: Path, data: dict[str, Any], key: str) -> int | None:
+    v = data.get(key)
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+        raise UserError(f"{path}: '{key}' must be a positive integer")
+    return v
+
+
+def bytemlperf_flags(path: Path) -> ByteMLPerfFlags | None:
+    """The flags of the ByteMLPerf workload at ``path`` (as ByteMLPerf reads them); None for lmmbench YAML."""
+    data = load_config_file(path)
+    if not is_bytemlperf_workload(data):
+        return None
+    dataset = data.get("dataset")
+    if dataset is not None and not isinstance(dataset, str):
+        raise UserError(f"{path}: 'dataset' must be a path to a CSV of prompts")
+    model = data.get("model")
+    return ByteMLPerfFlags(model=str(model) if model is not None else None,
+                           test_perf=_flag(path, data, "test_perf", True),
+                           test_accuracy=_flag(path, data, "test_accuracy", False),
+                           min_new_tokens=_positive(path, data, "min_new_tokens"),
+                           max_new_tokens=_positive(path, data, "max_new_tokens"), dataset=dataset)  # fmt: skip
 
 
 def is_bytemlperf_workload(data: dict[str, Any]) -> bool:
@@ -45,11 +90,14 @@ def _from_bytemlperf(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], 
         raise UserError(f"{path}: 'perf_time' must be a positive number of seconds")
     check_limit("duration_s", perf_time, f"{path}: perf_time")
     base: dict[str, Any] = {"labels": {"workload": path.stem, "workload_model": data.get("model")}}
-    max_new = data.get("max_new_tokens")
-    if isinstance(max_new, int) and max_new > 0:
+    if not _flag(path, data, "test_perf", True):
+        return base, []  # ByteMLPerf's test_perf: false: no load point at all
+    min_new, max_new = _positive(path, data, "min_new_tokens"), _positive(path, data, "max_new_tokens")
+    if min_new is not None and max_new is not None and min_new > max_new:
+        raise UserError(f"{path}: 'min_new_tokens' ({min_new}) is above 'max_new_tokens' ({max_new})")
+    if max_new is not None:
         base["output_tokens"] = max_new
-    min_new = data.get("min_new_tokens")
-    if isinstance(min_new, int) and isinstance(max_new, int) and 0 < min_new < max_new:
+    if min_new is not None and min_new != max_new:  # between min and max: the server's EOS decides
         base["extra_body"] = {"min_tokens": min_new}
         base["ignore_eos"] = False
     check_limit("sweep_points", len(tps) * len(batches) * len(inputs), f"{path}: tp_sizes x batch_sizes x input_tokens")

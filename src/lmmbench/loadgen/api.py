@@ -29,9 +29,14 @@ from lmmbench.loadgen.driver import WorkerPlan, WorkerResult, run_worker
 from lmmbench.loadgen.protocol import make_client
 from lmmbench.metrics.perf_metrics import PerfSummary, summarize_records
 
-__all__ = ["LoadResult", "Preflight", "measurement_facts", "preflight", "requested_output_range", "run_benchmark"]
+__all__ = ["LoadResult", "ModelNotServed", "Preflight", "measurement_facts", "preflight", "requested_output_range",
+           "run_benchmark"]
 
 LATENESS_WARN_MS = 1.0
+
+
+class ModelNotServed(UserError):
+    """The server answers but does not serve the model asked for (waiting longer will not help)."""
 
 
 @dataclass
@@ -97,7 +102,7 @@ async def _preflight_async(cfg: PerfConfig) -> Preflight:
             raise UserError(f"{cfg.url} does not list its models; give --model")
         model = served[0]
     elif served and model not in served:
-        raise UserError(f"model '{model}' is not served at {cfg.url}; served: {', '.join(served)}")
+        raise ModelNotServed(f"model '{model}' is not served at {cfg.url}; served: {', '.join(served)}")
     continuous = cfg.continuous_usage
     probe_payload: dict[str, Any] = {"max_tokens": 4}
     if cfg.endpoint == "chat":
@@ -125,7 +130,7 @@ async def _preflight_async(cfg: PerfConfig) -> Preflight:
                 f"{cfg.url} rejects ignore_eos/min_tokens ({rec.error_message}); rerun with --no-ignore-eos"
             )
     if rec.status == 404:
-        raise UserError(f"{cfg.url}: model '{model}' not found ({rec.error_message})")
+        raise ModelNotServed(f"{cfg.url}: model '{model}' not found ({rec.error_message})")
     if rec.error_kind in ("connect", "timeout") or rec.status == 0:
         raise UserError(f"{cfg.url}: pre-flight request failed: {rec.error_kind} {rec.error_message}")
     if rec.status != 200:

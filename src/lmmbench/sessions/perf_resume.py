@@ -112,7 +112,7 @@ def load_previous(run_dir: Path, points: list[dict[str, Any]]) -> Previous:
     _set_aside(run_dir, prev.done)
     if (run_dir / "report.json").is_file():
         report = json.loads(read_text(run_dir / "report.json", "report.json"))
-        prev.perf = [p for p in report.get("Performance", []) if (p.get("labels") or {}).get("point") in prev.done]
+        prev.perf = [p for p in (report.get("Performance") or []) if (p.get("labels") or {}).get("point") in prev.done]
         prev.model = report.get("Model") or prev.model
     for row in _json_lines(run_dir / "records.jsonl"):
         point = (row.get("labels") or {}).get("point")

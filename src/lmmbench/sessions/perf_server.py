@@ -13,11 +13,11 @@ from urllib.parse import urlsplit
 
 from lmmbench.config.perf import PerfConfig
 from lmmbench.core.errors import UserError
-from lmmbench.loadgen.api import LoadResult, Preflight, preflight
+from lmmbench.loadgen.api import LoadResult, ModelNotServed, Preflight, preflight
 from lmmbench.sessions.perf_points import point_config
 from lmmbench.sessions.perf_resume import Previous
 
-__all__ = ["start_server", "sweep", "wait_ready"]
+__all__ = ["start_server", "stop_server", "sweep", "wait_ready"]
 
 
 def start_server(cmd: str, tp: Any, batch: Any, url: str) -> subprocess.Popen[bytes]:
@@ -29,15 +29,35 @@ def start_server(cmd: str, tp: Any, batch: Any, url: str) -> subprocess.Popen[by
 
 
 def wait_ready(cfg: PerfConfig, proc: subprocess.Popen[bytes] | None, timeout_s: float = 300) -> Preflight:
-    """The preflight of a server that is starting: asked again while the process lives, up to ``timeout_s``."""
+    """The preflight of a server that is starting: asked again while the process lives, up to ``timeout_s``;
+    a server that answers without serving ``--model`` fails at once (naming what it serves)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             return preflight(cfg)
+        except ModelNotServed:
+            raise
         except UserError:
             if proc is None or time.monotonic() > deadline or proc.poll() is not None:
                 raise
             time.sleep(0.25)
+
+
+def _largest_batch(items: list[tuple[int, PerfConfig]]) -> Any:
+    """ByteMLPerf's ``max_batch_size`` of a server: the largest batch (else concurrency) its points send."""
+    sizes = [p.labels.get("batch", p.concurrency) for _i, p in items]
+    known = [s for s in sizes if isinstance(s, int)]
+    return max(known) if known else None
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a started server and wait for it (killed after 30 s)."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def sweep(base: PerfConfig, points: list[dict[str, Any]], done: Previous | None,
@@ -51,11 +71,12 @@ def sweep(base: PerfConfig, points: list[dict[str, Any]], done: Previous | None,
     for tp, items in groups.items():
         proc = None
         if base.server_cmd:
-            proc = start_server(base.server_cmd, tp, items[0][1].labels.get("batch"), base.url)
-            pf = wait_ready(base, proc)
-        if pf is None:
-            raise UserError("perf: no server to send to (give --url, or --server-cmd to start one)")
+            proc = start_server(base.server_cmd, tp, _largest_batch(items), base.url)
         try:
+            if proc is not None:
+                pf = wait_ready(base, proc)
+            if pf is None:
+                raise UserError("perf: no server to send to (give --url, or --server-cmd to start one)")
             for i, pcfg in items:
                 if done is not None and i in done.done:
                     continue  # measured by the session this --resume continues
@@ -63,5 +84,4 @@ def sweep(base: PerfConfig, points: list[dict[str, Any]], done: Previous | None,
                     raise KeyboardInterrupt
         finally:
             if proc is not None:
-                proc.terminate()
-                proc.wait(30)
+                stop_server(proc)

@@ -48,6 +48,7 @@ from lmmbench.sessions.perf_run_dir import (
 from lmmbench.sessions.perf_search import run_search
 from lmmbench.sessions.perf_server import sweep, wait_ready
 from lmmbench.sessions.perf_telemetry import finish_telemetry, start_telemetry
+from lmmbench.sessions.perf_workload import check_tp_sizes, run_accuracy, workload_flags
 
 __all__ = ["PerfRun", "run_perf"]
 
@@ -67,6 +68,7 @@ class PerfRun:
         return (sum(r.summary.requests for r in self.results), sum(r.summary.ok for r in self.results))
     interrupted: bool = False
     already_finished: bool = False  # --resume of a run whose every point was measured: nothing was run
+    accuracy: dict[str, Any] | None = None  # ByteMLPerf's Accuracy section, when a workload's test_accuracy ran it
 
 
 def _print_point(labels: dict[str, Any], res: LoadResult) -> None:
@@ -131,6 +133,7 @@ class _PerfSession:
         self.run_log = _start_run_log(base, points, run_dir, self.out)
         self.run.run_id = self.run_log.run_id
         self.telemetry = start_telemetry(base, run_dir)
+        self.check_accuracy = False  # a ByteMLPerf workload's test_accuracy: checked after the load points
 
     def point(self, i: int, pcfg: PerfConfig, pf: Preflight) -> LoadResult:
         """Measure load point ``i``; its records, row and entry written before the next one starts."""
@@ -166,6 +169,9 @@ class _PerfSession:
                     base, lambda i, pcfg: self.point(i, pcfg, ready), run.results)
             else:
                 sweep(base, self.points, done, self.point, pf)
+                if self.check_accuracy:
+                    run.accuracy = self.out.accuracy = run_accuracy(base, run.run_dir)
+                    self.out.flush()
         except KeyboardInterrupt:
             status = "interrupted"
             run.interrupted = True
@@ -220,12 +226,15 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None) -> Perf
     """Run every point of ``cfg`` (or the SLO search) and write the run folder; ``requests``: built by the caller
     (``bench serve``), else from ``cfg``'s dataset."""
     base, points = resolve_points(cfg)
+    flags = workload_flags(base)
+    points = check_tp_sizes(base, points)
     tok = _check_before_measuring(base, points)
     run_dir = claim_run_dir(base)
     pf: Preflight | None = None
     if base.server_cmd is None:
         wait_for_server(base.url, base.model, base.wait_for_server, api_key=base.api_key)
-        pf = preflight(base)  # fails clearly before any folder is made or load is sent
+        if points:  # the probe is a request: a workload of test_perf false sends none
+            pf = preflight(base)  # fails clearly before any folder is made or load is sent
     fresh = not run_dir.exists()
     prepare_out_dir(run_dir, "--out-dir/perf/--run-name")
     done = previous_points(base, run_dir, points)
@@ -235,6 +244,10 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None) -> Perf
         return PerfRun(run_dir, already_finished=True)
     keep_crashed_journal(run_dir)
     session = _PerfSession(base, points, run_dir, done, requests, tok, fresh)
+    if flags is not None:  # ByteMLPerf's report.json echoes the workload's
+        session.out.new_tokens = (flags.min_new_tokens, flags.max_new_tokens)
+        session.out.perf_tested = flags.test_perf
+        session.check_accuracy = flags.test_accuracy
     session.measure(done, pf)
     run = session.run
     run.files += [run_dir / n for n in ("records.jsonl", "records.csv", "summary.csv", "report.json", "run.json")]

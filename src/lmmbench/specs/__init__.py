@@ -20,6 +20,7 @@ BUILTIN_SPEC_MODULES = [
     "lmmbench.specs.ttft_batch",
     "lmmbench.specs.backend_comparison",
     "lmmbench.specs.episodic_eval",
+    "lmmbench.specs.model_bench",
 ]
 
 for _module in BUILTIN_SPEC_MODULES:

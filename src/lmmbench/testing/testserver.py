@@ -328,6 +328,11 @@ class _ServerConn(asyncio.Protocol):
         if fault in ("http_400", "http_429", "http_500"):
             self.write(_error(int(fault[5:]), f"injected {fault}"))
             return
+        if cfg.logprobs_reference is not None and req.get("logprobs") and not chat and not native:
+            from lmmbench.testing.logprob_replay import logprob_answer
+
+            self.write(_json_response(*logprob_answer(cfg, req, f"cmpl-{os.getpid()}-{st.counter}")))
+            return
         n_out = int(req.get("max_tokens") or req.get("max_completion_tokens") or cfg.output_tokens)
         n_out = max(n_out, 1)
         if chat:
