@@ -41,6 +41,7 @@ if [ ! -x .venv-tf517/bin/python ]; then
 fi
 echo "== transformers $(.venv-tf517/bin/python -c 'import transformers; print(transformers.__version__)'): in-process subset"
 pytest_pass "transformers 5.17" env PYTHONPATH=src .venv-tf517/bin/python -m pytest -q -p no:cacheprovider \
-  tests/ttft/test_measured_or_refused.py tests/ttft/test_hooks.py tests/models/test_tiny_models.py \
+  tests/ttft/test_measured_or_refused.py tests/ttft/test_hooks.py tests/ttft/test_study_names.py \
+  tests/models/test_tiny_models.py \
   tests/serve/test_serve_engine.py tests/serve/test_serve_media_guard.py tests/eval/test_scoring.py \
   tests/eval/test_context_sharing.py tests/eval/test_read_positions.py
