@@ -151,7 +151,11 @@ def _rows(audio_ms: Any) -> list[dict[str, Any]]:
         rows.append({"sample_id": f"s{i}", "status": "ok", "visual_encoder_ms": visual, "audio_encoder_ms": audio,
                      "prefill_ms": prefill, "llm_prefill_ms": llm, "others_ms": others,
                      "others_unattributed_ms": 1.0, "ttft_ms": visual + audio + prefill + others,
-                     "visual_tokens": tokens, "duration": duration, "total_tokens": tokens + 50})
+                     "visual_tokens": tokens, "audio_tokens": 25 * (i + 1), "duration": duration,
+                     "total_tokens": tokens + 50})
+    rows.append({"sample_id": "silent_video", "status": "ok", "visual_encoder_ms": 10.0, "audio_encoder_ms": 0.0,
+                 "prefill_ms": 11.0, "llm_prefill_ms": 9.0, "others_ms": 40.0, "others_unattributed_ms": 1.0,
+                 "ttft_ms": 61.0, "visual_tokens": 100, "audio_tokens": 0, "duration": 9.0, "total_tokens": 150})
     return rows
 
 
@@ -166,7 +170,8 @@ def test_the_comparison_finds_what_was_injected() -> None:
     assert any("agrees with the study's constant" in v for v in const["verdicts"])
     shares = const["shares_pct"]
     ttft = sum(r["ttft_ms"] for r in _rows(lambda d: 22.0))
-    assert shares["others_share_pct"] == pytest.approx(100 * 160 / ttft)
+    assert shares["others_share_pct"] == pytest.approx(100 * 200 / ttft)
+    assert const["audio_vs_duration"]["n_samples"] == 4  # the video without audio is no point of the audio fit
     assert sum(shares[k] for k in ("visual_share_pct", "audio_share_pct", "prefill_share_pct",
                                    "others_share_pct")) == pytest.approx(100.0)
     assert const["prefill_fit"]["r2"] < 0.99  # the alternating 5 ms make prefill less than linear in tokens

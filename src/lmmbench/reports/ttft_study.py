@@ -67,7 +67,8 @@ def _fit(points: Mapping[str, Mapping[str, Any]], y: str, x: str) -> dict[str, A
 
 
 def _audio_shape(points: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """audio_encoder_ms against the clip's duration: constant (the study) or linear."""
+    """audio_encoder_ms against the clip's duration (samples with audio tokens): constant (the study) or linear."""
+    points = {k: m for k, m in points.items() if math.isfinite(m["audio_tokens"]) and m["audio_tokens"] > 0}
     fit = _fit(points, "audio_encoder_ms", "duration")
     ys = sorted(m["audio_encoder_ms"] for m in points.values()
                 if math.isfinite(m["duration"]) and m["duration"] > 0 and math.isfinite(m["audio_encoder_ms"]))
@@ -77,7 +78,7 @@ def _audio_shape(points: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         rise = fit["slope"] * (fit["x_max"] - fit["x_min"])
         shape = ("constant" if abs(rise) < _CONSTANT_RISE * med
                  else "linear" if (fit["r2"] or 0.0) >= _LINEAR_R2 else "neither constant nor linear")
-    return {**fit, "median_ms": med, "shape": shape, "basis": "per-sample medians against duration (s)"}
+    return {**fit, "median_ms": med, "shape": shape, "basis": "per sample, against its duration (s)"}
 
 
 def _share_line(name: str, run: float | None, study: float) -> str:
@@ -112,14 +113,15 @@ def _verdicts(c: dict[str, Any]) -> list[str]:
     return lines
 
 
-def study_comparison(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The run's shares, visual fit, audio shape and prefill R² beside the study's (ok rows only); None
-    when the rows carry no study stages."""
+def study_comparison(rows: Sequence[Mapping[str, Any]], fit_stat: str = "median") -> dict[str, Any] | None:
+    """The run's shares, visual fit, audio shape and prefill R² beside the study's (ok rows only; fits on each
+    sample's ``fit_stat`` over its repeats, as the spec's own fits); None when the rows carry no study stages."""
     ok = [r for r in rows if r.get("status", "ok") == "ok"]
     if not any(r.get("prefill_ms") not in (None, "") and r.get("ttft_ms") not in (None, "") for r in ok):
         return None
-    fields = ("visual_encoder_ms", "visual_tokens", "audio_encoder_ms", "duration", "prefill_ms", "total_tokens")
-    points = per_sample_medians([dict(r) for r in ok], fields)
+    fields = ("visual_encoder_ms", "visual_tokens", "audio_encoder_ms", "audio_tokens", "duration", "prefill_ms",
+              "total_tokens")
+    points = per_sample_medians([dict(r) for r in ok], fields, stat=fit_stat)
     out: dict[str, Any] = {
         "source": SOURCE,
         "study": STUDY_PUBLISHED,
@@ -127,7 +129,7 @@ def study_comparison(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None
         "visual_fit": _fit(points, "visual_encoder_ms", "visual_tokens"),
         "audio_vs_duration": _audio_shape(points),
         "prefill_fit": _fit(points, "prefill_ms", "total_tokens"),
-        "basis": "shares from per-sample means; fits on per-sample medians over ok repeats",
+        "basis": f"shares from per-sample means; fits on per-sample {fit_stat}s over ok repeats",
         "caveat": "another model, size and machine than the study's: shares and shapes compare, milliseconds do not",
     }
     out["verdicts"] = _verdicts(out)

@@ -81,7 +81,7 @@ class InProcessSpec(Spec):
         if self.compare_with_study:
             from lmmbench.reports.ttft_study import study_comparison
 
-            comparison = study_comparison(rows)
+            comparison = study_comparison(rows, self.fit_stat)
             if comparison is not None:
                 out["ttft_study_comparison"] = comparison
         padding = self._audio_padding(rows)
