@@ -168,6 +168,8 @@ def test_the_comparison_finds_what_was_injected() -> None:
     assert linear is not None and linear["audio_vs_duration"]["shape"] == "linear"
     assert any("disagrees with the study's constant" in v for v in linear["verdicts"])
     assert any("agrees with the study's constant" in v for v in const["verdicts"])
+    noisy = study_comparison(_rows(lambda d: 5.0 * d + (4.0 if d == 2 else 0.0)))  # rises, but off a line
+    assert noisy is not None and noisy["audio_vs_duration"]["shape"] == "rising, not linear"
     shares = const["shares_pct"]
     ttft = sum(r["ttft_ms"] for r in _rows(lambda d: 22.0))
     assert shares["others_share_pct"] == pytest.approx(100 * 200 / ttft)

@@ -76,8 +76,12 @@ def _audio_shape(points: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     shape = None
     if fit["slope"] is not None and fit["x_min"] is not None and med:
         rise = fit["slope"] * (fit["x_max"] - fit["x_min"])
-        shape = ("constant" if abs(rise) < _CONSTANT_RISE * med
-                 else "linear" if (fit["r2"] or 0.0) >= _LINEAR_R2 else "neither constant nor linear")
+        if abs(rise) < _CONSTANT_RISE * med:
+            shape = "constant"
+        elif rise > 0:
+            shape = "linear" if (fit["r2"] or 0.0) >= _LINEAR_R2 else "rising, not linear"
+        else:
+            shape = "falling"
     return {**fit, "median_ms": med, "shape": shape, "basis": "per sample, against its duration (s)"}
 
 
