@@ -51,7 +51,8 @@ fi
 if [ "${SKIP_LEGS:-0}" = "1" ]; then
   exit 0
 fi
-IN_PROCESS=(tests/ttft/test_measured_or_refused.py tests/ttft/test_hooks.py tests/models/test_tiny_models.py
+IN_PROCESS=(tests/ttft/test_measured_or_refused.py tests/ttft/test_hooks.py tests/ttft/test_study_names.py
+  tests/models/test_tiny_models.py
   tests/serve/test_serve_engine.py tests/serve/test_serve_media_guard.py tests/eval/test_scoring.py
   tests/eval/test_context_sharing.py tests/eval/test_read_positions.py)
 leg() {  # leg VENV TITLE PYTEST-ARGS...

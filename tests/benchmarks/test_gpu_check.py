@@ -53,6 +53,17 @@ def test_stage_sums_and_unattributed_verdicts(gpu_check: Any) -> None:
                    "unattributed") == "PASS"
 
 
+def test_prefill_parts_and_the_study_style_timer_verdicts(gpu_check: Any) -> None:
+    parts = {"llm_prefill_ms": 12, "prefill_merge_ms": 4, "prefill_rope_index_ms": 2, "prefill_lm_head_ms": 2,
+             "prefill_forward_glue_ms": "", "prefill_outside_forward_ms": 2, "prefill_study_timer_ms": 18.01}
+    vs = gpu_check.breakdown_verdicts("c", [_row(**parts)], {}, "cuda_event")  # empty glue: no wrapper
+    assert _status(vs, "stage sums exact") == "PASS" and _status(vs, "study-style prefill timer") == "PASS"
+    vs = gpu_check.breakdown_verdicts("c", [_row(**{**parts, "prefill_merge_ms": 5, "prefill_study_timer_ms": 20})],
+                                      {}, "cuda_event")
+    assert _status(vs, "stage sums exact") == "FAIL"  # the parts no longer sum to prefill_ms
+    assert _status(vs, "study-style prefill timer") == "FAIL"  # 20 against 20 - 2 inside the forward
+
+
 def test_without_cuda_it_refuses_with_exit_2(gpu_check: Any, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     import torch

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from lmmbench.profiling.stages import OTHERS_PARTS, stage_breakdown
+from lmmbench.profiling.stages import OTHERS_PARTS, PREFILL_PARTS, stage_breakdown
 from lmmbench.profiling.timeline import ResolvedSpan, Timeline
 
 
@@ -91,12 +91,21 @@ def test_stage_breakdown_invariants_on_injected_spans() -> None:
         _span("first_token", 90, 100, 10.0, 2),
         _span("cache_setup", 36, 40, 4.0, 2),
     ]
+    spans.insert(4, _span("position_ids", 3, 5, 2.0, 2))  # the rope index, before the forward (transformers 5.x)
+    spans[2] = _span("generate", 2, 100, 1.0, 1)
     f = stage_breakdown(spans)
     assert f["ttft_ms"] == 100
     assert (f["visual_encoder_ms"], f["audio_encoder_ms"], f["llm_prefill_ms"]) == (29, 10, 30)
-    assert f["prefill_ms"] == 31  # llm + the forward's own glue
+    # the study's prefill: merge 4 + rope index 2 + LLM forward 30 + lm_head 5 + the forward's own glue 1
+    assert (f["prefill_merge_ms"], f["prefill_rope_index_ms"], f["prefill_lm_head_ms"]) == (4, 2, 5)
+    assert f["prefill_forward_glue_ms"] == 1 and f["prefill_ms"] == 42
+    assert f["prefill_ms"] - f["llm_prefill_ms"] == 4 + 2 + 5 + 1
+    assert f["prefill_outside_forward_ms"] == 2  # what a timer on the forward alone misses
     assert f["visual_encoder_ms"] + f["audio_encoder_ms"] + f["prefill_ms"] + f["others_ms"] == f["ttft_ms"]
     assert sum(f[p] for p in OTHERS_PARTS) == pytest.approx(f["others_ms"])
-    assert f["others_embedding_merge_ms"] == 4 and f["others_unattributed_ms"] == 4
-    assert f["unattributed_pct"] == pytest.approx(4.0)
-    assert stage_breakdown(spans, merge_in_forward=True)["others_embedding_merge_ms"] == 5
+    assert sum(f[p] for p in PREFILL_PARTS) == pytest.approx(f["prefill_ms"])
+    assert f["others_ms"] == 1 + 2 + 1 + 1 + 4 + 10  # ttft root, transfer, generate, dispatch, cache, first token
+    assert f["others_unattributed_ms"] == 2
+    assert f["unattributed_pct"] == pytest.approx(2.0)
+    folded = stage_breakdown(spans, merge_in_forward=True)  # 4.x layout: the forward's own code is the merge
+    assert folded["prefill_merge_ms"] == 5 and folded["prefill_forward_glue_ms"] == 0 and folded["prefill_ms"] == 42

@@ -5,6 +5,9 @@
   ``versions`` / ``git_commit`` / ``time_utc``;
 - eval, ``logs/config_<mode>.json`` (``evaluation.modes``): ``config`` and ``environment`` only.
 
+A TTFT breakdown written before the TTFT study's names were kept (``core.ttft_names``) gets its
+headline recomputed from its results in today's names, whatever its layout.
+
 Older layouts get a stable id derived from their folder (``legacy-<kind>-<hash>``), and counts and
 headline metrics read from the files the run wrote beside them where those exist.
 
@@ -22,6 +25,7 @@ from typing import Any
 
 from lmmbench.core.errors import UserError
 from lmmbench.core.run_summaries import eval_headline, perf_headline, spec_headline
+from lmmbench.core.ttft_names import LEGACY_PREFILL_PARTS
 
 __all__ = ["LegacyFields", "upgrade"]
 
@@ -101,12 +105,22 @@ def _eval_config(data: dict[str, Any], path: Path) -> LegacyFields:
     ), (config,)  # fmt: skip
 
 
+def _study_names(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A spec run whose headline predates the TTFT study's names (merge, rope index and lm_head in
+    others) gets its headline again from its results, read in today's names; otherwise as it is."""
+    headline = data.get("headline") or {}
+    if data.get("kind") != "spec" or not any(f"{k}_median" in headline for k in LEGACY_PREFILL_PARTS):
+        return data
+    rows = _csv_rows(folder / f"{data.get('name')}_results.csv")
+    return {**data, "headline": spec_headline(rows)} if rows else data
+
+
 def upgrade(data: dict[str, Any], path: Path) -> LegacyFields:
     """The ``RunLog`` fields of the JSON at ``path``, whichever layout wrote it."""
     folder = path.parent
     version = data.get("schema_version")
     if version == 2 or (isinstance(version, int) and version > 2 and "kind" in data):
-        return data, None
+        return _study_names(data, folder), None
     if version == 1 and "spec" in data:
         return _spec_v1(data, folder)
     if path.name.startswith("config_") and "config" in data:

@@ -42,9 +42,12 @@ def perf_headline(rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
 
 
 def spec_headline(rows: Iterable[Mapping[str, Any]]) -> dict[str, float | None]:
-    """Median over the measured rows of a spec's results of every ``*_ms`` column."""
+    """Median over the measured rows of a spec's results of every ``*_ms`` column (old TTFT breakdown
+    rows in today's names)."""
+    from lmmbench.core.ttft_names import upgrade_breakdown_row
+
     values: dict[str, list[float]] = {}
-    for row in rows:
+    for row in map(upgrade_breakdown_row, rows):
         if row.get("status", "ok") not in ("ok", "", None):
             continue
         for key, cell in row.items():

@@ -102,6 +102,13 @@ def run_generate_with_breakdown(
     fields = stage_breakdown(spans, merge_in_forward=merge_in_forward)
     if hooks is None:
         return BreakdownResult(fields, wall_ms, timeline.timer_kind, output_ids, [])
+    study = hooks.study.result_ms()  # the study's own timer: the first forward minus the encoders inside it
+    fields["prefill_study_timer_ms"] = study if study is not None else 0.0
+    if hooks.study.error is not None and "study_prefill_timer" not in hooks.dropped:
+        hooks.dropped["study_prefill_timer"] = hooks.study.error
+        hooks.errors.append(hooks.study.error)
     unmeasured = unmeasured_fields(hooks.dropped_categories())
+    # without a multimodal wrapper the forward's own code is the merge: no separate glue is measured
+    unmeasured += ("prefill_forward_glue_ms",) * merge_in_forward + ("prefill_study_timer_ms",) * (study is None)
     return BreakdownResult(fields, wall_ms, timeline.timer_kind, output_ids, list(hooks.errors),
                            dict(hooks.dropped), unmeasured)

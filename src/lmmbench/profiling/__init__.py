@@ -2,7 +2,7 @@
 
 from lmmbench.profiling.families import HOOK_LAYOUTS, ModuleLayout, ResolvedModules, resolve_modules
 from lmmbench.profiling.hooks import StageHooks
-from lmmbench.profiling.stages import OTHERS_PARTS, STAGE_FIELDS, stage_breakdown
+from lmmbench.profiling.stages import OTHERS_PARTS, PREFILL_PARTS, STAGE_FIELDS, stage_breakdown
 from lmmbench.profiling.timeline import CPU_TIMER, CUDA_TIMER, ResolvedSpan, Timeline
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "CUDA_TIMER",
     "HOOK_LAYOUTS",
     "OTHERS_PARTS",
+    "PREFILL_PARTS",
     "STAGE_FIELDS",
     "ModuleLayout",
     "ResolvedModules",

@@ -14,25 +14,24 @@ CATEGORY_FIELD = {
     "input_transfer": "others_input_transfer_ms",
     "generate_setup": "others_generate_setup_ms",
     "input_prep": "others_input_prep_ms",
-    "position_ids": "others_position_ids_ms",
+    "position_ids": "prefill_rope_index_ms",
     "encoder_dispatch": "others_encoder_dispatch_ms",
     "cache_setup": "others_cache_setup_ms",
-    "wrapper": "others_embedding_merge_ms",
-    "lm_head": "others_lm_head_ms",
+    "wrapper": "prefill_merge_ms",
+    "lm_head": "prefill_lm_head_ms",
     "first_token": "others_first_token_ms",
     "generate": "others_unattributed_ms",
     "ttft": "others_unattributed_ms",
     "visual": "visual_encoder_ms",
     "audio": "audio_encoder_ms",
     "llm": "llm_prefill_ms",
-    "forward": "prefill_glue_ms",
+    "forward": "prefill_forward_glue_ms",
 }
 
 
 def field_of_category(category: str) -> str:
-    """The breakdown field a span of ``category`` adds its exclusive time to (the forward's own glue
-    is part of ``prefill_ms``; the root span of a measurement is ``ttft_ms``)."""
+    """The breakdown field a span of ``category`` adds its exclusive time to (the root span of a
+    measurement is ``ttft_ms``)."""
     if category == "ttft":
         return "ttft_ms"
-    field = CATEGORY_FIELD.get(category, "others_unattributed_ms")
-    return "prefill_ms" if field == "prefill_glue_ms" else field
+    return CATEGORY_FIELD.get(category, "others_unattributed_ms")

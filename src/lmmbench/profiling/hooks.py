@@ -21,6 +21,7 @@ import logging
 from typing import Any
 
 from lmmbench.profiling.families import ResolvedModules, resolve_modules
+from lmmbench.profiling.study_timer import StudyPrefillTimer
 from lmmbench.profiling.timeline import Timeline
 
 __all__ = ["GENERATE_METHOD_CATEGORIES", "POSITION_METHODS", "StageHooks"]
@@ -74,6 +75,8 @@ class StageHooks:
         self._dropped_methods: set[str] = set()
         self._forward_done = False
         self._installed = False
+        # prefill timed the TTFT study's way (first forward minus the encoders inside it), its own marks
+        self.study = StudyPrefillTimer(self.modules.generation_model, [self.modules.visual, self.modules.audio])
 
     # -- installing -----------------------------------------------------------------------
     def install(self) -> StageHooks:
@@ -91,6 +94,7 @@ class StageHooks:
         if m.wrapper is not None:
             for name in POSITION_METHODS:
                 self._wrap_method(m.wrapper, name, "position_ids")
+        self.study.install()  # after the stage hooks: its marks lie just inside theirs
         self._installed = True
         return self
 
@@ -100,6 +104,7 @@ class StageHooks:
             for h in handles:
                 h.remove()
         self._handles.clear()
+        self.study.remove()
         for obj, name in reversed(self._wrapped):
             with contextlib.suppress(AttributeError):
                 delattr(obj, name)
@@ -119,10 +124,12 @@ class StageHooks:
         self.errors = []
         self._open = {}
         self._forward_done = False
+        self.study.begin(timeline.use_cuda)
 
     def deactivate(self) -> None:
         self.timeline = None
         self._open = {}
+        self.study.end()
 
     # -- internals ------------------------------------------------------------------------
     def _drop(self, role: str, exc: BaseException) -> None:

@@ -1,9 +1,10 @@
 """The top of a TTFT-breakdown report: the answer to "where does the time go", before any table.
 
-The headline is TTFT (median over every measured row, with its distribution-free 95 % interval) and each
-named stage's share of TTFT in words; the first chart is one stacked bar per input (median over its
-repeats, in milliseconds): preprocessing (before ``generate``, so beside TTFT rather than inside it), visual
-encoder, audio encoder, prefill, the split of "others", and what no timer covers. Raw field names appear
+The headline is TTFT (median over every measured row, with its distribution-free 95 % interval) and the
+share of TTFT of each of the TTFT study's stages (visual, audio, prefill, others) in words; the first chart
+is one stacked bar per input (median over its repeats, in milliseconds): preprocessing (before ``generate``,
+so beside TTFT rather than inside it), visual encoder, audio encoder, prefill and others each split, and
+what no timer covers. Raw field names appear
 only in the tables further down. Built from ``<spec>_results.csv`` rows alone.
 """
 
@@ -17,25 +18,30 @@ from typing import Any
 from lmmbench.core.run_summaries import to_float as _num
 from lmmbench.metrics.noise import median_ci
 
-__all__ = ["BREAKDOWN_SEGMENTS", "breakdown_headline", "is_breakdown", "stage_stack_chart", "stage_summary_chart"]
+__all__ = ["BREAKDOWN_SEGMENTS", "STUDY_SEGMENTS", "breakdown_headline", "is_breakdown", "stage_stack_chart",
+           "stage_summary_chart"]
 
 _READABLE = (("preprocess", "preprocess_ms"), ("visual encoder", "visual_encoder_ms"),
              ("audio encoder", "audio_encoder_ms"), ("prefill", "prefill_ms"), ("others", "others_ms"),
              ("TTFT", "ttft_ms"))  # fmt: skip
 
-#: (label, the result fields it adds up), in the order a stacked bar shows them.
+#: (label, the result fields it adds up), in the order a stacked bar shows them: the TTFT study's stages
+#: (visual, audio, prefill, others), prefill and others each split in two or three.
 BREAKDOWN_SEGMENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("preprocess", ("preprocess_ms",)),
     ("visual encoder", ("visual_encoder_ms",)),
     ("audio encoder", ("audio_encoder_ms",)),
-    ("prefill", ("prefill_ms",)),
+    ("prefill: LLM forward", ("llm_prefill_ms",)),
+    ("prefill: merge, rope index, lm head", ("prefill_merge_ms", "prefill_rope_index_ms", "prefill_lm_head_ms",
+                                             "prefill_forward_glue_ms")),
     ("others: setup and inputs", ("others_input_transfer_ms", "others_generate_setup_ms", "others_input_prep_ms",
                                   "others_encoder_dispatch_ms", "others_cache_setup_ms")),
-    ("others: position ids", ("others_position_ids_ms",)),
-    ("others: embedding merge", ("others_embedding_merge_ms",)),
-    ("others: lm head and first token", ("others_lm_head_ms", "others_first_token_ms")),
+    ("others: first token", ("others_first_token_ms",)),
     ("unattributed", ("others_unattributed_ms",)),
 )  # fmt: skip
+#: the TTFT study's stages, for the headline's words
+STUDY_SEGMENTS = (("visual encoder", "visual_encoder_ms"), ("audio encoder", "audio_encoder_ms"),
+                  ("prefill", "prefill_ms"), ("others", "others_ms"))  # fmt: skip
 _COLORS = ("#8c96a8", "#2f6fdb", "#e07b1a", "#2e9e5b", "#7a52c7", "#d44f9e", "#8c6d31", "#17a2b8", "#c03b3b")
 _W, _LABEL_W, _BAR_H = 720, 170, 20
 
@@ -84,19 +90,26 @@ def breakdown_headline(rows: Sequence[Mapping[str, Any]]) -> str:
     ci = median_ci(ttft)
     ci_text = f"95 % interval {ci[0]:.4g}–{ci[1]:.4g} ms" if ci else "no interval (fewer than 6 rows)"
     total = sum(ttft)
-    shares = []
-    for label, fields in BREAKDOWN_SEGMENTS[1:]:
+
+    def share(fields: tuple[str, ...]) -> float | None:
         vals = [(_segment(r, fields), _num(r.get("ttft_ms"))) for r in ok]
         part = sum(v for v, t in vals if v is not None and t is not None)
-        if any(v is not None for v, _ in vals) and total > 0:
-            shares.append((part / total * 100, label))
-    words = ", ".join(f"{label} {pct:.0f} %" for pct, label in sorted(shares, reverse=True) if pct >= 0.5)
+        return part / total * 100 if any(v is not None for v, _ in vals) and total > 0 else None
+
+    shares = {label: share((field,)) for label, field in STUDY_SEGMENTS}
+    words = ", ".join(f"{label} {pct:.0f} %" for label, pct in shares.items() if pct is not None)
+    llm, unattributed = share(("llm_prefill_ms",)), share(("others_unattributed_ms",))
+    if llm is not None and shares["prefill"] is not None:
+        words += f" (of prefill, the LLM forward {llm:.0f} % of TTFT)"
+    if unattributed is not None:
+        words += f"; unattributed {unattributed:.1f} %"
     pre = [v for v in (_num(r.get("preprocess_ms")) for r in ok) if v is not None]
     pre_text = (f" Preprocessing before <code>generate</code> adds a median of {statistics.median(pre):.4g} ms."
                 if pre else "")
     return (f"<h2>Headline</h2><div class='headline'><p style='font-size:18px'><b>TTFT {med:.4g} ms</b> "
             f"<span class='meta'>median of {len(ttft)} measured rows, {ci_text}</span></p>"
-            f"<p>Where TTFT goes: {_e(words) or '(no stage measured)'}.{pre_text}</p></div>\n")
+            f"<p>Where TTFT goes: {_e(words) or '(no stage measured)'} (the TTFT study's stages).{pre_text}</p>"
+            "</div>\n")
 
 
 def _legend() -> tuple[str, int]:

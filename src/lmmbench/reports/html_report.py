@@ -21,10 +21,12 @@ from typing import Any, Literal, Protocol
 
 from lmmbench.core.registry import Registry
 from lmmbench.core.run_summaries import perf_headline, spec_headline
+from lmmbench.core.ttft_names import upgrade_breakdown_row
 from lmmbench.reports import breakdown_glance as breakdown
 from lmmbench.reports import html_sections as sections_of
 from lmmbench.reports.previous_section import previous_run_section
 from lmmbench.reports.svg_charts import CHART_CSS, CHART_SCRIPT
+from lmmbench.reports.ttft_study import comparison_html
 
 __all__ = ["REPORT_WRITERS", "HtmlReport", "ReportWriter", "format_value", "render_page", "render_table",
            "write_html", "write_reports"]
@@ -178,10 +180,11 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
+    """Rows of a CSV; results rows of old TTFT breakdowns come in today's names (``upgrade_breakdown_row``)."""
     if not path.is_file():
         return []
     with path.open(newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+        return [upgrade_breakdown_row(r) for r in csv.DictReader(fh)]
 
 
 def render_page(title: str, meta_html: str, sections: Sequence[str]) -> str:
@@ -233,7 +236,8 @@ class HtmlReport:
         stages = [str(r.get("field")) for r in summary if r.get("level") == "all"]
         sections = self._spec_top(spec_dir, spec_name, run, analysis, summary, stages)
         sections.insert(1, previous_run_section(spec_dir))
-        findings = {k: v for k, v in analysis.items() if k not in ("fits", "fits_by_basis", "failures", "spec")}
+        shown = ("fits", "fits_by_basis", "failures", "spec", "ttft_study_comparison")  # the last one: its own table
+        findings = {k: v for k, v in analysis.items() if k not in shown}
         sections.append(_section("Fits", _mapping(fits) if fits else "<p class='meta'>(none)</p>"))
         sections.append(_section("Findings", _mapping(findings)))
         if analysis.get("failures"):
@@ -262,7 +266,7 @@ class HtmlReport:
         if breakdown.is_breakdown(rows):  # raw field names stay in the tables below
             top = breakdown.breakdown_headline(rows) + sections_of.verdict_list(verdicts)
             glance = [breakdown.stage_stack_chart(rows), breakdown.stage_summary_chart(summary)]
-            return [top, sections_of.charts_block(glance)]
+            return [top, sections_of.charts_block(glance), comparison_html(analysis.get("ttft_study_comparison"))]
         headline = run.get("headline") or _spec_headline(spec_dir, spec_name)
         lead = sections_of.episodic_cards(analysis)
         shown = ("success_", "speedup_vs_serial_") if lead else ()  # the lead cards show them, with their intervals

@@ -30,12 +30,15 @@ def numeric(value: Any) -> float:
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
-    """Every row of a results CSV (empty list when the file does not exist)."""
+    """Every row of a results CSV (empty list when the file does not exist); rows of TTFT breakdowns
+    written before the study's names were kept come in today's names (``core.ttft_names``)."""
     if not path.is_file():
         return []
     from lmmbench.config.input_files import read_text
+    from lmmbench.core.ttft_names import upgrade_breakdown_row
 
-    return list(csv.DictReader(io.StringIO(read_text(path, "results file"), newline="")))
+    rows = csv.DictReader(io.StringIO(read_text(path, "results file"), newline=""))
+    return [upgrade_breakdown_row(r) for r in rows]
 
 
 def _drop_torn_last_line(path: Path, text: str) -> str:

@@ -121,7 +121,10 @@ def _perf(s: RunSamples) -> None:
 
 
 def _spec(s: RunSamples) -> None:
-    for row in _rows(s.folder / f"{s.run_log.name}_results.csv"):
+    from lmmbench.core.ttft_names import upgrade_breakdown_row
+
+    for old in _rows(s.folder / f"{s.run_log.name}_results.csv"):
+        row = upgrade_breakdown_row(old)  # an old breakdown compares in the TTFT study's terms
         if row.get("status", "ok") != "ok":
             continue
         for key, cell in row.items():

@@ -156,7 +156,7 @@ class AudioPaddingSpec(ResearchSpec):
     columns = (
         "duration_s", "padding", "mel_frames", "mel_valid_frames", "padded_fraction", "feature_mb",
         "audio_feature_ms", "pack_ms", "preprocess_ms", "audio_tokens", "total_tokens",
-        "audio_encoder_ms", "prefill_ms", "others_ms", "others_input_transfer_ms", "others_embedding_merge_ms",
+        "audio_encoder_ms", "prefill_ms", "others_ms", "others_input_transfer_ms", "prefill_merge_ms",
         "ttft_ms", "e2e_ms",
     )
     stage_fields: ClassVar[tuple[str, ...]] = ("audio_encoder_ms", "prefill_ms", "others_ms")
@@ -216,7 +216,7 @@ class AudioPaddingSpec(ResearchSpec):
             "prefill_ms": f["prefill_ms"],
             "others_ms": f["others_ms"],
             "others_input_transfer_ms": f["others_input_transfer_ms"],
-            "others_embedding_merge_ms": f["others_embedding_merge_ms"],
+            "prefill_merge_ms": f["prefill_merge_ms"],
             "ttft_ms": f["ttft_ms"],
             "e2e_ms": e2e_ms,
             **res.row_status(),
@@ -290,7 +290,7 @@ def audio_padding_findings(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["padding_ttft_ms_by_duration"] = ttft_saved
         out["feature_time_ratio_default_vs_longest"] = {
             d: feat["max_length"][d] / feat["longest"][d] if feat["longest"][d] else float("nan") for d in durs}
-        for field in ("others_embedding_merge_ms", "others_input_transfer_ms"):
+        for field in ("prefill_merge_ms", "others_input_transfer_ms"):
             by = _per_padding(good, field)
             diffs = [by["max_length"].get(d, nan) - by["longest"].get(d, nan) for d in durs
                      if "max_length" in by and "longest" in by]
@@ -319,7 +319,7 @@ def audio_padding_findings(rows: list[dict[str, Any]]) -> dict[str, Any]:
             f"{100 * out['wasted_feature_time_fraction_mean']:.0f} % of the default's feature time is spent on padding")
         summary.append(f"TTFT saved by padding='longest': {out['padding_ttft_ms_by_duration'][lo]:.1f} ms at {lo:g} s, "
                        f"{out['padding_ttft_ms_by_duration'][hi]:.1f} ms at {hi:g} s")
-        merge = out.get("padding_extra_others_embedding_merge_ms_mean", nan)
+        merge = out.get("padding_extra_prefill_merge_ms_mean", nan)
         moved = out.get("padding_extra_others_input_transfer_ms_mean", nan)
         if merge == merge:
             summary.append(f"inside TTFT the padded features cost {merge:.2f} ms more in the embedding merge (masking "

@@ -89,6 +89,7 @@ class TokenScalingSpec(InProcessSpec):
     help = "Sweep frames / resolution / audio duration / text length and fit each stage against its tokens."
     options_model = TokenScalingOptions
     fit_stat = "min"  # the least-disturbed repeat: contention on a shared CPU only adds time
+    compare_with_study = True
     columns = ("sweep", "level", *BREAKDOWN_COLUMNS)
     fit_pairs = (
         ("visual_encoder_ms", "visual_tokens"),

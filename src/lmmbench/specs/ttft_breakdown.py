@@ -9,7 +9,7 @@ from typing import Any
 from lmmbench.core.errors import UserError
 from lmmbench.engines.inprocess_breakdown import BREAKDOWN_FIELDS, InProcessBreakdown, SampleMedia
 from lmmbench.media.manifest import ManifestRow, load_manifest
-from lmmbench.profiling.stages import OTHERS_PARTS
+from lmmbench.profiling.stages import OTHERS_PARTS, PREFILL_PARTS
 from lmmbench.specs.base import Case, Spec, SpecContext, register_spec
 
 __all__ = ["BREAKDOWN_COLUMNS", "InProcessSpec", "TTFTBreakdownSpec", "synthetic_manifest"]
@@ -18,7 +18,10 @@ log = logging.getLogger(__name__)
 
 BREAKDOWN_COLUMNS = (
     *BREAKDOWN_FIELDS,
+    *PREFILL_PARTS[1:],
     *OTHERS_PARTS,
+    "prefill_outside_forward_ms",
+    "prefill_study_timer_ms",
     "unattributed_pct",
     "mel_valid_frames",
     "video_frames",
@@ -27,7 +30,9 @@ BREAKDOWN_COLUMNS = (
     "first_token_id",
     "hook_errors",
 )
-STAGES = ("visual_encoder_ms", "audio_encoder_ms", "prefill_ms", *OTHERS_PARTS)
+# the finest partition of ttft_ms (the stacked bars and the shares; the study's four stages are
+# laid beside its published shares in the analysis's ``ttft_study_comparison``)
+STAGES = ("visual_encoder_ms", "audio_encoder_ms", *PREFILL_PARTS, *OTHERS_PARTS)
 
 
 def synthetic_manifest(seed: int) -> Path:
@@ -67,9 +72,25 @@ class InProcessSpec(Spec):
     preprocess_fields = ("extract_ms", "pack_ms", "audio_feature_ms")
     unattributed_field = "others_unattributed_ms"
 
+    compare_with_study = False  # lay the run beside the TTFT study's published numbers (analysis + report)
+
     def findings(self, rows: list[dict[str, Any]], analysis: dict[str, Any]) -> dict[str, Any]:
-        """Audio padding: mel frames produced vs the clip's own frames."""
+        """Audio padding (mel frames produced vs the clip's own frames); the comparison with the TTFT study."""
         del analysis
+        out: dict[str, Any] = {}
+        if self.compare_with_study:
+            from lmmbench.reports.ttft_study import study_comparison
+
+            comparison = study_comparison(rows, self.fit_stat)
+            if comparison is not None:
+                out["ttft_study_comparison"] = comparison
+        padding = self._audio_padding(rows)
+        if padding:
+            out["audio_padding"] = padding
+        return out
+
+    @staticmethod
+    def _audio_padding(rows: list[dict[str, Any]]) -> dict[str, Any]:
         from lmmbench.reports.results_csv import numeric
 
         audio = [r for r in rows if r.get("status") == "ok" and numeric(r.get("mel_frames")) > 0]
@@ -79,7 +100,7 @@ class InProcessSpec(Spec):
         valid = [numeric(r.get("mel_valid_frames")) for r in audio]
         feat = [numeric(r.get("audio_feature_ms")) for r in audio]
         pre = [numeric(r.get("preprocess_ms")) for r in audio]
-        return {"audio_padding": {
+        return {
             "rows_with_audio": len(audio),
             "mel_frames_min": min(mel), "mel_frames_max": max(mel),
             "mel_valid_frames_mean": sum(valid) / len(valid),
@@ -87,7 +108,7 @@ class InProcessSpec(Spec):
             "audio_feature_ms_mean": sum(feat) / len(feat),
             "audio_feature_share_of_preprocess_pct": 100.0 * sum(feat) / sum(pre) if sum(pre) > 0 else None,
             "note": "the processor's default padding is kept (what users get); mel_frames is what it produced",
-        }}
+        }
 
     def engine(self, ctx: SpecContext) -> InProcessBreakdown:
         eng = ctx.state.get("engine")
@@ -170,6 +191,7 @@ class TTFTBreakdownSpec(InProcessSpec):
     name = "ttft-breakdown"
     help = "Stage-level TTFT breakdown per sample of a manifest (default: the synthetic set)."
     columns = BREAKDOWN_COLUMNS
+    compare_with_study = True
     fit_pairs = (
         ("visual_encoder_ms", "visual_tokens"),
         ("audio_encoder_ms", "audio_tokens"),
