@@ -62,7 +62,7 @@ def _argparse_keys(parser: Any) -> list[str]:
 
 def _bytemlperf_keys() -> list[str]:
     """The keys ``config.perf_workload_file`` reads from a ByteMLPerf workload (its ``data.get("k")`` /
-    ``_int_list(path, data, "k")`` constants and the detection set)."""
+    ``_int_list`` / ``_flag`` / ``_positive(path, data, "k", ...)`` constants and the detection set)."""
     import lmmbench.config.perf_workload_file as wf
 
     tree = ast.parse(Path(wf.__file__).read_text())
@@ -70,9 +70,9 @@ def _bytemlperf_keys() -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args:
             name = getattr(node.func, "attr", getattr(node.func, "id", ""))
-            last = node.args[-1]
-            if name in ("get", "_int_list") and isinstance(last, ast.Constant) and isinstance(last.value, str):
-                keys.add(last.value)
+            key = next((a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)), None)
+            if name in ("get", "_int_list", "_flag", "_positive") and key is not None:
+                keys.add(key)
     return sorted(keys)
 
 
