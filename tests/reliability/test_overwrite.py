@@ -84,3 +84,4 @@ def test_the_summary_line_states_the_output_length_sent(url: str, tmp_path: Path
     assert sent and set(sent) == {16}, sent
     err = capsys.readouterr().err
     assert " out=16:" in err and " out=32:" not in err, err
+

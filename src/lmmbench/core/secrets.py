@@ -26,6 +26,10 @@ MASK = "***"
 #: Config fields and header names whose values are secrets (compared case-insensitively).
 SECRET_KEYS = ("api_key", "apikey", "authorization", "headers", "header", "token", "password", "secret",
                "x-api-key", "proxy-authorization", "cookie")
+#: ``token`` is a secret alone or with these prefixes only: a measured field may end in ``_token``
+#: (``first_token``, ``visual_ms_per_token``) and must never be masked.
+_SECRET_TOKEN_KEYS = ("token", "api_token", "auth_token", "access_token", "hf_token", "bearer_token",
+                      "secret_token", "refresh_token", "session_token", "id_token")
 _SECRET_FLAGS = ("--api-key", "--header", "--headers", "--token", "--password")
 _registered: set[str] = set()
 
@@ -40,6 +44,8 @@ def register_secret(value: str | None) -> None:
 
 def _is_secret_key(key: str) -> bool:
     k = key.lower().replace("-", "_")
+    if k.endswith("token"):
+        return k in _SECRET_TOKEN_KEYS
     return any(k == s.replace("-", "_") or k.endswith("_" + s.replace("-", "_")) for s in SECRET_KEYS)
 
 
