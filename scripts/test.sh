@@ -4,7 +4,9 @@
 #  2. the tests not marked serial, on two pytest-xdist workers (tests/conftest.py says which are serial: those
 #     that time something against a ground truth);
 #  3. the serial ones, one at a time;
-#  4. the version legs (scripts/setup.sh --dev creates their venvs; SKIP_LEGS=1 skips them): the install smoke
+#  4. the docs leg: every bash block of README.md and docs/*.md run as pasted, in order (tests/docs); its
+#     closing line counts the blocks run (passed), skipped by their marker and failed; SKIP_DOCS=1 skips it;
+#  5. the version legs (scripts/setup.sh --dev creates their venvs; SKIP_LEGS=1 skips them): the install smoke
 #     (tests/install: every command's --help, perf, ttft-breakdown, eval, serve) and the in-process subset
 #     (breakdown, serve engine, eval scoring) on a stock GPU image's versions (.venv-gpuimage) and on the lowest
 #     versions pyproject admits (.venv-floor); the smoke's torch-free part on the base package's floors.
@@ -44,9 +46,13 @@ if [ "$#" -gt 0 ]; then
   pytest_pass "selected" .venv/bin/python -m pytest -q "$@"
 else
   echo "== leg: main ($(versions .venv))"
-  pytest_pass "parallel ($WORKERS workers)" .venv/bin/python -m pytest -q -n "$WORKERS" -m "not serial" \
+  pytest_pass "parallel ($WORKERS workers)" .venv/bin/python -m pytest -q -n "$WORKERS" -m "not serial and not docs" \
     -p no:cacheprovider --durations=15
-  pytest_pass "serial" .venv/bin/python -m pytest -q -m serial -p no:cacheprovider --durations=15
+  pytest_pass "serial" .venv/bin/python -m pytest -q -m "serial and not docs" -p no:cacheprovider --durations=15
+fi
+if [ "${SKIP_DOCS:-0}" != "1" ]; then
+  echo "== leg: docs (every documented bash block, in order, in one fresh folder)"
+  pytest_pass "docs" .venv/bin/python -m pytest -q -m docs -p no:cacheprovider -rs --durations=10 tests/docs
 fi
 if [ "${SKIP_LEGS:-0}" = "1" ]; then
   exit 0
