@@ -17,7 +17,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-__all__ = ["exit_code_for_stop", "install_main_only", "record_stop_signal"]
+__all__ = ["exit_code_for_stop", "install_main_only", "record_stop_signal", "stop_signal"]
 
 Handler = Callable[[int, FrameType | None], Any]
 
@@ -76,3 +76,8 @@ def install_main_only(signum: int, handler: Handler) -> Any:
     previous = signal.signal(signum, wrapper)
     _mine[int(signum)] = wrapper
     return previous
+
+
+def stop_signal() -> int:
+    """The signal a stop should pass on: SIGTERM if one was recorded, else SIGINT (Ctrl-C)."""
+    return int(signal.SIGTERM) if int(signal.SIGTERM) in _seen else int(signal.SIGINT)
