@@ -215,7 +215,8 @@ def test_a_sigkilled_plan_leaves_no_server_behind(write_plan: Any) -> None:
 
 
 def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period() -> None:
-    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+            "time.sleep(60)")
     proc = start_group([sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
     assert os.getpgid(proc.pid) == proc.pid, "it leads its own process group"
