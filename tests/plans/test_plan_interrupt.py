@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from lmmbench.core.children import start_group, stop_groups
+from lmmbench.core.net import free_loopback_port
 
 CLI = [sys.executable, "-m", "lmmbench.cli.main"]
 GONE_WITHIN_S = 5.0
@@ -169,6 +170,19 @@ def test_a_stopped_plan_on_subprocess_leaves_nothing_and_keeps_the_measured_requ
 
 @pytest.mark.serial
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stopped_plan_on_venv_leaves_nothing_and_keeps_the_measured_requests(
+    write_plan: Any, tmp_path: Path, sig: int, code: int
+) -> None:
+    env = {"LMMBENCH_HOME": str(tmp_path / "home")}  # the row's venv (no requirements: made in a second) is here
+    plan_dir, text = interrupt_plan(long_plan(write_plan, "venv"), sig, env=env)
+    load = check_interrupted_files(plan_dir)
+    assert load["executor"] == "venv" and load["metrics"]["venv_created"] is True, load
+    assert "2 interrupted (ts, load)" in text, text[-2000:]
+
+
+@pytest.mark.serial
+@pytest.mark.timeout(300)
 def test_batch_resume_continues_the_interrupted_perf_row(write_plan: Any) -> None:
     plan = write_plan([
         {"name": "ts", "kind": "serve", "options": {"command": "testserver", "ttft_ms": 5, "itl_ms": 1}},
@@ -245,3 +259,60 @@ def test_a_child_dies_with_its_parent_even_by_sigkill(tmp_path: Path) -> None:
             os.kill(child, signal.SIGKILL)
             raise AssertionError("the child outlived its SIGKILLed parent by 5 s")
         time.sleep(0.05)
+
+
+def _perf_with_server_cmd(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, int, Path]:
+    """``perf --server-cmd`` (a testserver) sending 4000 requests at 20/s; returns it, its server's pid and port
+    and the run folder once 5 requests were measured."""
+    port = free_loopback_port()
+    server = f"{sys.executable} -m lmmbench.cli.main testserver --port {{port}} --ttft-ms 5 --itl-ms 1"
+    argv = [*CLI, "perf", "--url", f"http://127.0.0.1:{port}", "--model", "test-model", "--server-cmd", server,
+            "--num-requests", "4000", "--rate", "20", "--arrival", "constant", "--output-tokens", "2", "--no-plots",
+            "--no-progress", "--out-dir", str(tmp_path / "o"), "--run-name", "t"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_default_signals,
+                            start_new_session=True)  # fmt: skip
+    run = tmp_path / "o" / "perf" / "t"
+    deadline = time.monotonic() + 120
+    while _measured(run) < 5:
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError(f"perf measured nothing: {proc.communicate(timeout=30)[1].decode()[-2000:]}")
+        time.sleep(0.1)
+    kids = [p for p in psutil.Process(proc.pid).children() if "testserver" in " ".join(p.cmdline())]
+    assert len(kids) == 1, kids
+    return proc, kids[0].pid, port, run
+
+
+@pytest.mark.serial
+@pytest.mark.timeout(240)
+def test_perf_server_cmd_stopped_by_sigterm_stops_its_server_and_keeps_the_run(tmp_path: Path) -> None:
+    proc, server_pid, port, run = _perf_with_server_cmd(tmp_path)
+    try:
+        groups = {proc.pid, os.getpgid(server_pid)}
+        assert len(groups) == 2, "the server leads its own process group"
+        _, text = stop_and_check(proc, signal.SIGTERM, groups, port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode == 143, text[-2000:]
+    info = json.loads((run / "run.json").read_text())["run"]
+    assert info["status"] == "interrupted" and info["requests_measured"] >= 5, info
+
+
+@pytest.mark.serial
+@pytest.mark.timeout(240)
+def test_a_sigkilled_perf_leaves_no_server_cmd_behind(tmp_path: Path) -> None:
+    proc, server_pid, port, _ = _perf_with_server_cmd(tmp_path)
+    group = os.getpgid(server_pid)
+    try:
+        proc.kill()
+        proc.communicate(timeout=30)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 10 and (alive_in({group}) or port_answers(port)):
+            time.sleep(0.1)
+        left, held = alive_in({group}), port_answers(port)
+    finally:
+        for line in alive_in({group}):
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+    assert not left and not held, (left, held)

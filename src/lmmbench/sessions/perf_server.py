@@ -1,9 +1,11 @@
 """Servers of a perf run: ``--server-cmd`` started per ``tp`` group and stopped after it, readiness waits,
-and the sweep over the load points grouped that way."""
+and the sweep over the load points grouped that way. The server leads its own process group and dies with
+perf (``core.children``); it is stopped as a group: SIGTERM, SIGKILL after the ``stop_grace_s`` limit."""
 
 from __future__ import annotations
 
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -11,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from lmmbench.config.limits import limit_value
 from lmmbench.config.perf import PerfConfig
+from lmmbench.core.children import start_group, stop_groups
 from lmmbench.core.errors import UserError
 from lmmbench.loadgen.api import LoadResult, Preflight, preflight
 from lmmbench.sessions.perf_points import point_config
@@ -25,7 +29,7 @@ def start_server(cmd: str, tp: Any, batch: Any, url: str) -> subprocess.Popen[by
     port = urlsplit(url).port or 80
     argv = shlex.split(cmd.format(tp=tp, batch=batch, port=port))
     print(f"[perf] starting server: {' '.join(argv)}", file=sys.stderr)
-    return subprocess.Popen(argv)
+    return start_group(argv)
 
 
 def wait_ready(cfg: PerfConfig, proc: subprocess.Popen[bytes] | None, timeout_s: float = 300) -> Preflight:
@@ -52,10 +56,11 @@ def sweep(base: PerfConfig, points: list[dict[str, Any]], done: Previous | None,
         proc = None
         if base.server_cmd:
             proc = start_server(base.server_cmd, tp, items[0][1].labels.get("batch"), base.url)
-            pf = wait_ready(base, proc)
-        if pf is None:
-            raise UserError("perf: no server to send to (give --url, or --server-cmd to start one)")
         try:
+            if proc is not None:
+                pf = wait_ready(base, proc)
+            if pf is None:
+                raise UserError("perf: no server to send to (give --url, or --server-cmd to start one)")
             for i, pcfg in items:
                 if done is not None and i in done.done:
                     continue  # measured by the session this --resume continues
@@ -63,5 +68,4 @@ def sweep(base: PerfConfig, points: list[dict[str, Any]], done: Previous | None,
                     raise KeyboardInterrupt
         finally:
             if proc is not None:
-                proc.terminate()
-                proc.wait(30)
+                stop_groups([proc], signal.SIGTERM, float(limit_value("stop_grace_s")))
