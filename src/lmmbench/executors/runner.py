@@ -183,6 +183,18 @@ def _run_group(executor: Any, group: list[Job], finish: Callable[[RowResult], No
             finish(_failed(job, error))
 
 
+def _record_unstarted(pending: list[Job], needed: set[str], done: dict[str, RowResult],
+                      finish: Callable[[RowResult], None]) -> None:  # fmt: skip
+    """After an interruption: the rows that never started (and serve rows stopped while starting) say so; the
+    next ``batch`` runs them."""
+    for job in pending:
+        if job.name not in done:
+            finish(interrupted_result(job, "not started: the plan was interrupted"))
+    for name in sorted(needed - set(done)):
+        finish(RowResult(name=name, kind="serve", status="interrupted", executor="background",
+                         error="stopped while starting: the plan was interrupted"))
+
+
 def _pending(jobs: list[Job], rerun: bool, resume: bool, run: PlanRun, done: dict[str, RowResult],
              continued: dict[str, dict[str, Any]]) -> list[Job]:  # fmt: skip
     """The jobs to run: not finished before (all with ``rerun``), each from an empty folder, or with ``resume``
@@ -255,9 +267,8 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, re
         _stop_servers(servers, rows, t0, run.interrupted, finish)
         for name, err in server_errors.items():
             finish(RowResult(name=name, kind="serve", status="failed", executor="background", error=err))
-    for job in pending if run.interrupted else []:  # never started: the next `batch` runs them
-        if job.name not in done:
-            finish(interrupted_result(job, "not started: the plan was interrupted"))
+    if run.interrupted:
+        _record_unstarted(pending, needed, done, finish)
     run.warnings = mark_contention([done[j.name] for j in pending if j.name in done],
                                    {n: r.server for n, r in rows.items()}, finish)  # fmt: skip
     for row in plan.rows:  # a serve row not needed this time keeps its earlier status
