@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,13 +30,14 @@ CLI = [sys.executable, "-m", "lmmbench.cli.main"]
 GONE_WITHIN_S = 5.0
 
 
-def long_plan(write_plan: Any, executor: str, **fields: Any) -> Path:
+def long_plan(write_plan: Any, executor: str, *more: dict[str, Any], **fields: Any) -> Path:
     """A serve row and a perf row of 4000 requests at 20/s (200 s: it is always cut short; no plots, whose
     matplotlib import alone takes seconds on a loaded machine)."""
     return write_plan([
         {"name": "ts", "kind": "serve", "options": {"command": "testserver", "ttft_ms": 5, "itl_ms": 1}},
         {"name": "load", "kind": "perf", "server": "ts",
          "options": {"num_requests": 4000, "rate": 20, "arrival": "constant", "output_tokens": 2, "plots": False}},
+        *more,
     ], executor=executor, **fields)  # fmt: skip
 
 
@@ -64,9 +66,9 @@ def wait_until_measuring(proc: subprocess.Popen[bytes], row_dir: Path, pid_file:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"the plan ended early ({proc.returncode}): {proc.stderr.read().decode()[-2000:]}")
-        pids = sorted(row_dir.glob(pid_file))
-        if pids and _measured(row_dir / "perf" / "run") >= 5:
-            return int(pids[0].read_text())
+        pids = sorted(row_dir.glob(pid_file)) if pid_file else []
+        if (pids or not pid_file) and _measured(row_dir / "perf" / "run") >= 5:
+            return int(pids[0].read_text()) if pids else proc.pid
         time.sleep(0.1)
     raise AssertionError(f"the perf row measured nothing within {timeout_s} s")
 
@@ -94,9 +96,11 @@ def port_answers(port: int) -> bool:
 
 
 def server_port(plan_dir: Path) -> int:
-    """The serve row's port, from the URL the perf row was given."""
-    job = json.loads((plan_dir / "load" / "job.json").read_text(encoding="utf-8"))
-    return int(job["config"]["url"].rsplit(":", 1)[1].split("/")[0])
+    """The serve row's port, from the command line its log starts with."""
+    first = (plan_dir / "ts" / "server.log").read_text(encoding="utf-8").splitlines()[0]
+    match = re.search(r"--port (\d+)", first)
+    assert match, first
+    return int(match.group(1))
 
 
 def stop_and_check(proc: subprocess.Popen[bytes], sig: int, groups: set[int], port: int) -> tuple[float, str]:
@@ -166,6 +170,19 @@ def test_a_stopped_plan_on_subprocess_leaves_nothing_and_keeps_the_measured_requ
     assert "2 interrupted (ts, load)" in text, text[-2000:]
     assert ("terminated" if code == 143 else "interrupted") + ": results written so far are kept" in text
     assert load["attempts"] == 1, "a stopped worker is not retried"
+
+
+@pytest.mark.serial
+@pytest.mark.timeout(240)
+def test_a_stopped_inprocess_plan_does_not_start_its_next_row(write_plan: Any) -> None:
+    later_row = {"name": "later", "kind": "perf", "server": "ts", "options": {"num_requests": 5, "plots": False}}
+    plan = long_plan(write_plan, "inprocess", later_row)  # the row after the perf row never starts
+    plan_dir, text = interrupt_plan(plan, signal.SIGTERM, pid_file="")
+    assert "3 interrupted" in text, text[-2000:]
+    check_interrupted_files(plan_dir)
+    later = json.loads((plan_dir / "later" / "status.json").read_text())
+    assert later["status"] == "interrupted" and "not started" in later["error"], later
+    assert not (plan_dir / "later" / "perf").exists()
 
 
 @pytest.mark.serial

@@ -113,10 +113,13 @@ def _continued(job: Job) -> dict[str, Any] | None:
     kept, the stopped one measured again; a spec's run: measured rows skipped; eval: the predictions made), or
     None when there is nothing to continue (not interrupted, or stopped before its run had a folder)."""
     prev = _previous(Path(job.row_dir))
-    if prev is None or prev.status != "interrupted" or not prev.folder or not Path(prev.folder).is_dir():
+    if prev is None or prev.status != "interrupted":
         return None
-    if job.kind == "eval":
-        return {"resume": Path(prev.folder).name}
+    if job.kind == "eval":  # an eval stopped mid-way reports no folder: its newest run with predictions
+        made = any(f.stat().st_size for f in Path(job.row_dir).glob("*/predictions/*.jsonl"))
+        return {"resume": "latest"} if made else None
+    if not prev.folder or not Path(prev.folder).is_dir():
+        return None
     return {"resume": True, "overwrite": False}
 
 
