@@ -333,3 +333,27 @@ def test_a_sigkilled_perf_leaves_no_server_cmd_behind(tmp_path: Path) -> None:
         for line in alive_in({group}):
             os.kill(int(line.split(":")[0]), signal.SIGKILL)
     assert not left and not held, (left, held)
+
+
+def test_joining_ray_keeps_lmmbench_sigterm_handler_ray_init_mocked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ray.init`` (2.x) sets SIGTERM to ``sys.exit(signum)`` in the driver, which would end a plan with exit 15 and
+    no plan files; ``init_ray`` puts lmmbench's handler back. ``ray.init`` is replaced by what it does to the
+    handler: a local Ray cluster does not start on every machine the suite runs on."""
+    ray = pytest.importorskip("ray")
+    from lmmbench.loadgen.ray_fanout import init_ray
+
+    def fake_init(**_kwargs: Any) -> None:
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(signum))  # as ray.init does
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", fake_init)
+
+    def mine(_signum: int, _frame: Any) -> None:
+        pass
+
+    old = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert init_ray(None) is True
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, old)
