@@ -146,3 +146,22 @@ def test_perf_executor_ray_slices_one_schedule_over_actors(ray_cluster: None, tm
     # gets a loose bound (one CI run saw a 25 ms mean with a 30 ms p99 lateness under that load)
     assert ttft["min"] >= 19.9 and ttft["p50"] - 20.0 <= 5.0, ttft
     assert (tmp_path / "perf" / "ray" / "records.jsonl").is_file()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stopped_plan_on_ray_cancels_its_row_and_keeps_the_measured_requests(
+    ray_cluster: None, write_plan: Any, sig: int, code: int
+) -> None:
+    """``lmmbench batch`` joins this module's cluster (a second local cluster would cost tens of seconds here):
+    the plan's own processes (the driver's group, the server's) are gone within 5 s, the cancelled perf row is
+    ``interrupted`` with the requests it measured (its task wrote them before Ray's cancellation came back)."""
+    import ray
+
+    from .test_plan_interrupt import check_interrupted_files, interrupt_plan, long_plan
+
+    address = ray.get_runtime_context().gcs_address
+    plan_dir, text = interrupt_plan(long_plan(write_plan, "ray"), sig, pid_file="ray-attempt-*.pid",
+                                    args=("--ray-address", address))  # fmt: skip
+    load = check_interrupted_files(plan_dir)
+    assert load["executor"] == "ray" and "2 interrupted (ts, load)" in text, text[-2000:]

@@ -29,6 +29,8 @@ class BatchConfig(BaseModel):
                                      "(default: lmmbench's constraints.txt).")
     dry_run: bool = Field(False, description="Print the resolved runs and exit.")
     rerun: bool = Field(False, description="Run finished rows again (default: skip rows whose status is ok).")
+    resume: bool = Field(False, description="Continue interrupted rows where they stopped (perf: finished points "
+                         "kept; run: measured rows skipped; eval: predictions kept) instead of starting them again.")
 
 
 def _batch(cfg: BatchConfig) -> None:
@@ -65,15 +67,19 @@ def _batch(cfg: BatchConfig) -> None:
         typer.echo(f"[batch] {r.name}: {r.kind} {r.status} on {r.executor}, attempt(s) {r.attempts}{wall}{tail}",
                    err=True)
 
-    run = run_plan(plan, cfg.executor, rerun=cfg.rerun, ray_address=cfg.ray_address, constraints=cfg.constraints,
-                   echo=echo)  # fmt: skip
+    run = run_plan(plan, cfg.executor, rerun=cfg.rerun, resume=cfg.resume, ray_address=cfg.ray_address,
+                   constraints=cfg.constraints, echo=echo)  # fmt: skip
     for warning in run.warnings:
         typer.echo(warning, err=True)
     failed = [r.name for r in run.results if r.status == "failed"]
+    cut = [r.name for r in run.results if r.status == "interrupted"]
     if run.skipped:
         typer.echo(f"already done (skipped): {', '.join(run.skipped)}")
-    typer.echo(f"{len(run.results) - len(failed)} ok, {len(failed)} failed; table: {run.summary_csv} "
-               f"and {run.summary_html}; report: {run.report_html} and {run.report_md}")
+    typer.echo(f"{len(run.results) - len(failed) - len(cut)} ok, {len(failed)} failed"
+               + (f", {len(cut)} interrupted ({', '.join(cut)})" if cut else "")
+               + f"; table: {run.summary_csv} and {run.summary_html}; report: {run.report_html} and {run.report_md}")
+    if run.interrupted:
+        raise KeyboardInterrupt  # exit 130 / 143 (SIGTERM), every plan file written
     from lmmbench.core.exit_codes import plan_exit_code
 
     code = plan_exit_code((r.status == "failed", "unexpected" in (r.error or "")) for r in run.results)

@@ -198,8 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = keep_side_separator(sys.argv[1:] if argv is None else list(argv))
     old_term = None
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-        try:
-            old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+        from lmmbench.core.signals import install_main_only
+
+        try:  # acts in this process only: lm-eval's, datasets' or torch's forked workers keep the default
+            old_term = install_main_only(signal.SIGTERM, _on_sigterm)
         except ValueError:  # not the main thread (tests calling main() from a worker thread)
             old_term = None
     try:

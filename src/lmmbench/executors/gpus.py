@@ -6,9 +6,11 @@ and the peak memory used; without NVML there are no samples and the fields stay 
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 __all__ = ["GpuInfo", "GpuSampler", "discover_gpus", "load_nvml"]
@@ -35,6 +37,9 @@ def load_nvml() -> Any | None:
         return None
 
 
+_GPU_DEVICE_FILES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")  # NVIDIA, ROCm, WSL
+
+
 def discover_gpus(nvml: Any | None = None) -> list[GpuInfo]:
     """The GPUs of this machine: NVML first, then torch; an empty list means CPU only."""
     nvml = nvml if nvml is not None else load_nvml()
@@ -46,6 +51,8 @@ def discover_gpus(nvml: Any | None = None) -> list[GpuInfo]:
             name = name.decode() if isinstance(name, bytes) else str(name)
             out.append(GpuInfo(i, name, nvml.nvmlDeviceGetMemoryInfo(h).total / 2**20, "nvml"))
         return out
+    if "torch" not in sys.modules and not any(Path(p).exists() for p in _GPU_DEVICE_FILES):
+        return []  # no GPU driver here: importing torch only to learn that costs seconds (and its exit as much)
     try:
         import torch
 

@@ -49,11 +49,12 @@ class Job(BaseModel):
 
 
 class RowResult(BaseModel):
-    """What a row produced: ``ok`` or ``failed``, the run's folder, flat metrics, an error line."""
+    """What a row produced: ``ok``, ``failed`` or ``interrupted`` (stopped by a signal: what it measured is
+    kept in its folder and metrics), the run's folder, flat metrics, an error line."""
 
     name: str
     kind: str
-    status: Literal["ok", "failed", "skipped"]
+    status: Literal["ok", "failed", "skipped", "interrupted"]
     executor: str = ""
     model: str | None = None
     folder: str | None = None
@@ -137,7 +138,8 @@ def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | No
                num_cpus=row.num_cpus, num_gpus=row.num_gpus)  # fmt: skip
 
 
-def _run_metrics(job: Job, cfg: Any) -> tuple[str, dict[str, Any]]:
+def _run_metrics(job: Job, cfg: Any) -> tuple[str, dict[str, Any], bool]:
+    """The run's folder, its flat metrics and whether a signal cut it short."""
     if job.kind == "run":
         from lmmbench.sessions.spec_session import run_spec
 
@@ -146,7 +148,7 @@ def _run_metrics(job: Job, cfg: Any) -> tuple[str, dict[str, Any]]:
         for r in srun.rows:
             key = f"rows_{r.get('status') or 'unknown'}"
             statuses[key] = statuses.get(key, 0) + 1
-        return str(srun.spec_dir), {"rows": len(srun.rows), **statuses, "failed": srun.failed}
+        return str(srun.spec_dir), {"rows": len(srun.rows), **statuses, "failed": srun.failed}, srun.interrupted
     if job.kind == "eval":
         from lmmbench.evaluation.modes import run_eval
 
@@ -156,11 +158,12 @@ def _run_metrics(job: Job, cfg: Any) -> tuple[str, dict[str, Any]]:
             out[f"{r['task']}.n_samples"] = r["n_samples"]
             for metric, mv in r["metrics"].items():
                 out[f"{r['task']}.{metric}"] = mv["value"]
-        return str(erun.run_dir), out
+        return str(erun.run_dir), out, False
     from lmmbench.sessions.perf_session import run_perf
 
     prun = run_perf(cfg)
-    return str(prun.run_dir), _perf_metrics([r.summary for r in prun.results])
+    interrupted = prun.interrupted or any(r.interrupted for r in prun.results)
+    return str(prun.run_dir), _perf_metrics([r.summary for r in prun.results]), interrupted
 
 
 def _perf_metrics(summaries: list[PerfSummary]) -> dict[str, Any]:
@@ -175,20 +178,31 @@ def _perf_metrics(summaries: list[PerfSummary]) -> dict[str, Any]:
 
 
 def execute_job(job: Job) -> RowResult:
-    """Run ``job`` in this process; an exception becomes a failed ``RowResult`` (never raised)."""
+    """Run ``job`` in this process; an exception becomes a failed ``RowResult`` (never raised), a stop signal
+    (Ctrl-C, the worker's SIGTERM) an ``interrupted`` one with what was measured."""
     t0, started = time.perf_counter_ns(), time.time()
     row_dir = Path(job.row_dir)
     row_dir.mkdir(parents=True, exist_ok=True)
     base = RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model)
     try:
         cfg = parse_model(config_model(job.kind, job.spec), {**job.config, "out_dir": str(row_dir)}, source="options")
-        folder, metrics = _run_metrics(job, cfg)
-        base = base.model_copy(update={"status": "ok", "folder": folder, "metrics": metrics})
+        folder, metrics, cut = _run_metrics(job, cfg)
+        base = base.model_copy(update={"status": "interrupted" if cut else "ok", "folder": folder,
+                                       "metrics": metrics, "error": _stopped_line() if cut else None})
+    except KeyboardInterrupt:  # a run that does not keep a partial result itself (eval resumes from its files)
+        base = base.model_copy(update={"status": "interrupted", "error": _stopped_line()})
     except Exception as exc:  # a row that fails is a result, not a crash of the plan
         (row_dir / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
         base = base.model_copy(update={"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]})
     return base.model_copy(update={"wall_s": (time.perf_counter_ns() - t0) / 1e9, "started_at_s": started,
                                    "ended_at_s": time.time(), "host": platform.node()})
+
+
+def _stopped_line() -> str:
+    from lmmbench.core.signals import stop_signal
+
+    name = "SIGTERM" if stop_signal() == 15 else "SIGINT"
+    return f"interrupted by {name}; what it measured is kept"
 
 
 def write_result(result: RowResult, path: Path) -> None:

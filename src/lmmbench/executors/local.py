@@ -30,9 +30,13 @@ class InProcessExecutor:
         self.settings = settings
 
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
-        """Run each job with ``execute_job`` here."""
+        """Run each job with ``execute_job`` here; a row cut short by a stop signal ends the plan
+        (KeyboardInterrupt: the rows after it are not started)."""
         for job in jobs:
-            done(execute_job(job))
+            result = execute_job(job)
+            done(result)
+            if result.status == "interrupted":
+                raise KeyboardInterrupt
 
 
 def _subprocess_launcher(job: Job, job_path: Path, slot: Slot) -> tuple[list[str], dict[str, str]]:

@@ -7,6 +7,11 @@ writes ``<row>/result.json``. A worker that exits without a result (crashed, kil
 started again, up to ``max_retries`` times, then the row fails with the tail of its log. While a
 worker runs on a GPU, the GPU is sampled through NVML when NVML is there.
 
+Each worker leads its own process group and dies with the driver (``core.children``). When the driver is
+stopped (SIGTERM, Ctrl-C) while rows run, ``run`` passes the signal to every worker's group at once, gives them
+the ``stop_grace_s`` limit to write what they measured (a row cut short says ``interrupted``), kills what is
+left, starts nothing more, and raises the interruption again.
+
 A timing row (``perf``, or a spec's ``run``) gets the machine: it takes every slot, so it runs alone
 (with only its own serve row, which the plan runs beside the pool); other rows share the slots.
 """
@@ -17,17 +22,19 @@ import json
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmmbench.core.children import start_group, stop_groups
 from lmmbench.executors.base import DoneCallback, ExecutorSettings
 from lmmbench.executors.gpus import GpuInfo, GpuSampler, discover_gpus, load_nvml
 from lmmbench.executors.jobs import Job, RowResult, is_timing
 
-__all__ = ["Launcher", "Slot", "WorkerPool", "make_slots"]
+__all__ = ["Launcher", "Slot", "WorkerPool", "interrupted_result", "make_slots"]
 
 JOB_NAME = "job.json"
 RESULT_NAME = "result.json"
@@ -62,6 +69,13 @@ def _log_tail(path: Path, n: int = 5) -> str:
     except OSError:
         return ""
     return " | ".join(lines[-n:])
+
+
+def interrupted_result(job: Job, error: str) -> RowResult:
+    """The result of a row stopped by a signal before it wrote one of its own (nothing measured kept)."""
+    now = time.time()
+    return RowResult(name=job.name, kind=job.kind, status="interrupted", executor=job.executor, model=job.model,
+                     error=error, ended_at_s=now)
 
 
 class _Slots:
@@ -102,9 +116,13 @@ class WorkerPool:
         self.launcher = launcher
         self.nvml = nvml if nvml is not None else load_nvml()
         self.slots = slots if slots is not None else make_slots(settings.workers, discover_gpus(self.nvml))
+        self._lock = threading.Lock()
+        self._running: dict[int, subprocess.Popen[bytes]] = {}
+        self._stopped_by: int | None = None  # the signal that stopped the pool: nothing more starts
 
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
-        """Run every job on the first free slot; ``done`` is called from the pool's threads."""
+        """Run every job on the first free slot; ``done`` is called from the pool's threads. An interruption
+        (or any exception) of this thread stops every worker (see the module docstring) and is raised again."""
         slots = _Slots(self.slots)
 
         def one(job: Job) -> None:
@@ -114,9 +132,26 @@ class WorkerPool:
             finally:
                 slots.give(held)
 
-        with ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="plan-worker") as ex:
+        ex = ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="plan-worker")
+        try:
             for fut in [ex.submit(one, j) for j in jobs]:
                 fut.result()
+        except BaseException:
+            from lmmbench.core.signals import stop_signal
+
+            self.stop(stop_signal())
+            ex.shutdown(wait=True, cancel_futures=True)  # rows not started stay unreported: the plan says so
+            raise
+        ex.shutdown(wait=True)
+
+    def stop(self, signum: int) -> None:
+        """Start nothing more; ``signum`` to every running worker's group, SIGKILL after ``stop_grace_s``."""
+        from lmmbench.config.limits import limit_value
+
+        with self._lock:
+            self._stopped_by = signum
+            running = list(self._running.values())
+        stop_groups(running, signum, float(limit_value("stop_grace_s")))
 
     def _run_with_retries(self, job: Job, slot: Slot) -> RowResult:
         row_dir = Path(job.row_dir)
@@ -129,6 +164,11 @@ class WorkerPool:
             result, crash = self._attempt(job, job_path, slot, attempt)
             if result is not None:
                 return result.model_copy(update={"attempts": attempt})
+            if self._stopped_by is not None:  # stopped, not crashed: never retried
+                log = row_dir / f"worker-attempt{attempt}.log"
+                what = "before it started" if not crash else f"before it wrote a result ({crash}); log {log}"
+                return interrupted_result(job, f"stopped by signal {self._stopped_by} {what}").model_copy(
+                    update={"attempts": attempt})
             crashes.append(crash)
         log = row_dir / f"worker-attempt{len(crashes)}.log"
         return RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model,
@@ -141,11 +181,20 @@ class WorkerPool:
         result_path.unlink(missing_ok=True)
         argv, env = self.launcher(job, job_path, slot)
         log_path = job_path.parent / f"worker-attempt{attempt}.log"
+        with self._lock:  # started under the lock: a stop either sees this worker or keeps it from starting
+            if self._stopped_by is not None:
+                return None, ""
+            with log_path.open("wb") as log:
+                proc = start_group(argv, stdout=log, stderr=subprocess.STDOUT,
+                                   env={**os.environ, **slot.env(), **env})  # fmt: skip
+            self._running[proc.pid] = proc
+        (job_path.parent / f"attempt{attempt}.pid").write_text(str(proc.pid), encoding="utf-8")
         sampler = GpuSampler(self.nvml, slot.gpu.index).start() if self.nvml and slot.gpu else None
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **slot.env(), **env})
-            (job_path.parent / f"attempt{attempt}.pid").write_text(str(proc.pid), encoding="utf-8")
+        try:
             code = proc.wait()
+        finally:
+            with self._lock:
+                self._running.pop(proc.pid, None)
         gpu = sampler.stop() if sampler else {}
         if result_path.is_file():
             result = RowResult.model_validate_json(result_path.read_text(encoding="utf-8"))

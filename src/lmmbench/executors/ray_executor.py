@@ -13,6 +13,11 @@ A timing row (perf, a spec's run) asks for every unit of the ``lmmbench_machine`
 '{"lmmbench_machine": 1000}'``), every other row for one unit: so a timing row runs alone on its node,
 while other rows share theirs. On a cluster without that resource the rows are placed by CPUs and GPUs
 only, and a timing row that ran beside another row says so (``contention`` in its result).
+
+When the driver is stopped (SIGTERM, Ctrl-C), every row still pending is cancelled: a running task gets
+Ray's KeyboardInterrupt, which its run takes for Ctrl-C (it writes what it measured; the task writes
+``result.json`` in the row folder, read back since Ray answers a cancelled task with an error), and a task
+still running after the ``stop_grace_s`` limit is cancelled by force; the rows say ``interrupted``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
-from lmmbench.executors.jobs import Job, RowResult, execute_job, is_timing
+from lmmbench.executors.jobs import Job, RowResult, execute_job, is_timing, write_result
+from lmmbench.executors.pool import RESULT_NAME, interrupted_result
 
 __all__ = ["RayExecutor", "ray_execute"]
 
@@ -33,7 +39,9 @@ def ray_execute(job_data: dict[str, Any]) -> dict[str, Any]:
     row_dir = Path(job.row_dir)
     row_dir.mkdir(parents=True, exist_ok=True)
     (row_dir / f"ray-attempt-{os.getpid()}.pid").write_text(str(os.getpid()), encoding="utf-8")
-    return execute_job(job).model_dump(mode="json")
+    result = execute_job(job)
+    write_result(result, row_dir / RESULT_NAME)  # read back by the driver when it cancelled the task
+    return result.model_dump(mode="json")
 
 
 def _machine_share(job: Job, machine: bool) -> dict[str, float]:
@@ -65,13 +73,37 @@ class RayExecutor:
                                       retry_exceptions=False, resources=_machine_share(j, machine)
                                       ).remote(j.model_dump(mode="json")): j
                        for j in jobs}  # fmt: skip
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                job = pending.pop(ready[0])
-                done(self._result(job, ready[0]))
+            try:
+                while pending:
+                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)  # a signal is seen meanwhile
+                    for ref in ready:
+                        done(self._result(pending.pop(ref), ref))
+            except BaseException:
+                self._cancel(pending, done)
+                raise
         finally:
             if started:
                 ray.shutdown()
+
+    def _cancel(self, pending: dict[Any, Job], done: DoneCallback) -> None:
+        """Cancel every pending task; report each row from what its task wrote (``interrupted``)."""
+        import ray
+
+        from lmmbench.config.limits import limit_value
+
+        for ref in pending:
+            ray.cancel(ref, force=False)
+        refs = list(pending)
+        _, late = ray.wait(refs, num_returns=len(refs), timeout=float(limit_value("stop_grace_s")))
+        for ref in late:
+            ray.cancel(ref, force=True)
+        for ref in refs:
+            job = pending[ref]
+            path = Path(job.row_dir) / RESULT_NAME
+            if path.is_file():  # its own account: interrupted, or ok / failed when it ended as the stop came
+                done(RowResult.model_validate_json(path.read_text(encoding="utf-8")))
+            else:
+                done(interrupted_result(job, "cancelled before it wrote a result: the plan was interrupted"))
 
     def _result(self, job: Job, ref: Any) -> RowResult:
         import ray

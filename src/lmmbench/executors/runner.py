@@ -28,6 +28,7 @@ from lmmbench.executors.jobs import (
     write_result,
 )
 from lmmbench.executors.plan import Plan, PlanRow
+from lmmbench.executors.pool import interrupted_result
 from lmmbench.executors.servers import RunningServer, is_command_line, server_config, start_server
 
 __all__ = ["STATUS_NAME", "PlanRun", "mark_contention", "resolve_plan", "run_plan"]
@@ -47,6 +48,7 @@ class PlanRun:
     report_html: Path | None = None
     report_md: Path | None = None
     warnings: list[str] = field(default_factory=list)
+    interrupted: bool = False  # a stop signal cut the plan short (the caller exits 143 / 130)
 
 
 def _executor_of(plan: Plan, row: PlanRow, override: str | None) -> str:
@@ -91,27 +93,58 @@ def _check_python(row: PlanRow, executor: str) -> None:
                         f"its own); this row runs on '{executor}', i.e. on Python {here}: add executor: venv")
 
 
-def _finished(row_dir: Path) -> RowResult | None:
+def _previous(row_dir: Path) -> RowResult | None:
     path = row_dir / STATUS_NAME
     if not path.is_file():
         return None
     try:
-        result = RowResult.model_validate_json(path.read_text(encoding="utf-8"))
+        return RowResult.model_validate_json(path.read_text(encoding="utf-8"))
     except ValueError:
         return None
-    return result if result.status == "ok" else None
 
 
-def _start_servers(plan: Plan, needed: set[str], plan_dir: Path,
-                   failed: dict[str, str]) -> dict[str, RunningServer]:  # fmt: skip
-    servers: dict[str, RunningServer] = {}
+def _finished(row_dir: Path) -> RowResult | None:
+    result = _previous(row_dir)
+    return result if result is not None and result.status == "ok" else None
+
+
+def _continued(job: Job) -> dict[str, Any] | None:
+    """``job`` set to continue the run an interrupted earlier attempt left in its folder (perf: finished points
+    kept, the stopped one measured again; a spec's run: measured rows skipped; eval: the predictions made), or
+    None when there is nothing to continue (not interrupted, or stopped before its run had a folder)."""
+    prev = _previous(Path(job.row_dir))
+    if prev is None or prev.status != "interrupted":
+        return None
+    if job.kind == "eval":  # an eval stopped mid-way reports no folder: its newest run with predictions
+        made = any(f.stat().st_size for f in Path(job.row_dir).glob("*/predictions/*.jsonl"))
+        return {"resume": "latest"} if made else None
+    if not prev.folder or not Path(prev.folder).is_dir():
+        return None
+    return {"resume": True, "overwrite": False}
+
+
+def _start_servers(plan: Plan, needed: set[str], plan_dir: Path, servers: dict[str, RunningServer],
+                   failed: dict[str, str]) -> None:  # fmt: skip
+    """Start the needed serve rows into ``servers`` (filled as each is ready, so a stop meanwhile stops them)."""
     for row in plan.rows:
         if row.name in needed:
             try:
                 servers[row.name] = start_server(row, plan_dir / row.name)
             except UserError as exc:
                 failed[row.name] = str(exc)
-    return servers
+
+
+def _stop_servers(servers: dict[str, RunningServer], rows: dict[str, PlanRow], t0: int, interrupted: bool,
+                  finish: Callable[[RowResult], None]) -> None:  # fmt: skip
+    """Stop every serve row at once (SIGTERM to each group, SIGKILL after ``stop_grace_s``) and record them."""
+    from lmmbench.executors.servers import stop_servers
+
+    stopped = stop_servers(list(servers.values()))
+    for (name, srv), metrics in zip(servers.items(), stopped, strict=True):
+        finish(RowResult(name=name, kind="serve", status="interrupted" if interrupted else "ok", executor="background",
+                         model=rows[name].model, folder=str(srv.log_path.parent),
+                         wall_s=(time.perf_counter_ns() - t0) / 1e9, metrics={"url": srv.url, **metrics},
+                         error="the plan was interrupted" if interrupted else None))  # fmt: skip
 
 
 def _failed(job: Job, error: str) -> RowResult:
@@ -153,22 +186,52 @@ def _run_group(executor: Any, group: list[Job], finish: Callable[[RowResult], No
             finish(_failed(job, error))
 
 
-def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, ray_address: str | None = None,
-             constraints: Path | None = None, echo: Callable[[RowResult], None] | None = None) -> PlanRun:  # fmt: skip
-    """Run every row of ``plan`` not finished before (all of them with ``rerun``); write status and table."""
-    plan_dir = (plan.out_dir / plan.name).resolve()
-    jobs = resolve_plan(plan, executor)  # fails on any bad row before anything runs
-    run = PlanRun(plan_dir)
-    done: dict[str, RowResult] = {}
+def _record_unstarted(pending: list[Job], needed: set[str], done: dict[str, RowResult],
+                      finish: Callable[[RowResult], None]) -> None:  # fmt: skip
+    """After an interruption: the rows that never started (and serve rows stopped while starting) say so; the
+    next ``batch`` runs them."""
+    for job in pending:
+        if job.name not in done:
+            finish(interrupted_result(job, "not started: the plan was interrupted"))
+    for name in sorted(needed - set(done)):
+        finish(RowResult(name=name, kind="serve", status="interrupted", executor="background",
+                         error="stopped while starting: the plan was interrupted"))
+
+
+def _pending(jobs: list[Job], rerun: bool, resume: bool, run: PlanRun, done: dict[str, RowResult],
+             continued: dict[str, dict[str, Any]]) -> list[Job]:  # fmt: skip
+    """The jobs to run: not finished before (all with ``rerun``), each from an empty folder, or with ``resume``
+    an interrupted row continuing its run (its options' changes put in ``continued``)."""
     pending: list[Job] = []
     for job in jobs:
         prev = None if rerun else _finished(Path(job.row_dir))
         if prev is not None:
             done[job.name] = prev
             run.skipped.append(job.name)
+        elif resume and (update := _continued(job)) is not None:
+            continued[job.name] = update
+            pending.append(job)
         else:  # unfinished or --rerun: start from an empty folder, never append to an old run's files
             shutil.rmtree(job.row_dir, ignore_errors=True)
             pending.append(job)
+    return pending
+
+
+def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, resume: bool = False,
+             ray_address: str | None = None, constraints: Path | None = None,
+             echo: Callable[[RowResult], None] | None = None) -> PlanRun:  # fmt: skip
+    """Run every row of ``plan`` not finished before (all of them with ``rerun``; interrupted rows continuing
+    their runs with ``resume``); write status and table. A stop signal stops every row and server (the plan's
+    files are still written) and sets ``interrupted`` on the returned run."""
+    plan_dir = (plan.out_dir / plan.name).resolve()
+    jobs = resolve_plan(plan, executor)  # fails on any bad row before anything runs
+    if rerun and resume:
+        raise UserError("--rerun and --resume: choose one (--rerun starts every row again, --resume continues "
+                        "interrupted rows)")
+    run = PlanRun(plan_dir)
+    done: dict[str, RowResult] = {}
+    continued: dict[str, dict[str, Any]] = {}
+    pending = _pending(jobs, rerun, resume, run, done, continued)
     rows = {r.name: r for r in plan.rows}
     plan_dir.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -185,9 +248,10 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, ra
     pending = _prepare(executors, pending, finish)
     needed = {s for j in pending if (s := rows[j.name].server)}
     server_errors: dict[str, str] = {}
+    servers: dict[str, RunningServer] = {}
     t0 = time.perf_counter_ns()
-    servers = _start_servers(plan, needed, plan_dir, server_errors)
     try:
+        _start_servers(plan, needed, plan_dir, servers, server_errors)
         urls = {name: s.url for name, s in servers.items()}
         by_name = {j.name: j for j in resolve_plan(plan, executor, urls)}
         runnable: list[Job] = []
@@ -196,16 +260,18 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, ra
             if server in server_errors:
                 finish(_failed(job, f"serve row '{server}': {server_errors[server]}"))
             else:
-                runnable.append(by_name[job.name])
+                job = by_name[job.name]
+                runnable.append(job.model_copy(update={"config": {**job.config, **continued.get(job.name, {})}}))
         for name, group in _by_executor(runnable).items():
             _run_group(executors[name], group, finish, done)
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM raised as one: the rows were stopped by their executor
+        run.interrupted = True
     finally:
-        for name, srv in servers.items():
-            finish(RowResult(name=name, kind="serve", status="ok", executor="background", model=rows[name].model,
-                             folder=str(srv.log_path.parent), wall_s=(time.perf_counter_ns() - t0) / 1e9,
-                             metrics={"url": srv.url, **srv.stop()}))  # fmt: skip
+        _stop_servers(servers, rows, t0, run.interrupted, finish)
         for name, err in server_errors.items():
             finish(RowResult(name=name, kind="serve", status="failed", executor="background", error=err))
+    if run.interrupted:
+        _record_unstarted(pending, needed, done, finish)
     run.warnings = mark_contention([done[j.name] for j in pending if j.name in done],
                                    {n: r.server for n, r in rows.items()}, finish)  # fmt: skip
     for row in plan.rows:  # a serve row not needed this time keeps its earlier status

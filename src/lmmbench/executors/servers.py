@@ -1,5 +1,6 @@
 """``serve`` rows: a server started in the background for the perf / eval rows that name it, ready
-before they start, its ``/metrics`` sampled while they run, stopped (its whole process group) after.
+before they start, its ``/metrics`` sampled while they run, stopped (its whole process group) after. It leads
+its own process group and dies with lmmbench (``core.children``: a SIGKILLed plan leaves no server behind).
 
 ``command`` is ``serve`` (default) or ``testserver`` -- lmmbench's own servers, whose other options are
 the command's own -- or any server command line, as ``perf --server-cmd`` takes one:
@@ -15,7 +16,6 @@ within ``ready_timeout_s``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import signal
@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lmmbench.core.children import start_group, stop_groups
 from lmmbench.core.errors import UserError
 from lmmbench.executors.jobs import validate_options
 from lmmbench.executors.plan import PlanRow
@@ -143,24 +144,26 @@ class RunningServer:
 
     def stop(self) -> dict[str, Any]:
         """Stop the telemetry, then SIGTERM the server's whole process group (an engine's workers too), SIGKILL
-        after 10 s; closes the log. Returns what the serve row reports (telemetry samples, exit code)."""
-        out: dict[str, Any] = {}
-        if self.telemetry is not None:
-            self.telemetry.stop()
-            out = {"telemetry_samples": self.telemetry.rows, "telemetry_with_data": self.telemetry.data_rows}
-        _stop_group(self.proc)
-        self._log.close()
-        return {**out, "server_exit_code": self.proc.returncode}
+        after ``stop_grace_s``; closes the log. Returns what the serve row reports (telemetry, exit code)."""
+        return stop_servers([self])[0]
 
 
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(10)
-    with contextlib.suppress(ProcessLookupError):  # whatever of the group is left (a worker that ignored SIGTERM)
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+def stop_servers(servers: list[RunningServer]) -> list[dict[str, Any]]:
+    """Stop every server at once (``RunningServer.stop``): one grace period for all, not one after another."""
+    from lmmbench.config.limits import limit_value
+
+    out: list[dict[str, Any]] = []
+    for srv in servers:
+        if srv.telemetry is not None:
+            srv.telemetry.stop()
+            out.append({"telemetry_samples": srv.telemetry.rows, "telemetry_with_data": srv.telemetry.data_rows})
+        else:
+            out.append({})
+    stop_groups([s.proc for s in servers], signal.SIGTERM, float(limit_value("stop_grace_s")))
+    for srv, metrics in zip(servers, out, strict=True):
+        srv._log.close()
+        metrics["server_exit_code"] = srv.proc.returncode
+    return out
 
 
 def _ready_status(url: str) -> int:
@@ -229,11 +232,11 @@ def start_server(row: PlanRow, row_dir: Path, timeout_s: float = 300.0) -> Runni
     log.write(("$ " + shlex.join(argv) + "\n").encode())
     log.flush()
     try:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env},
-                                start_new_session=True)  # fmt: skip
+        proc = start_group(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env})
     except OSError as exc:
         log.close()
         raise UserError(f"cannot start the server ({argv[0]}: {exc.strerror or exc})") from None
+    (row_dir / "server.pid").write_text(str(proc.pid), encoding="utf-8")  # the leader of its process group
     server = RunningServer(row.name, proc, f"http://127.0.0.1:{port}/v1", log_path, log)
     try:
         if isinstance(cfg, CommandServer):

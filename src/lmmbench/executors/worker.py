@@ -3,19 +3,32 @@
 It reads the resolved job (written by the driver, as AISBench's runner writes each task's config),
 runs it with ``execute_job`` and writes ``result.json`` next to the job file. A row that fails
 still writes its result (status ``failed``) and exits 0; a worker that dies writes nothing, which
-the pool reads as a crash and retries.
+the pool reads as a crash and retries. SIGTERM and SIGINT (the plan being stopped) end the row as
+``interrupted``, with what it measured written and counted.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 
 from lmmbench.executors.jobs import Job, execute_job, write_result
 
 RESULT_NAME = "result.json"
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM as Ctrl-C: every ``except KeyboardInterrupt`` flush of the run runs; a second one ends at once."""
+    from lmmbench.core.signals import record_stop_signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    record_stop_signal(signum)
+    raise KeyboardInterrupt
+
 
 
 def main(argv: list[str]) -> int:
@@ -23,6 +36,9 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m lmmbench.executors.worker JOB.json", file=sys.stderr)
         return 2
+    from lmmbench.core.signals import install_main_only
+
+    install_main_only(signal.SIGTERM, _on_sigterm)
     job_path = Path(argv[0]).resolve()
     job = Job.model_validate(json.loads(job_path.read_text(encoding="utf-8")))
     if not Path(job.row_dir).is_absolute():

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -135,6 +137,24 @@ def init_ray(address: str | None) -> bool:
 
     if ray.is_initialized():
         return False
+    with _keeping_sigterm_handler():
+        _start_or_join(ray, address)
+    return True
+
+
+@contextlib.contextmanager
+def _keeping_sigterm_handler() -> Iterator[None]:
+    """``ray.init`` replaces the SIGTERM handler with ``sys.exit``: lmmbench's own (which stops the rows and writes
+    what they measured, exit 143) is put back."""
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if previous is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _start_or_join(ray: Any, address: str | None) -> None:
     if address:
         _check_reachable(address)
         ray.init(address=address, log_to_driver=False)
@@ -150,7 +170,6 @@ def init_ray(address: str | None) -> bool:
             line = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
             raise UserError(f"ray: the local Ray cluster did not start ({line}); try again on a quieter machine, "
                             "or start one with `ray start --head` and pass --ray-address auto") from None
-    return True
 
 
 def run_on_ray(plans: list[WorkerPlan], loop_kind: str, address: str | None = None,

@@ -63,8 +63,8 @@ def _stage_shares(headline: dict[str, Any]) -> dict[str, float]:
 
 
 def row_headline(row: dict[str, Any]) -> dict[str, float]:
-    """The few numbers that say what a row measured (empty for a failed row)."""
-    if row.get("status") != "ok":
+    """The few numbers that say what a row measured (empty for a failed row; an interrupted row's measured part)."""
+    if row.get("status") not in ("ok", "interrupted"):
         return {}
     metrics = row.get("metrics") or {}
     headline = _run_log(row.get("folder")).get("headline") or {}
@@ -145,15 +145,21 @@ def _html(title: str, rows: list[dict[str, Any]], heads: dict[str, dict[str, flo
                 if r.get("status") == "failed"]  # fmt: skip
     fail_html = f"<h2>Failures</h2><ul>{''.join(failures)}</ul>" if failures else ""
     charts_html = f"<h2>Across rows</h2><div class='charts'>{''.join(charts)}</div>" if charts else ""
-    ok = sum(1 for r in rows if r.get("status") == "ok")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>" + e(title) + "</title><style>"
             "body{font-family:system-ui,sans-serif;margin:24px;color:#1d2430}table{border-collapse:collapse}"
             "td,th{border:1px solid #d8dde5;padding:4px 8px;font-size:13px;vertical-align:top}"
-            "tr.failed{background:#fdecec}" + CHART_CSS + "</style></head><body>"
-            f"<h1>{e(title)}</h1><p>{ok} of {len(rows)} rows ok.</p>"
+            "tr.failed{background:#fdecec}tr.interrupted{background:#fff6e0}" + CHART_CSS + "</style></head><body>"
+            f"<h1>{e(title)}</h1><p>{e(_counts(rows))}.</p>"
             "<table><thead><tr><th>row</th><th>kind</th><th>model</th><th>status</th><th>headline</th>"
             f"<th>cause / note</th></tr></thead><tbody>{''.join(body)}</tbody></table>"
             f"{charts_html}{fail_html}<script>{CHART_SCRIPT}</script></body></html>\n")  # fmt: skip
+
+
+def _counts(rows: list[dict[str, Any]]) -> str:
+    """``N of M rows ok`` and, when a stop signal cut rows short, how many were interrupted."""
+    ok = sum(1 for r in rows if r.get("status") == "ok")
+    cut = sum(1 for r in rows if r.get("status") == "interrupted")
+    return f"{ok} of {len(rows)} rows ok" + (f", {cut} interrupted (what they measured is kept)" if cut else "")
 
 
 def _markdown(title: str, rows: list[dict[str, Any]], heads: dict[str, dict[str, float]],
@@ -161,8 +167,7 @@ def _markdown(title: str, rows: list[dict[str, Any]], heads: dict[str, dict[str,
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
-    ok = sum(1 for r in rows if r.get("status") == "ok")
-    lines = [f"# {title}", "", f"{ok} of {len(rows)} rows ok. Charts across rows: plan_report.html.", "",
+    lines = [f"# {title}", "", f"{_counts(rows)}. Charts across rows: plan_report.html.", "",
              "| row | kind | model | status | headline | report |", "|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         link = links.get(r["name"])

@@ -1,9 +1,11 @@
 """Servers of a perf run: ``--server-cmd`` started per ``tp`` group and stopped after it, readiness waits,
-and the sweep over the load points grouped that way."""
+and the sweep over the load points grouped that way. The server leads its own process group and dies with
+perf (``core.children``); it is stopped as a group: SIGTERM, SIGKILL after the ``stop_grace_s`` limit."""
 
 from __future__ import annotations
 
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -11,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from lmmbench.config.limits import limit_value
 from lmmbench.config.perf import PerfConfig
+from lmmbench.core.children import start_group, stop_groups
 from lmmbench.core.errors import UserError
 from lmmbench.loadgen.api import LoadResult, ModelNotServed, Preflight, preflight
 from lmmbench.sessions.perf_points import point_config
@@ -25,7 +29,7 @@ def start_server(cmd: str, tp: Any, batch: Any, url: str) -> subprocess.Popen[by
     port = urlsplit(url).port or 80
     argv = shlex.split(cmd.format(tp=tp, batch=batch, port=port))
     print(f"[perf] starting server: {' '.join(argv)}", file=sys.stderr)
-    return subprocess.Popen(argv)
+    return start_group(argv)
 
 
 def wait_ready(cfg: PerfConfig, proc: subprocess.Popen[bytes] | None, timeout_s: float = 300) -> Preflight:
@@ -51,13 +55,8 @@ def _largest_batch(items: list[tuple[int, PerfConfig]]) -> Any:
 
 
 def stop_server(proc: subprocess.Popen[bytes]) -> None:
-    """Terminate a started server and wait for it (killed after 30 s)."""
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    """Stop a started server's whole process group: SIGTERM, then SIGKILL after the limits table's stop_grace_s."""
+    stop_groups([proc], signal.SIGTERM, float(limit_value("stop_grace_s")))
 
 
 def sweep(base: PerfConfig, points: list[dict[str, Any]], done: Previous | None,

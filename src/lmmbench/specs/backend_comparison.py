@@ -122,7 +122,8 @@ async def _send(url: str, model: str, payload: dict[str, Any], api_key: str | No
 
 
 class _BuiltinServer:
-    """``lmmbench serve`` of the spec's model in a child process on a free loopback port."""
+    """``lmmbench serve`` of the spec's model in a child process on a free loopback port (its own process group,
+    ending with this process: ``core.children``)."""
 
     def __init__(self, model: str, log_path: Path, threads: int | None, device: str = "cpu",
                  dtype: str = "float32") -> None:
@@ -134,8 +135,10 @@ class _BuiltinServer:
                "--device", device, "--dtype", dtype]  # the same device and dtype as the in-process side
         if threads:
             cmd += ["--threads", str(threads)]
+        from lmmbench.core.children import start_group
+
         self.log = log_path.open("w", encoding="utf-8")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = start_group(cmd, stdout=self.log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         import socket
@@ -153,13 +156,13 @@ class _BuiltinServer:
         raise UserError(f"the built-in server did not start within {timeout_s:g} s; see {self.log.name}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        """SIGTERM to the server's group, SIGKILL after the ``stop_grace_s`` limit."""
+        import signal
+
+        from lmmbench.config.limits import limit_value
+        from lmmbench.core.children import stop_groups
+
+        stop_groups([self.proc], signal.SIGTERM, float(limit_value("stop_grace_s")))
         self.log.close()
 
 
