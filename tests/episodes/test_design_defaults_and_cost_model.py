@@ -91,6 +91,11 @@ def test_the_cost_model_gives_the_designs_formula_from_injected_terms() -> None:
     assert pred["design_formula"]["predicted_speedup"] == pytest.approx(560 / 380)
     assert pred["run_batches"]["predicted_speedup"] == pytest.approx(560 / 380)  # all calls had batch N here
     assert pred["not_measured"] is None
+    assert predict_speedup(serial, serial, 1)["design_formula"]["predicted_speedup"] == pytest.approx(1.0)
+    workers = _totals(vlm={1: [100.0] * 8}, ae={4: [80.0] * 6}, env=[2.0] * 120, steps=[30] * 4, replans=[2] * 4,
+                      plans=[3] * 8)
+    workers.env_ns //= 4  # env phases took a quarter of their steps' own times (4 workers stepping at once)
+    assert run_terms(workers)["t_env_parallel_ms_per_step"] == pytest.approx(0.5)
     ragged = run_terms(_totals(vlm={1: [100.0] * 8}, ae={4: [80.0] * 4, 2: [60.0] * 4}, env=[2.0] * 120,
                                steps=[30] * 4, replans=[2] * 4, plans=[3] * 8))
     mixed = predict_speedup(serial, ragged, 4)  # (8·100 + 4·80 + 4·60) / 4 + 60 = 400 ms per episode

@@ -14,8 +14,8 @@ N: the design assumes every call batches all N slots; when slots fall out of ste
 ``run_batches`` is lmmbench's refinement: the same terms weighted by the batch sizes the run's calls really had
 (its histograms), ``Σ_B calls(B)·T(B) / episodes``. Each term is the median of its own calls (with min, max and
 p10 / p90), never a share of a wall time; a term that was not measured leaves the prediction null and says
-which. ``T_env_parallel`` is the env phase's wall time per step (the per-step time in this process, or the
-amortised one with ``--env-workers``).
+which. ``T_env_parallel`` is the median env step scaled by the env phases' wall time over the sum of their steps'
+own times: the median itself in this process, less with ``--env-workers`` (slots stepped at once).
 """
 
 from __future__ import annotations
@@ -45,17 +45,24 @@ def _mean(values: list[int]) -> dict[str, Any] | None:
     return {"n": len(values), "mean": sum(values) / len(values), "min": min(values), "max": max(values)}
 
 
+def _env_parallel(totals: Any) -> float | None:
+    """The median env step scaled by how much the env phases' wall time undercuts the sum of their steps' own
+    times: the median itself in this process, less with ``--env-workers`` stepping slots at once."""
+    if not totals.env_step_ms or sum(totals.env_step_ms) <= 0:
+        return None
+    return float(statistics.median(totals.env_step_ms) * min(1.0, totals.env_ns / 1e6 / sum(totals.env_step_ms)))
+
+
 def run_terms(totals: Any) -> dict[str, Any]:
     """The terms of one run (a ``scheduler.RunTotals``): T_vlm per call and T_ae per call by batch size,
     T_env per step, waypoints and action calls per replan, steps and replans per episode."""
-    steps = len(totals.env_step_ms)
     replans = sum(totals.episode_replans)
     joined = sum(totals.action_batch_sizes)  # action-expert requests: one per slot per call it joined
     return {
         "t_vlm_ms_by_batch": {str(b): term_stats(v) for b, v in sorted(totals.planning_call_ms.items())},
         "t_ae_ms_by_batch": {str(b): term_stats(v) for b, v in sorted(totals.action_call_ms.items())},
         "t_env_ms_per_step": term_stats(totals.env_step_ms),
-        "t_env_parallel_ms_per_step": totals.env_ns / 1e6 / steps if steps else None,
+        "t_env_parallel_ms_per_step": _env_parallel(totals),
         "waypoints_per_replan": _mean(totals.plan_sizes),
         "ae_calls_per_replan": joined / replans if replans else None,
         "ae_calls_per_episode": joined / len(totals.episode_steps) if totals.episode_steps else None,
