@@ -49,8 +49,9 @@ def test_pi0_only_options_are_refused_elsewhere_and_batched_planning_is_honoured
     base = ["run", "episodic-eval", "--num-tasks", "2", "--num-trials-per-task", "1", "--max-steps", "20",
             "--warmup", "0", "--no-progress"]
     assert main([*base, "--batched-planning", "--out-dir", str(tmp_path / "a")]) == 2  # toy: no planner model
-    assert main([*base, "--env", "pusht", "--policy", "pi0-tiny", "--execute-steps", "2",
-                 "--out-dir", str(tmp_path / "b")]) == 2  # chunks last their waypoint pair's duration
+    for steps in ("2", "1"):  # chunks last their waypoint pair's duration: even the default value is refused
+        assert main([*base, "--env", "pusht", "--policy", "pi0-tiny", "--execute-steps", steps,
+                     "--out-dir", str(tmp_path / f"b{steps}")]) == 2
     sizes = {}
     for batched in (False, True):
         flag = ["--batched-planning"] if batched else []

@@ -180,6 +180,10 @@ class EpisodicEvalSpec(Spec):
             close_env(settings.probe_env)
             raise UserError(f"--batched-planning: --policy {policy_name} has no VLM planner to batch; it applies to "
                             f"{', '.join(VLA_POLICIES)}")
+        if policy_name in VLA_POLICIES and "execute_steps" in opts.model_fields_set:
+            close_env(settings.probe_env)
+            raise UserError(f"--execute-steps: --policy {policy_name} executes each action chunk for its waypoint "
+                            "pair's duration (the episodic design); remove --execute-steps")
         try:
             policy = make_policy(policy_name, settings)
         except ValueError as exc:
