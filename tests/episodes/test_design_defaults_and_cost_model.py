@@ -122,5 +122,9 @@ def test_a_run_writes_the_terms_the_histogram_and_the_prediction_next_to_the_mea
     assert terms["steps_per_episode"]["mean"] == sum(int(r["steps"]) + int(r["warmup_steps"]) for r in rows) / 2
     assert terms["t_env_ms_per_step"]["n"] == sum(int(r["steps"]) + int(r["warmup_steps"]) for r in rows)
     assert model["serial_terms"]["t_ae_ms_by_batch"]["1"]["median_ms"] > 0
-    assert model["measured_speedup"]["median"] > 0 and model["measured_speedup"]["pairs"] == 5
+    measured, speedup = model["measured_speedup"], analysis["speedup_vs_serial"]
+    if speedup["measurement_error"]:  # a ratio above N under a burst of load: no median, and none copied here
+        assert measured is None
+    else:
+        assert measured["median"] == speedup["median"] and measured["pairs"] == 5
     assert model["prediction"]["run_batches"]["predicted_speedup"] > 0
