@@ -66,7 +66,8 @@ class EpisodicEvalOptions(RunOptions):
     env: str = Field("toy-waypoints", description="Environment suite: toy-waypoints, chat, gym:<id> "
                      "(any gymnasium environment; needs lmmbench[episodes]), or your own class as "
                      "module:Class or path/to/file.py:Class.")
-    policy: str | None = Field(None, description="Policy: toy, toy-prefix-cache, chat, random, or your own "
+    policy: str | None = Field(None, description="Policy: toy, toy-prefix-cache, chat, random, pi0 / pi0-small / "
+                               "pi0-tiny (the episodic design's planner + action expert), or your own "
                                "class as module:Class or path/to/file.py:Class (default: the suite's own).")
     num_tasks: int = Field(8, ge=1, description="Tasks 0..N-1 of the suite.")
     num_trials_per_task: int = Field(DESIGN_DEFAULTS["num_trials_per_task"], ge=1,
