@@ -70,11 +70,13 @@ class LoggingPolicy:
 
 
 def _run(num_parallel: int, tasks: int = 3, trials: int = 2, wait: int = 2, batched: bool = False,
-         max_steps: int = 50) -> tuple[dict[EpisodeKey, Any], list[tuple[Any, ...]], EpisodeScheduler]:
+         max_steps: int = 50, steal: bool = False,
+         ) -> tuple[dict[EpisodeKey, Any], list[tuple[Any, ...]], EpisodeScheduler]:
     log: list[tuple[Any, ...]] = []
     episodes = [EpisodeKey(t, r) for t in range(tasks) for r in range(trials)]
     sched = EpisodeScheduler(lambda task: CountdownEnv(task, log), LoggingPolicy(log, batched), episodes,
-                             num_parallel=num_parallel, num_steps_wait=wait, max_steps=max_steps, seed=7)
+                             num_parallel=num_parallel, num_steps_wait=wait, max_steps=max_steps, seed=7,
+                             steal_trials=steal)
     return {r.key: r for r in sched.run()}, log, sched
 
 
@@ -156,12 +158,12 @@ def test_compare_runs_reports_first_token_divergence_and_action_difference() -> 
 
 def test_free_slots_take_trials_left_by_others_and_outcomes_stay() -> None:
     serial, _, _ = _run(num_parallel=1, tasks=2, trials=4)
-    stolen, log, _ = _run(num_parallel=3, tasks=2, trials=4)
+    stolen, log, _ = _run(num_parallel=3, tasks=2, trials=4, steal=True)  # stealing is an option (default off)
     assert {k: (r.steps, r.success) for k, r in stolen.items()} == {k: (r.steps, r.success) for k, r in serial.items()}
     by_slot = {r.key: r.slot for r in stolen.values()}
     assert 2 in by_slot.values()  # the third slot had no task of its own: it ran trials of task 0 or 1
     assert sum(1 for e in log if e[0] == "reset") == 8
     log2: list[tuple[Any, ...]] = []
     keep = EpisodeScheduler(lambda task: CountdownEnv(task, log2), LoggingPolicy(log2), list(stolen),
-                            num_parallel=3, num_steps_wait=2, max_steps=50, seed=7, steal_trials=False)
+                            num_parallel=3, num_steps_wait=2, max_steps=50, seed=7)  # the design's default: off
     assert {r.slot for r in keep.run()} == {0, 1}

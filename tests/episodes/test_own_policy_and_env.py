@@ -129,7 +129,7 @@ def test_environments_are_closed_and_warm_up_reward_is_counted_apart(tmp_path: P
         mod.CLOSED.clear()
         episodes = [EpisodeKey(t, r) for t in range(3) for r in range(3)]  # 3 tasks on 2 slots: trials stolen
         sched = EpisodeScheduler(suite.make_env, policy, episodes, num_parallel=2, num_steps_wait=2, max_steps=50,
-                                 seed=0)
+                                 seed=0, steal_trials=True)  # stealing is an option now (the design: off)
         results = list(sched.run())
         assert len(mod.OPENED) > 3 and sorted(map(id, mod.OPENED)) == sorted(map(id, mod.CLOSED))
     finally:
@@ -180,7 +180,8 @@ class Balance(SimplePolicy):
 def test_own_policy_on_a_gym_id_environment(tmp_path: Path) -> None:
     (tmp_path / "balance.py").write_text(CARTPOLE_POLICY, encoding="utf-8")
     common = ["run", "episodic-eval", "--env", "gym:CartPole-v1", "--policy", f"{tmp_path / 'balance.py'}:Balance",
-              "--num-tasks", "2", "--num-trials-per-task", "2", "--max-steps", "60", "--no-progress"]
+              "--num-tasks", "2", "--num-trials-per-task", "2", "--max-steps", "60", "--no-progress",
+              "--num-steps-wait", "1"]  # the design's 10 warm-up pushes to one side would tip the pole first
     assert main([*common, "--num-parallel", "4", "--out-dir", str(tmp_path / "o")]) == 0
     import csv
 

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["episodic_findings", "success_summary", "wilson_interval"]
+__all__ = ["cost_model_section", "episodic_findings", "success_summary", "wilson_interval"]
 
 Z95 = 1.959963984540054
 
@@ -61,10 +61,29 @@ def _batch_sizes(rows: Sequence[dict[str, Any]], field: str = "action_batch_size
     return [int(x) for r in rows if r.get("status") == "ok" for x in str(r.get(field) or "").split()]
 
 
+def cost_model_section(totals: dict[str, Any] | None, serial_totals: dict[str, Any] | None,
+                       speedup: dict[str, Any] | None, num_parallel: int) -> dict[str, Any] | None:
+    """The design's cost model with this run's terms (the serial run's for the serial side when there is one,
+    else this run's batch-1 calls) next to the measured speed-up (median and min-max, or null)."""
+    if not totals or "terms" not in totals:
+        return None
+    from lmmbench.episodes.cost_model import predict_speedup
+
+    serial_terms = (serial_totals or {}).get("terms") or totals["terms"]
+    measured = None
+    if speedup and speedup.get("median") is not None:
+        measured = {k: speedup[k] for k in ("median", "min", "max", "pairs")}
+    return {"terms": totals["terms"], "serial_terms": (serial_totals or {}).get("terms"),
+            "serial_side_from": "the serial run" if serial_totals else "this run's batch-1 calls",
+            "prediction": predict_speedup(serial_terms, totals["terms"], num_parallel),
+            "measured_speedup": measured}
+
+
 def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | None,
                       serial_totals: dict[str, Any] | None, equivalence: dict[str, Any] | None,
-                      speedup: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The analysis of an episodic run: success, batch sizes, time split, and the serial comparison."""
+                      speedup: dict[str, Any] | None = None, num_parallel: int = 1) -> dict[str, Any]:
+    """The analysis of an episodic run: success, batch sizes, time split, the serial comparison and the
+    design's cost model (``cost_model``: its terms, predicted and measured speed-up)."""
     ok = [r for r in rows if r.get("status") == "ok"]
     sizes = _batch_sizes(ok)  # per episode: the batch size of each action call it joined
     plans = _batch_sizes(ok, "planning_batch_sizes")
@@ -87,6 +106,7 @@ def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | N
         out["speedup_vs_serial"] = speedup  # median and min-max over interleaved pairs (episodes.speedup)
     if equivalence is not None:
         out["equivalence"] = equivalence
+    out["cost_model"] = cost_model_section(totals, serial_totals, speedup, num_parallel)
     rate = out["success"]["overall"]
     parts = [f"success {rate['successes']}/{rate['episodes']}" if rate["episodes"] else "no success verdicts"]
     if out["episode_mean_action_batch_size"] is not None:
@@ -97,6 +117,9 @@ def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | N
         from lmmbench.episodes.speedup import speedup_text
 
         parts.append(speedup_text(out["speedup_vs_serial"]))
+    predicted = ((out["cost_model"] or {}).get("prediction") or {}).get("design_formula", {}).get("predicted_speedup")
+    if predicted is not None and num_parallel > 1:
+        parts.append(f"the design's cost model predicts {predicted:.2f}x")
     if equivalence is not None:
         parts.append("same outcomes as the reference" if equivalence["same_outcomes"]
                      else f"{len(equivalence['outcome_mismatches'])} episode(s) differ from the reference")

@@ -4,8 +4,8 @@ Each of ``num_parallel`` slots runs one episode at a time through WAIT -> NEED_V
 EXECUTING -> DONE. A slot owns a task and runs its trials one after another, then takes the next
 task (``num_parallel`` task environments at once). When no task is left, a free slot
 takes a trial not yet started from the slot with the most left (on its own environment of that
-task; ``steal_trials=False`` keeps one task per slot), so the run does not end with one slot
-working through a whole task alone. Every tick, in this order:
+task, with ``steal_trials=True``; the default, as the episodic design, keeps one task per slot), so the run
+does not end with one slot working through a whole task alone. Every tick, in this order:
 
 1. WAIT slots step the dummy action; after ``num_steps_wait`` steps they need planning;
 2. EXECUTING slots step one action of their chunk (steps 1 and 2 are one phase: with
@@ -16,6 +16,10 @@ working through a whole task alone. Every tick, in this order:
    planning is batched;
 4. all NEED_AE slots share ONE action call (inputs stacked on dim 0 by the policy);
 5. DONE slots yield their result and start their next episode.
+
+``totals`` keeps every call's time by batch size, every env step's time, the waypoints of every plan (a
+policy's ``plan`` may set ``memory.data["plan_size"]``) and every episode's step and replan counts: the terms
+of the design's cost model (``episodes.cost_model``).
 
 With ``num_parallel=1`` this is the serial evaluation, episode after episode. An episode's
 outcome depends only on its seed: the environment is reset with it and the policy's noise comes
@@ -64,9 +68,22 @@ class RunTotals:
     action_calls: int = 0
     planning_calls: int = 0
     action_batch_sizes: list[int] = field(default_factory=list)
+    action_call_ms: dict[int, list[float]] = field(default_factory=dict)  # batch size -> each call's ms
+    planning_call_ms: dict[int, list[float]] = field(default_factory=dict)
+    env_step_ms: list[float] = field(default_factory=list)  # each env step's own time (warm-up included)
+    plan_sizes: list[int] = field(default_factory=list)  # waypoints per replan, where the policy says
+    episode_steps: list[int] = field(default_factory=list)  # env steps per episode (warm-up included)
+    episode_replans: list[int] = field(default_factory=list)
+
+    def action_batch_histogram(self) -> dict[str, int]:
+        """How many action calls had each batch size."""
+        return {str(b): len(v) for b, v in sorted(self.action_call_ms.items())}
 
     def as_dict(self) -> dict[str, Any]:
-        """Milliseconds and counts, with the time no part accounts for as ``scheduler_ms``."""
+        """Milliseconds and counts, with the time no part accounts for as ``scheduler_ms``, the histogram of
+        action batch sizes and the cost model's terms (``episodes.cost_model.run_terms``)."""
+        from lmmbench.episodes.cost_model import run_terms
+
         parts = self.env_ns + self.planning_ns + self.action_ns
         sizes = self.action_batch_sizes
         return {
@@ -80,6 +97,9 @@ class RunTotals:
             "planning_calls": self.planning_calls,
             "mean_action_batch_size": sum(sizes) / len(sizes) if sizes else None,
             "max_action_batch_size": max(sizes) if sizes else None,
+            "action_batch_histogram": self.action_batch_histogram(),
+            "planning_batch_histogram": {str(b): len(v) for b, v in sorted(self.planning_call_ms.items())},
+            "terms": run_terms(self),
         }
 
 
@@ -120,7 +140,7 @@ class EpisodeScheduler:
 
     def __init__(self, make_env: Callable[[int], Env], policy: Policy, episodes: Sequence[EpisodeKey], *,
                  num_parallel: int, num_steps_wait: int, max_steps: int, seed: int,
-                 steal_trials: bool = True, recorder: Any = None, env_workers: int = 0) -> None:
+                 steal_trials: bool = False, recorder: Any = None, env_workers: int = 0) -> None:
         if num_parallel < 1 or max_steps < 1 or num_steps_wait < 0:
             raise ValueError("num_parallel and max_steps must be >= 1, num_steps_wait >= 0")
         self.make_env = make_env
@@ -195,6 +215,7 @@ class EpisodeScheduler:
         t0 = now_ns()
         outs = self._pool.step_many([(slot.env, action) for slot, action, _ in moves]) if moves else []
         self.totals.env_ns += now_ns() - t0
+        self.totals.env_step_ms += [ns_to_ms(out[5]) for out in outs]
         return [self._apply(slot, out[:5], out[5], warm) for (slot, _, warm), out in zip(moves, outs, strict=True)]
 
     def _step(self, slot: _Slot, action: Any, warm_up: bool = False) -> bool:
@@ -203,6 +224,7 @@ class EpisodeScheduler:
         out = slot.env.step(action)
         dt = now_ns() - t0
         self.totals.env_ns += dt
+        self.totals.env_step_ms.append(ns_to_ms(dt))
         return self._apply(slot, out, dt, warm_up)
 
     def _apply(self, slot: _Slot, out: tuple[Any, ...], dt: int, warm_up: bool) -> bool:
@@ -265,7 +287,11 @@ class EpisodeScheduler:
             dt = now_ns() - t0
             self.totals.planning_ns += dt
             self.totals.planning_calls += 1
+            self.totals.planning_call_ms.setdefault(len(group), []).append(ns_to_ms(dt))
             for s in group:
+                assert s.memory is not None
+                if "plan_size" in s.memory.data:
+                    self.totals.plan_sizes.append(int(s.memory.data["plan_size"]))
                 s.planning_ns += dt / len(group)
                 s.planning_calls += 1
                 s.planning_sizes.append(len(group))
@@ -283,6 +309,7 @@ class EpisodeScheduler:
         self.totals.action_ns += dt
         self.totals.action_calls += 1
         self.totals.action_batch_sizes.append(len(ready))
+        self.totals.action_call_ms.setdefault(len(ready), []).append(ns_to_ms(dt))
         for s, chunk in zip(ready, chunks, strict=True):
             s.chunk = deque(chunk)
             s.action_ns += dt / len(ready)
@@ -296,6 +323,8 @@ class EpisodeScheduler:
                 continue
             if slot.key is not None:
                 result = self._result(slot)
+                self.totals.episode_steps.append(slot.steps + slot.warmup_steps)
+                self.totals.episode_replans.append(slot.planning_calls)
                 if self.recorder is not None:
                     self.recorder.finish(slot.key)
                 self.episodes_done += 1

@@ -19,16 +19,17 @@ from lmmbench.core.registry import Registry
 from lmmbench.episodes.custom import close_env, is_object_ref, make_custom_env, make_custom_policy
 from lmmbench.episodes.protocols import Env, EnvSuite, Policy
 
-__all__ = ["POLICIES", "SUITES", "PolicySettings", "make_policy", "resolve_suite"]
+__all__ = ["POLICIES", "SUITES", "VLA_POLICIES", "PolicySettings", "make_policy", "resolve_suite"]
 
 
 @dataclass
 class PolicySettings:
-    """What a policy factory gets: device, weight seed, chunk execution, the suite's task-0 env."""
+    """What a policy factory gets: device, weight seed, chunk execution, planner batching, the suite's task-0 env."""
 
     device: str = "cpu"
     weight_seed: int = 0
     execute_steps: int = 1
+    batched_planning: bool = False  # plan every NEED_VLM slot of a tick in one batch (the pi0 policies' planner)
     model: str = "tiny-llm"
     probe_env: Env | None = None  # an instance of the suite's environment (the gym adapter's action space)
 
@@ -97,15 +98,19 @@ POLICIES.add("random", _random)
 def _vla(settings: PolicySettings, shape: str) -> Policy:
     from lmmbench.episodes.vla_policy import VlaPolicy
 
+    if settings.execute_steps != 1:
+        raise UserError(f"--execute-steps {settings.execute_steps}: --policy {shape} executes each action chunk for "
+                        "its waypoint pair's duration (the episodic design); remove --execute-steps")
     return VlaPolicy(shape, device=settings.device, weight_seed=settings.weight_seed,
-                     execute_steps=settings.execute_steps)
+                     batched_planning=settings.batched_planning)
 
 
 def _vla_factory(shape: str) -> Callable[[PolicySettings], Policy]:
     return lambda settings: _vla(settings, shape)
 
 
-for _shape in ("pi0", "pi0-small", "pi0-tiny"):  # models.vla.VLA_SHAPES: pi0's widths, and CPU-sized cuts
+VLA_POLICIES = ("pi0", "pi0-small", "pi0-tiny")  # models.vla.VLA_SHAPES: pi0's widths, and CPU-sized cuts
+for _shape in VLA_POLICIES:
     POLICIES.add(_shape, _vla_factory(_shape))
 
 

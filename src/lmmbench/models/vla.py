@@ -7,13 +7,15 @@ key/value head of 256, vocabulary 257,152) make the prefix; a Gemma-300M-shaped 
 18 layers, MLP 4096, the same heads) makes the actions. Weights are random (fixed seed): timings and memory
 are real, outputs are not a trained policy's.
 
-The prefix of one observation — image ``(B, 3, 224, 224)``, instruction tokens ``(B, 64)`` with a mask,
-proprioception ``(B, 32)`` twice and a duration ``(B,)`` — is computed once into a per-layer key/value cache
-(``PrefixCache``). The action expert then integrates 10 Euler steps of the flow from Gaussian noise to actions
-``(B, 32, 32)``; each of its layers attends over the cache of the prefix layer at the same depth plus the action
-tokens' own keys and values, and only reads the cache. Episodes are isolated by the batch dimension; prefixes of
-different lengths are right-padded and their padding masked out of every attention (``stack_caches``).
-No rotary position embedding: it changes no tensor shape and a negligible share of the work.
+One action-expert call (``VlaModel.sample_actions``, openpi's ``sample_actions``) is two passes in one batch:
+a prefix pass over the observation — every camera's image ``(B, C, 3, 224, 224)``, instruction tokens ``(B, 64)``
+with a mask, the waypoint pair's start and end proprioception ``(B, 32)`` each and its duration ``(B,)`` — into a
+per-layer key/value cache (``PrefixCache``), then 10 Euler steps of the flow from Gaussian noise to actions
+``(B, 32, 32)``; each action-expert layer attends over the cache of the prefix layer at the same depth plus the
+action tokens' own keys and values, and only reads the cache. Nothing is kept between calls: every call computes
+its prefix from the observation it is given. Episodes are isolated by the batch dimension; instruction padding is
+masked out of every attention. No rotary position embedding: it changes no tensor shape and a negligible share
+of the work.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ import torch
 from torch import nn
 
 __all__ = [
-    "PI0", "VLA_SHAPES", "ActionExpert", "PrefixCache", "PrefixEncoder", "VlaConfig", "VlaModel", "build_vla",
-    "count_vla_parameters", "stack_caches",
+    "PI0", "VLA_SHAPES", "ActionExpert", "PrefixCache", "PrefixEncoder", "VisionTower", "VlaConfig", "VlaModel",
+    "build_vla", "count_vla_parameters",
 ]
 
 
@@ -71,10 +73,9 @@ class VlaConfig:
     def image_tokens(self) -> int:
         return (self.image_size // self.patch) ** 2
 
-    @property
-    def max_prefix_tokens(self) -> int:
-        """Image tokens + instruction tokens + two proprioception tokens + the duration token."""
-        return self.image_tokens + self.instruction_tokens + 3
+    def prefix_tokens(self, cameras: int = 1) -> int:
+        """Image tokens of every camera + instruction tokens + two proprioception tokens + the duration token."""
+        return cameras * self.image_tokens + self.instruction_tokens + 3
 
 
 PI0 = VlaConfig()
@@ -189,26 +190,6 @@ class PrefixCache:
     values: list[torch.Tensor]
     mask: torch.Tensor
 
-    def row(self, i: int) -> PrefixCache:
-        """Episode ``i`` alone, its padding cut off."""
-        n = int(self.mask[i].sum())
-        return PrefixCache([k[i : i + 1, :, :n] for k in self.keys], [v[i : i + 1, :, :n] for v in self.values],
-                           self.mask[i : i + 1, :n])
-
-
-def stack_caches(caches: list[PrefixCache]) -> PrefixCache:
-    """One batch of episodes' caches of different lengths: right-padded with zeros, padding masked."""
-    longest = max(c.mask.shape[1] for c in caches)
-
-    def pad(t: torch.Tensor) -> torch.Tensor:
-        return nn.functional.pad(t, (0, 0, 0, longest - t.shape[2]))
-
-    layers = len(caches[0].keys)
-    keys = [torch.cat([pad(c.keys[j]) for c in caches]) for j in range(layers)]
-    values = [torch.cat([pad(c.values[j]) for c in caches]) for j in range(layers)]
-    mask = torch.cat([nn.functional.pad(c.mask, (0, longest - c.mask.shape[1])) for c in caches])
-    return PrefixCache(keys, values, mask)
-
 
 class PrefixEncoder(nn.Module):  # type: ignore[misc]
     """Image, instruction, proprioception and duration tokens through the Gemma-style decoder, into a cache."""
@@ -224,12 +205,17 @@ class PrefixEncoder(nn.Module):  # type: ignore[misc]
 
     def forward(self, images: torch.Tensor, tokens: torch.Tensor, token_mask: torch.Tensor,
                 states: tuple[torch.Tensor, torch.Tensor], duration: torch.Tensor) -> PrefixCache:
-        """The cache of a batch; instruction padding (``token_mask`` False) is masked out of every key set."""
-        b = images.shape[0]
-        x = torch.cat([self.vision(images), self.embed(tokens) * math.sqrt(self.cfg.width),
+        """The cache of a batch. ``images`` is ``(B, C, 3, H, W)`` (C cameras, each through the same vision
+        tower) or ``(B, 3, H, W)``; ``states`` the pair's start and end proprioception; instruction padding
+        (``token_mask`` False) is masked out of every key set."""
+        if images.dim() == 4:
+            images = images[:, None]
+        b, cams = images.shape[:2]
+        seen = self.vision(images.flatten(0, 1)).view(b, cams * self.cfg.image_tokens, self.cfg.width)
+        x = torch.cat([seen, self.embed(tokens) * math.sqrt(self.cfg.width),
                        self.state[0](states[0])[:, None], self.state[1](states[1])[:, None],
                        self.duration(duration[:, None])[:, None]], dim=1)
-        ones = torch.ones(b, self.cfg.image_tokens, dtype=torch.bool, device=images.device)
+        ones = torch.ones(b, seen.shape[1], dtype=torch.bool, device=images.device)
         mask = torch.cat([ones, token_mask, ones[:, :3]], dim=1)
         keys, values = [], []
         for layer in self.layers:
@@ -295,6 +281,13 @@ class VlaModel(nn.Module):  # type: ignore[misc]
         self.cfg = cfg
         self.prefix = PrefixEncoder(cfg)
         self.action_expert = ActionExpert(cfg)
+
+    def sample_actions(self, images: torch.Tensor, tokens: torch.Tensor, token_mask: torch.Tensor,
+                       states: tuple[torch.Tensor, torch.Tensor], duration: torch.Tensor,
+                       noise: torch.Tensor) -> torch.Tensor:
+        """One action-expert call as the episodic design makes it: the prefix pass over this observation, then
+        the denoising steps reading that prefix's cache; ``(B, horizon, action_dim)`` normalized actions."""
+        return self.action_expert(noise, self.prefix(images, tokens, token_mask, states, duration))
 
 
 def count_vla_parameters(cfg: VlaConfig) -> int:

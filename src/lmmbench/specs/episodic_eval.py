@@ -24,7 +24,22 @@ from pydantic import Field, model_validator
 
 from lmmbench.specs.base import Case, RunOptions, Spec, SpecContext, register_spec
 
-__all__ = ["NOT_APPLICABLE", "EpisodicEvalOptions", "EpisodicEvalSpec", "plot_episodes"]
+__all__ = ["DESIGN_CONFIG", "DESIGN_DEFAULTS", "NOT_APPLICABLE", "EpisodicEvalOptions", "EpisodicEvalSpec",
+           "plot_episodes"]
+
+#: The shipped config file with the episodic design's evaluation settings (its YAML's keys and values).
+DESIGN_CONFIG = Path(__file__).resolve().parent.parent / "episodes" / "eval_waypoint_design.yaml"
+
+
+def _design_defaults() -> dict[str, Any]:
+    import yaml
+
+    data: dict[str, Any] = yaml.safe_load(DESIGN_CONFIG.read_text(encoding="utf-8"))
+    return data
+
+
+#: The option defaults, read from ``DESIGN_CONFIG`` so the CLI's defaults are the design's.
+DESIGN_DEFAULTS = _design_defaults()
 
 
 # RunOptions fields that mean nothing for episodes (no manifest, no stage hooks, no per-sample repeats, no
@@ -51,22 +66,31 @@ class EpisodicEvalOptions(RunOptions):
     env: str = Field("toy-waypoints", description="Environment suite: toy-waypoints, chat, gym:<id> "
                      "(any gymnasium environment; needs lmmbench[episodes]), or your own class as "
                      "module:Class or path/to/file.py:Class.")
-    policy: str | None = Field(None, description="Policy: toy, toy-prefix-cache, chat, random, or your own "
+    policy: str | None = Field(None, description="Policy: toy, toy-prefix-cache, chat, random, pi0 / pi0-small / "
+                               "pi0-tiny (the episodic design's planner + action expert), or your own "
                                "class as module:Class or path/to/file.py:Class (default: the suite's own).")
     num_tasks: int = Field(8, ge=1, description="Tasks 0..N-1 of the suite.")
-    num_trials_per_task: int = Field(2, ge=1, description="Episodes (trials) per task, each with its own seed.")
-    num_parallel: int | None = Field(None, ge=1, description="Slots run at once (default: --num-tasks, as the "
-                                     "seed); 1 is the serial evaluation.")
-    num_steps_wait: int = Field(1, ge=0, description="Warm-up dummy actions at the start of every episode (a "
-                                "slot in warm-up skips the batched action call).")
+    num_trials_per_task: int = Field(DESIGN_DEFAULTS["num_trials_per_task"], ge=1,
+                                     description="Episodes (trials) per task, each with its own seed (default 50, "
+                                     "the episodic design's).")
+    num_parallel: int | None = Field(DESIGN_DEFAULTS["num_parallel"], ge=1, description="Slots run at once "
+                                     "(default: --num-tasks, as the episodic design); 1 is the serial evaluation.")
+    num_steps_wait: int = Field(DESIGN_DEFAULTS["num_steps_wait"], ge=0, description="Warm-up dummy actions at "
+                                "the start of every episode (default 10, the episodic design's; a slot in warm-up "
+                                "skips the batched action call).")
     max_steps: int | None = Field(None, ge=1, description="Policy steps per episode before it is cut off "
                                   "(default: the suite's).")
     execute_steps: int = Field(1, ge=1, description="Actions executed from each action chunk before the next "
-                               "action call (toy policies; 1..4).")
+                               "action call (toy policies; 1..4; the pi0 policies execute each chunk for its "
+                               "waypoint pair's duration and refuse it).")
+    batched_planning: bool = Field(False, description="pi0 policies: plan every NEED_VLM slot of a tick in ONE "
+                                   "left-padded planner call (the design's next optimisation); default off: batch "
+                                   "1, one slot after another, as the episodic design.")
     threads: int | None = Field(1, ge=1, description="torch CPU threads (default 1: the toy networks are many "
                                 "tiny ops, which more threads slow down).")
-    steal_trials: bool = Field(True, description="A slot with no task left takes a trial not yet started from "
-                               "another slot (outcomes unchanged); off: one task per slot, in order.")
+    steal_trials: bool = Field(DESIGN_DEFAULTS["steal_trials"], description="A slot with no task left takes a "
+                               "trial not yet started from another slot (outcomes unchanged); off (default, the "
+                               "episodic design): one task per slot, in order.")
     compare_serial: bool = Field(False, description="Also time the same episodes serially (1 slot) and batched "
                                  "(--num-parallel slots), interleaved --compare-repeats times each, and report the "
                                  "median speed-up of batched over serial with its min-max, and whether the "
@@ -107,7 +131,7 @@ class EpisodicEvalSpec(Spec):
     not_applicable: ClassVar[frozenset[str]] = NOT_APPLICABLE
     columns = ("seed", "success", "steps", "total_reward", "planning_calls", "action_calls", "action_batch_sizes",
                "mean_action_batch_size", "planning_batch_sizes", "wall_ms", "env_ms", "planning_ms", "action_ms",
-               "slot", "near_rounding_boundary", "warmup_steps", "warmup_reward")
+               "slot", "near_rounding_boundary", "warmup_steps", "warmup_reward", "waypoints_per_replan")
     stage_fields: ClassVar[tuple[str, ...]] = ("env_ms", "planning_ms", "action_ms")
     total_field = "wall_ms"
 
@@ -122,6 +146,7 @@ class EpisodicEvalSpec(Spec):
         self._reference: dict[str, Any] | None = None  # the --reference run's outcomes, read in setup
         self._findings: dict[str, Any] | None = None
         self._speedup: dict[str, Any] | None = None
+        self._num_parallel = 1
 
     def setup(self, ctx: SpecContext) -> list[Case]:
         from lmmbench.core.errors import UserError
@@ -148,8 +173,18 @@ class EpisodicEvalSpec(Spec):
             torch.set_num_threads(opts.threads)
         device = _device(opts.device)
         settings = PolicySettings(device=device, weight_seed=opts.seed, execute_steps=opts.execute_steps,
-                                  model=opts.model, probe_env=suite.make_env(0))
+                                  batched_planning=opts.batched_planning, model=opts.model, probe_env=suite.make_env(0))
         policy_name = opts.policy or suite.default_policy
+        from lmmbench.episodes.suites import VLA_POLICIES
+
+        if opts.batched_planning and policy_name not in VLA_POLICIES:
+            close_env(settings.probe_env)
+            raise UserError(f"--batched-planning: --policy {policy_name} has no VLM planner to batch; it applies to "
+                            f"{', '.join(VLA_POLICIES)}")
+        if policy_name in VLA_POLICIES and "execute_steps" in opts.model_fields_set:
+            close_env(settings.probe_env)
+            raise UserError(f"--execute-steps: --policy {policy_name} executes each action chunk for its waypoint "
+                            "pair's duration (the episodic design); remove --execute-steps")
         try:
             policy = make_policy(policy_name, settings)
         except ValueError as exc:
@@ -183,7 +218,9 @@ class EpisodicEvalSpec(Spec):
         ctx.environment["episodic_eval"] = {
             "env": suite.name, "policy": policy.name, "device": device, "num_parallel": num_parallel,
             "max_steps": max_steps, "episodes": len(episodes), "episodes_this_run": len(todo),
-            "batched_planning": policy.batched_planning, "env_workers": opts.env_workers}
+            "batched_planning": policy.batched_planning, "env_workers": opts.env_workers,
+            "steal_trials": opts.steal_trials, "num_steps_wait": opts.num_steps_wait}
+        self._num_parallel = num_parallel
         return [Case(id=k.id, group=f"task{k.task}", extra={"task": k.task, "trial": k.trial}) for k in episodes]
 
     def _compare_serial(self, serial: Any, batched: Any, repeats: int, num_parallel: int, episodes: int,
@@ -239,6 +276,8 @@ class EpisodicEvalSpec(Spec):
             "wall_ms": r.wall_ms, "env_ms": r.env_ms, "planning_ms": r.planning_ms, "action_ms": r.action_ms,
             "slot": r.slot, "near_rounding_boundary": r.extra.get("stat_near_rounding_boundary"),
             "warmup_steps": r.extra.get("warmup_steps"), "warmup_reward": r.extra.get("warmup_reward"),
+            "waypoints_per_replan": " ".join(map(str, r.extra["stat_waypoints"])) if "stat_waypoints" in r.extra
+            else None,
         }
 
     def teardown(self, ctx: SpecContext) -> None:
@@ -256,7 +295,7 @@ class EpisodicEvalSpec(Spec):
         totals = self._scheduler.totals.as_dict() if self._scheduler is not None else None
         traces = read_traces(self._traces.path) if self._traces is not None else {}
         equivalence = compare_runs(traces, self._serial) if self._serial is not None else None
-        out = episodic_findings(rows, totals, self._serial_totals, equivalence, self._speedup)
+        out = episodic_findings(rows, totals, self._serial_totals, equivalence, self._speedup, self._num_parallel)
         if self._reference is not None:
             out["reference_equivalence"] = compare_runs(traces, self._reference)
         self._findings = out
