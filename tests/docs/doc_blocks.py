@@ -5,7 +5,9 @@ minutes of benchmark) says so in its first line, visibly, as a shell comment::
 
     # not run by the docs test: needs a GPU
 
-Every other block is run as pasted: in one fresh folder shared by all blocks (so a block sees what earlier blocks
+A block of any language preceded by ``<!-- example: NAME -->`` (the text around it says "save this as NAME") is
+written to ``NAME`` in the folder at its place in the document, so later blocks find it. Every other bash block is
+run as pasted: in one fresh folder shared by all blocks (so a block sees what earlier blocks
 wrote, as a reader pasting them in order would), each block in its own process group that is killed afterwards.
 """
 
@@ -22,16 +24,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SKIP_MARKER = re.compile(r"^#\s*not run by the docs test:\s*(?P<why>\S.*)$")
 _FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[A-Za-z0-9_-]*)\s*$")
+_SAVE_AS = re.compile(r"^<!--\s*example:\s*(?P<name>[\w.-]+\.\w+)\s*-->$")
 
 
 @dataclass(frozen=True)
 class DocBlock:
-    """One fenced ```bash block: where it is, its text, and why it is skipped (None: it runs)."""
+    """One fenced block: where it is, its text, why it is skipped (None: it runs), and the file it is saved as
+    (``save_as``: written, not run)."""
 
     path: str
     line: int
     text: str
     skip_reason: str | None
+    save_as: str | None = None
 
     @property
     def where(self) -> str:
@@ -60,11 +65,15 @@ def blocks_of(path: Path) -> list[DocBlock]:
             body.append(lines[i][indent:] if lines[i][:indent].strip() == "" else lines[i])
             i += 1
         i += 1
+        name = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+        saved = _SAVE_AS.match(lines[start - 1].strip()) if start > 0 else None
+        if saved is not None:
+            out.append(DocBlock(name, start + 1, "\n".join(body) + "\n", None, saved.group("name")))
+            continue
         if lang not in ("bash", "sh", "shell"):
             continue
         first = next((b.strip() for b in body if b.strip()), "")
         marker = SKIP_MARKER.match(first)
-        name = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
         out.append(DocBlock(name, start + 1, "\n".join(body) + "\n",
                             marker.group("why") if marker else None))  # fmt: skip
     return out

@@ -71,10 +71,12 @@ def test_blocks_are_found_with_their_markers() -> None:
 def test_the_parser_reads_markers_and_indented_fences(tmp_path: Path) -> None:
     doc = tmp_path / "x.md"
     doc.write_text("text\n```bash\n# not run by the docs test: needs a GPU\nnvidia-smi\n```\n"
-                   "- item\n  ```bash\n  echo hi\n  ```\n```python\nprint(1)\n```\n")  # fmt: skip
+                   "- item\n  ```bash\n  echo hi\n  ```\n```python\nprint(1)\n```\n"
+                   "<!-- example: mine.py -->\n```python\nX = 1\n```\n")  # fmt: skip
     found = blocks_of(doc)
-    assert [(b.line, b.skip_reason) for b in found] == [(2, "needs a GPU"), (7, None)]
-    assert found[1].text == "echo hi\n"
+    assert [(b.line, b.skip_reason, b.save_as) for b in found] == [(2, "needs a GPU", None), (7, None, None),
+                                                                   (14, None, "mine.py")]  # fmt: skip
+    assert found[1].text == "echo hi\n" and found[2].text == "X = 1\n"
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.where for b in BLOCKS])
@@ -82,6 +84,9 @@ def test_block_runs_as_pasted(block: DocBlock, docs_folder: tuple[Path, dict[str
     if block.skip_reason is not None:
         pytest.skip(f"marked in the doc: {block.skip_reason}")
     folder, env = docs_folder
+    if block.save_as is not None:  # "save this as NAME": written where the reader would save it
+        (folder / block.save_as).write_text(block.text, encoding="utf-8")
+        return
     run = run_block(block, folder, env, BLOCK_TIMEOUT_S)
     tail = run.output[-3000:]
     assert run.returncode == 0, f"{block.where} exited {run.returncode} after {run.seconds:.0f} s:\n{tail}"

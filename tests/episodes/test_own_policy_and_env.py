@@ -39,7 +39,7 @@ def test_docs_example_runs_as_written(example_dir: Path) -> None:
     args = shlex.split(_block("command").replace("\\\n", " "))
     assert args[:3] == ["lmmbench", "run", "episodic-eval"]
     assert main([*args[1:], "--no-progress"]) == 0
-    spec_dir = example_dir / "results" / "episodic-eval"
+    spec_dir = example_dir / "results" / "own" / "episodic-eval"
     analysis = json.loads((spec_dir / "episodic-eval_analysis.json").read_text())
     overall = analysis["success"]["overall"]
     assert overall["episodes"] == 16 and 0 < overall["successes"] < 16  # the noise decides some episodes
