@@ -21,6 +21,7 @@ from typing import Any
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest
 from lmmbench.datasets import vllm_samplers as vs
+from lmmbench.datasets.chat_templates import find_chat_template, read_json_object
 
 __all__ = ["CHAT_BACKENDS", "MORE_SAMPLERS", "build_vllm_requests", "chat_template", "draw_samples", "request_rates",
            "vllm_schedule_s"]
@@ -37,24 +38,35 @@ def chat_template(tokenizer_dir: Path | None, kwargs: dict[str, Any] | None, dat
                   skippable: bool = True) -> Any:  # fmt: skip
     """The tokenizer's chat template as a function of one user prompt (vLLM applies it to custom and spec_bench
     prompts)."""
-    config = None if tokenizer_dir is None else (tokenizer_dir if tokenizer_dir.is_dir() else tokenizer_dir.parent)
-    path = None if config is None else config / "tokenizer_config.json"
-    template = json.loads(path.read_text(encoding="utf-8")).get("chat_template") if path and path.is_file() else None
-    if not template:
+    folder = None if tokenizer_dir is None else (tokenizer_dir if tokenizer_dir.is_dir() else tokenizer_dir.parent)
+    template = None if folder is None else find_chat_template(folder)
+    if template is None:
         how = "add --skip-chat-template" if skippable else "give a --tokenizer that has one"
         raise UserError(f"--dataset-name {dataset} applies the tokenizer's chat template, as vLLM does, and this "
-                        f"tokenizer has none; {how}")  # fmt: skip
-    try:
-        import jinja2
-    except ImportError:
-        raise UserError("applying a chat template needs jinja2: pip install jinja2 (or --skip-chat-template)") from None
-    render = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(template).render
+                        f"tokenizer has none (chat_template.jinja, tokenizer_config.json's chat_template or "
+                        f"chat_template.json); {how}")  # fmt: skip
+    specials = _special_tokens(read_json_object(folder / "tokenizer_config.json")) if folder else {}
 
     def apply(prompt: str) -> str:
-        return str(render(messages=[{"role": "user", "content": prompt}], add_generation_prompt=True,
-                          **(kwargs or {})))  # fmt: skip
+        import jinja2
+
+        try:
+            return template.render(**{**specials, "messages": [{"role": "user", "content": prompt}],
+                                      "add_generation_prompt": True, **(kwargs or {})})  # fmt: skip
+        except jinja2.TemplateError as exc:
+            raise UserError(f"{template.source}: the chat template failed on a prompt: {exc}") from None
 
     return apply
+
+
+def _special_tokens(config: dict[str, Any]) -> dict[str, str]:
+    """The named special tokens (``bos_token``, ``eos_token``, ...) transformers hands to a chat template."""
+    out = {}
+    for key, value in config.items():
+        value = value.get("content") if isinstance(value, dict) else value
+        if key.endswith("_token") and isinstance(value, str):
+            out[key] = value
+    return out
 
 
 def _buckets(value: Any) -> dict[tuple[int, int, int], float] | None:

@@ -72,13 +72,12 @@ class VllmTokenizer:
     @classmethod
     def load(cls, path: Path | str) -> VllmTokenizer:
         """From a tokenizer directory (or tokenizer.json); tokenizer_config.json's clean-up setting is honoured."""
+        from lmmbench.datasets.chat_templates import read_json_object
         from lmmbench.datasets.perf_datasets import load_tokenizer
 
         p = Path(path)
-        config = (p if p.is_dir() else p.parent) / "tokenizer_config.json"
-        clean = False
-        if config.is_file():
-            clean = bool(json.loads(config.read_text(encoding="utf-8")).get("clean_up_tokenization_spaces", False))
+        config = read_json_object((p if p.is_dir() else p.parent) / "tokenizer_config.json")
+        clean = bool(config.get("clean_up_tokenization_spaces", False))
         return cls(load_tokenizer(path), clean)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
