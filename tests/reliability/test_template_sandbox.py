@@ -17,8 +17,8 @@ from lmmbench.config import sglang_bench_serving, vllm_bench_serve
 from lmmbench.core.errors import UserError
 from lmmbench.datasets.chat_templates import find_chat_template, sandboxed_environment
 from lmmbench.evaluation.prompts import PromptRenderer
-from lmmbench.evaluation.task_files import load_task_file
 from lmmbench.evaluation.runner import build_jobs
+from lmmbench.evaluation.task_files import load_task_file
 from lmmbench.sessions.bench_serve_session import build_bench_requests
 from lmmbench.sessions.bench_sglang_datasets import draw_sglang_requests
 from lmmbench.testing import build_word_tokenizer
@@ -73,7 +73,8 @@ def test_vllm_drop_in_finds_chat_template_jinja(tok: Path, tmp_path: Path) -> No
     """The current transformers layout (a chat_template.jinja file, which wins over the config's entry)."""
     custom = tmp_path / "rows.jsonl"
     custom.write_text(json.dumps({"prompt": "hello", "output_tokens": 2}) + "\n")
-    folder = _tokenizer_with(tmp_path, tok, "chat_template.jinja", "{% for m in messages %}<<{{ m.content }}>>{% endfor %}")
+    template = "{% for m in messages %}<<{{ m.content }}>>{% endfor %}"
+    folder = _tokenizer_with(tmp_path, tok, "chat_template.jinja", template)
     (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": "config's"}))
     ns = vllm_bench_serve.build_parser().parse_args(shlex.split(
         f"--model m --dataset-name custom --dataset-path {custom} --num-prompts 1 --tokenizer {folder}"))

@@ -10,13 +10,11 @@ template is the one in the tokenizer folder, found and rendered as ``apply_chat_
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from lmmbench.core.errors import UserError
 from lmmbench.datasets.chat_templates import find_chat_template, read_json_object
 from lmmbench.datasets.vllm_samplers import VllmRng, VllmTokenizer
 

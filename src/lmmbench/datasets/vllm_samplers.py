@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 import math
 import random
 from collections.abc import Iterator
