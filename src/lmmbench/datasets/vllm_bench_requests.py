@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lmmbench.config.limits import check_limit
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest
 from lmmbench.datasets import vllm_samplers as vs
@@ -71,16 +72,25 @@ def _special_tokens(config: dict[str, Any]) -> dict[str, str]:
 
 def _buckets(value: Any) -> dict[tuple[int, int, int], float] | None:
     """--random-mm-bucket-config as vLLM's parser leaves it (a dict keyed by tuples, or its text)."""
-    if value is None or isinstance(value, dict):
-        return value
+    if value is None:
+        return None
     import ast
 
     try:
-        parsed = ast.literal_eval(str(value))
-        return {tuple(int(x) for x in k): float(v) for k, v in parsed.items()}  # type: ignore[misc]
-    except (ValueError, SyntaxError, TypeError, AttributeError):
+        parsed = value if isinstance(value, dict) else ast.literal_eval(str(value))
+        buckets = {tuple(int(x) for x in k): float(v) for k, v in parsed.items()}
+    except (ValueError, SyntaxError, TypeError, AttributeError, MemoryError, RecursionError):
         raise UserError(f"--random-mm-bucket-config {value!r}: expected a dict like "
                         "'{(256, 256, 1): 0.5, (720, 1280, 1): 0.5}'") from None  # fmt: skip
+    for key in buckets:
+        if len(key) != 3 or min(key) < 1:
+            raise UserError(f"--random-mm-bucket-config: {key}: a bucket is (height, width, frames), each >= 1")
+        for side in key[:2]:
+            check_limit("image_side", side, f"--random-mm-bucket-config {key}: a side of")
+        # a video bucket may hold no more pixels than the largest image
+        check_limit("image_side", math.isqrt(key[0] * key[1] * key[2]), f"--random-mm-bucket-config {key}: "
+                    "the square root of height x width x frames")  # fmt: skip
+    return buckets  # type: ignore[return-value]
 
 
 def draw_samples(ns: argparse.Namespace, tok: vs.VllmTokenizer, rngs: vs.VllmRng,
