@@ -14,14 +14,22 @@ import argparse
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from lmmbench.config.limits import check_limit
 from lmmbench.core.errors import UserError
 
-__all__ = ["VLLM_PERCENTILE_METRICS", "VLLM_RESULT_KEYS", "check_number", "check_port", "check_sglang_values",
-           "check_sharegpt_list", "check_vllm_values"]
+__all__ = [
+    "VLLM_PERCENTILE_METRICS",
+    "VLLM_RESULT_KEYS",
+    "DropInParser",
+    "check_number",
+    "check_port",
+    "check_sglang_values",
+    "check_sharegpt_list",
+    "check_vllm_values",
+]
 
 #: the metrics vLLM's --percentile-metrics accepts
 VLLM_PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "e2el_including_client_queue")
@@ -38,6 +46,15 @@ VLLM_RESULT_KEYS = frozenset({
     "probe_requests",
 })  # fmt: skip
 _STAT_KEY = re.compile(r"^(mean|median|std|p\d+(\.\d+)?)_\w+_ms$")
+
+
+class DropInParser(argparse.ArgumentParser):
+    """The peers' parser, whose errors are one line (``--request-rate: invalid float value: 'fast'; see --help``)
+    instead of argparse's usage block of 75-82 lines; ``--help`` still prints every flag."""
+
+    def error(self, message: str) -> NoReturn:
+        text = message.removeprefix("argument ")
+        raise UserError(f"{text}; see {self.prog} --help")
 
 
 def check_number(value: Any, flag: str, *, low: float | None = None, low_open: bool = False,

@@ -17,7 +17,7 @@ import math
 from importlib import resources
 from typing import Any
 
-from lmmbench.config.dropin_values import check_sglang_values, check_sharegpt_list
+from lmmbench.config.dropin_values import DropInParser, check_sglang_values, check_sharegpt_list
 from lmmbench.config.sglang_bench_run import RUN_FLAGS, check_run_flags, run_extra_body
 from lmmbench.core.errors import UserError
 
@@ -126,7 +126,7 @@ def _kwargs(f: dict[str, Any]) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """``sglang.bench_serving``'s parser, from SGLang's flag list."""
-    parser = argparse.ArgumentParser(prog="lmmbench bench sglang", allow_abbrev=True,
+    parser = DropInParser(prog="lmmbench bench sglang", allow_abbrev=True,
                                      description=f"A drop-in for `python -m sglang.bench_serving` (SGLang "
                                                  f"{SGLANG_VERSION}'s flags).")  # fmt: skip
     groups: dict[Any, Any] = {}
