@@ -186,8 +186,15 @@ def _check_vllm_ratio(value: Any) -> None:
         check_number(r, f"--random-range-ratio {value}:", low=0, high=1, high_open=True)
 
 
+def _check_seed(seed: Any) -> None:
+    """numpy's generators take a seed in [0, 2**32 - 1] (the peers seed numpy with it and crash otherwise)."""
+    if seed is not None and not 0 <= int(seed) <= 2**32 - 1:
+        raise UserError(f"--seed {seed}: must be from 0 to {2**32 - 1} (numpy's seed range)")
+
+
 def check_vllm_values(ns: argparse.Namespace) -> None:
     """Every value of a parsed ``vllm bench serve`` command line, before the server is contacted."""
+    _check_seed(ns.seed)
     _check_vllm_ratio(ns.random_range_ratio)
     check_port(ns.port, "--port")
     _check_url(ns.base_url, "--base-url")
@@ -209,7 +216,9 @@ def _check_sglang_lengths(ns: argparse.Namespace) -> None:
     _length(ns.gsp_prompts_per_group, "--gsp-prompts-per-group", "requests", low=1)
     check_limit("requests", ns.gsp_num_groups * ns.gsp_prompts_per_group,
                 "--gsp-num-groups x --gsp-prompts-per-group")  # fmt: skip
-    for name in ("random_input_len", "gsp_system_prompt_len", "gsp_question_len", "sharegpt_context_len"):
+    low = 1 if ns.dataset_name.startswith("random") else 0  # a random prompt has at least one token
+    _length(ns.random_input_len, "--random-input-len", "input_tokens", low=low)
+    for name in ("gsp_system_prompt_len", "gsp_question_len", "sharegpt_context_len"):
         _length(getattr(ns, name), f"--{name.replace('_', '-')}", "input_tokens")
     for name in ("random_output_len", "gsp_output_len", "sharegpt_output_len", "speed_bench_output_len"):
         _length(getattr(ns, name), f"--{name.replace('_', '-')}", "output_tokens")
@@ -224,6 +233,7 @@ def _check_sglang_lengths(ns: argparse.Namespace) -> None:
 
 def check_sglang_values(ns: argparse.Namespace) -> None:
     """Every value of a parsed ``sglang.bench_serving`` command line, before the server is contacted."""
+    _check_seed(ns.seed)
     check_port(ns.port, "--port")
     _check_url(ns.base_url, "--base-url")
     check_number(ns.request_rate, "--request-rate", low=0, low_open=True, inf_ok=True)

@@ -54,20 +54,31 @@ def file_arg(path: str, flag: str = "--dataset-path") -> Path:
     return p
 
 
+def _text(path: Path) -> str:
+    """The file's text, read with the file_bytes bound (non-UTF-8 named with its line and byte)."""
+    from lmmbench.config.input_files import read_text
+
+    return read_text(path, "--dataset-path")
+
+
 def _json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+        return json.loads(_text(path))
+    except ValueError as exc:
         raise UserError(f"{path}: not JSON ({exc})") from None
+    except RecursionError:
+        raise UserError(f"{path}: JSON nested too deeply") from None
 
 
 def _json_lines(path: Path, skip_bad: bool) -> list[Any]:
     rows = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
             rows.append(json.loads(line))
+        except RecursionError:
+            raise UserError(f"{path}:{lineno}: JSON nested too deeply") from None
         except ValueError:
             if not skip_bad:
                 raise UserError(f"{path}:{lineno}: not a JSON line") from None
@@ -214,7 +225,7 @@ def openai_rows(ns: argparse.Namespace, tok: SglTokenizer, path: Path) -> list[S
     (tools, sampling) sent with it; the output length ``--sharegpt-output-len``, else its ``max_tokens``, else 256."""
     excluded = {"messages", "max_tokens", "max_completion_tokens", "model"}
     rows: list[Any] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for lineno, line in enumerate(_text(path).splitlines(), start=1):
         if ns.num_prompts > 0 and len(rows) >= ns.num_prompts:
             break
         if line.strip():
@@ -222,6 +233,8 @@ def openai_rows(ns: argparse.Namespace, tok: SglTokenizer, path: Path) -> list[S
                 rows.append(json.loads(line))
             except ValueError:
                 continue
+            except RecursionError:
+                raise UserError(f"{path}:{lineno}: JSON nested too deeply") from None
     out = []
     for data in rows:
         messages = data.get("messages", []) if isinstance(data, dict) else []

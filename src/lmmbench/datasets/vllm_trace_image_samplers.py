@@ -37,6 +37,8 @@ def _read_jsonl(path: Path, what: str) -> list[dict[str, Any]]:
             row = json.loads(line)
         except ValueError as exc:
             raise UserError(f"{path}:{i}: not JSON ({exc})") from None
+        except RecursionError:
+            raise UserError(f"{path}:{i}: JSON nested too deeply") from None
         if not isinstance(row, dict):
             raise UserError(f"{path}:{i}: each line is a JSON object")
         rows.append(row)
