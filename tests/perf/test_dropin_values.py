@@ -185,3 +185,25 @@ def test_sglang_data_set_rows_named(server: tuple[str, int], tok: Path, tmp_path
                                              {"timestamp": "soon", "hash_ids": [2], "output_length": 2}], lines=True)
     mooncake = ["--dataset-name", "mooncake", "--backend", "sglang", "--dataset-path", str(trace)]
     _refused(server, capsys, [*base, *mooncake], "trace.jsonl: record 2: 'timestamp' 'soon'")
+
+
+def test_a_huge_sharegpt_turn_is_dropped_without_being_encoded(tmp_path: Path) -> None:
+    """vLLM drops a ShareGPT prompt over 1024 tokens; a 4 MB turn (about 16 s to encode here) is dropped from its
+    first 64 KiB's pre-tokens, and the claim holds against the real encoding of a smaller text."""
+    import time
+
+    from lmmbench.datasets.vllm_samplers import VllmRng, VllmTokenizer, sample_sharegpt
+    from lmmbench.testing.sampler_tokenizer import build_sampler_tokenizer
+
+    tok = VllmTokenizer.load(build_sampler_tokenizer(tmp_path / "stok"))
+    words = "the quick brown fox jumps over a lazy dog "
+    mid = (words * 2000)[:70_000]
+    assert tok.surely_longer_than(mid, 1024) and len(tok.encode(mid, add_special_tokens=True)) > 1024
+    assert not tok.surely_longer_than("x" * 70_000, 1024)  # one pre-token: the prefix cannot tell
+    rows = [{"conversations": [{"from": "human", "value": (words * 100_000)[:4_000_000]},
+                               {"from": "gpt", "value": "ok " * 10}]},
+            {"conversations": [{"from": "human", "value": "a b c d e f"}, {"from": "gpt", "value": "g h i j k"}]}]
+    path = _rows(tmp_path / "big.json", rows)
+    start = time.monotonic()
+    out = sample_sharegpt(tok, VllmRng(0), path, 2)
+    assert time.monotonic() - start < 8 and {s.prompt for s in out} == {"a b c d e f"}

@@ -84,6 +84,18 @@ class VllmTokenizer:
         ids: list[int] = self.tok.encode(text, add_special_tokens=add_special_tokens).ids
         return ids
 
+    def surely_longer_than(self, text: str, n: int, probe_chars: int = 65_536) -> bool:
+        """Whether ``text`` encodes to more than ``n`` tokens, decided from its first ``probe_chars`` characters
+        without encoding it whole: every pre-token of the prefix but the last (which the cut may split) is a
+        pre-token of the text, and each gives at least one token. False when the prefix cannot tell."""
+        pre = self.tok.pre_tokenizer
+        if len(text) <= probe_chars or pre is None:
+            return False
+        head = text[:probe_chars]
+        if self.tok.normalizer is not None:
+            head = self.tok.normalizer.normalize_str(head)
+        return len(pre.pre_tokenize_str(head)) - 1 > n
+
     def decode(self, ids: list[int]) -> str:
         text: str = self.tok.decode(ids, skip_special_tokens=False)
         if self.clean_up_spaces:  # transformers' clean_up_tokenization
@@ -358,6 +370,8 @@ def sample_sharegpt(tok: VllmTokenizer, rngs: VllmRng, path: Path, n: int, outpu
         if len(out) >= n:
             break
         prompt, completion = entry["conversations"][0]["value"], entry["conversations"][1]["value"]
+        if tok.surely_longer_than(prompt, 1024):  # vLLM drops it (> 1024 tokens): a huge turn is not encoded
+            continue
         p_len = len(tok.encode(prompt, add_special_tokens=True))
         o_len = len(tok.encode(completion, add_special_tokens=True)) if output_len is None else output_len
         if p_len < 4 or (output_len is None and o_len < 4) or p_len > 1024 or p_len + o_len > 2048:
