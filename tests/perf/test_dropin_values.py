@@ -160,6 +160,10 @@ def test_vllm_data_set_rows_named(server: tuple[str, int], tok: Path, tmp_path: 
         _refused(server, capsys, [*base, *custom, str(path)], says)
     huge = _rows(tmp_path / "huge.jsonl", [{"prompt": "a b", "output_tokens": 1e11}], lines=True)
     _refused(server, capsys, [*base, *custom, str(huge)], "'output_tokens': 1e+11 exceeds the limit output_tokens")
+    trace = _rows(tmp_path / "trace.jsonl", [{"timestamp": 0, "input_length": 4, "output_length": 1e11,
+                                              "hash_ids": [1]}], lines=True)  # fmt: skip
+    _refused(server, capsys, [*base, "--dataset-name", "timed_trace", "--backend", "vllm", "--dataset-path",
+                              str(trace)], "trace.jsonl: row 1: 'output_length': 1e+11 exceeds the limit output_tokens")
     burst = tmp_path / "burst.csv"
     burst.write_text('Timestamp,Model,Request tokens,Response tokens\n0,GPT-4,"12,5\n1,GPT-4,3,4\n')
     _refused(server, capsys, [*base, "--dataset-name", "burstgpt", "--dataset-path", str(burst)],
