@@ -211,3 +211,14 @@ def test_a_huge_sharegpt_turn_is_dropped_without_being_encoded(tmp_path: Path) -
     start = time.monotonic()
     out = sample_sharegpt(tok, VllmRng(0), path, 2)
     assert time.monotonic() - start < 8 and {s.prompt for s in out} == {"a b c d e f"}
+
+
+def test_metadata_never_overwrites_a_measured_key_in_the_result_file() -> None:
+    """`lmmbench perf --metadata` reaches the same writer without the drop-in's refusal: its keys go first."""
+    from lmmbench.config.perf import PerfConfig
+    from lmmbench.reports.vllm_result_file import vllm_result
+
+    cfg = PerfConfig.model_validate({"url": "http://127.0.0.1:1", "num_requests": 3, "backend": "openai",
+                                     "metadata": {"backend": "evil", "num_prompts": "999", "tp": "1"}})  # fmt: skip
+    out = vllm_result(cfg, [], "m", 1.0, "20260101-000000")
+    assert (out["backend"], out["num_prompts"], out["tp"]) == ("openai", 3, "1")
