@@ -27,7 +27,9 @@ def test_images_without_media_tokens_fail_every_sample_and_exit_2_simulated_torc
     monkeypatch.setitem(pb.PARTS_BUILDERS, "qwen_vl", lambda family, path, tok: tok)
     monkeypatch.setattr(pb, "probe_processor", lambda processor, tokenizer, family: {})
     assert _eval(tmp_path, "sample_vqa", 2) == 2
-    assert "error: every sample failed (2 of 2)" in capsys.readouterr().err
+    [line] = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: every sample failed (2 of 2): ")  # the shared cause in the one line
+    assert "yielded 1 image token(s)" in line and "(every failure alike)" in line, line
     preds = [json.loads(x) for x in next(tmp_path.glob("*/predictions/sample_vqa.jsonl")).read_text().splitlines()]
     assert len(preds) == 2
     assert all("image: processor TokenizersBackend yielded 1 image token(s)" in p["error"] for p in preds)

@@ -111,7 +111,7 @@ def test_template_error_names_field_and_sample(tmp_path: Path) -> None:
 def test_sandbox_blocks_unsafe_templates(tmp_path: Path) -> None:
     body = MC_YAML.replace("{{q}}", "{{ q.__class__.__mro__[1].__subclasses__() }}")
     path = _write_task(tmp_path, body, MC_ROWS)
-    with pytest.raises(UserError, match="template error"):
+    with pytest.raises(UserError, match="sandbox refuses"):
         build_jobs(load_task_file(path), "m")
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import test_fuzz_bounds
 import test_fuzz_cli
+import test_fuzz_dropins
 import test_fuzz_every_bound
 import test_fuzz_store
 import test_fuzz_traces
@@ -158,6 +159,24 @@ def test_every_named_case_exists() -> None:
     ids = fuzz_case_ids()
     dangling = {k: [r for r in refs if not _exists(r, ids)] for k, refs in INPUT_KINDS.items()}
     assert not {k: v for k, v in dangling.items() if v}, dangling
+
+
+def test_every_flag_of_the_drop_ins_is_fuzzed() -> None:
+    """`bench serve` and `bench sglang` take the peers' own flags (not typer options): every flag they carry that
+    takes a value is fuzzed by test_fuzz_dropins (numbers and text, listed from the same flag tables); switches
+    take none; --port's range is tests/perf/test_dropin_values.py's. Their data-set kinds that read a file are
+    fed hostile files there too (test_the_file_kinds_are_every_carried_kind_that_reads_a_file)."""
+    from lmmbench.config import sglang_bench_serving as sgl
+    from lmmbench.config import vllm_bench_serve as vllm
+
+    d = test_fuzz_dropins
+    for flags, carried, cases in ((vllm.VLLM_FLAGS, vllm._CARRIED, d.VLLM_CASES + d.VLLM_TEXT_CASES),
+                                  (sgl.SGLANG_FLAGS, sgl.CARRIED, d.SGLANG_CASES + d.SGLANG_TEXT_CASES)):
+        fuzzed = {dest for _, dest, _ in cases}
+        switches = {f["dest"] for f in flags if f["action"] in ("_StoreTrueAction", "BooleanOptionalAction")}
+        missing = sorted(set(carried) - fuzzed - switches - {"port"})
+        assert not missing, f"drop-in flags with no fuzz case: {missing}"
+    assert _exists("tests/perf/test_dropin_values.py::test_vllm_port_outside_the_tcp_range", set())
 
 
 def test_a_constraints_variable_naming_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -76,6 +76,7 @@ CASES: dict[str, list[str]] = {  # bound -> argv at B + 1 ({f:name} a file of _f
     "hash_ids": [*PERF, "--dataset", "trace", "--dataset-path", "{f:hash.jsonl}"],
     "episodes": ["run", "episodic-eval", "--num-tasks", N, "--num-trials-per-task", "1"],
     "include_depth": [*EVAL, "--tasks", "{f:chain}"],
+    "episode_steps": ["run", "episodic-eval", "--num-tasks", "1", "--num-trials-per-task", "1", "--max-steps", N],
     "body_bytes": [],  # a server's bound: answered with HTTP 413, below
     "stop_grace_s": [],  # a time bound, not an input's: tests/reliability/test_plan_interrupt.py kills past it
 }

@@ -301,5 +301,5 @@ def test_parser_is_sglangs() -> None:
     assert cfg["url"] == "http://0.0.0.0:30000" and cfg["endpoint"] == "generate" and cfg["ignore_eos"] is True
     assert translate(build_parser().parse_args(["--backend", "vllm"]))["url"] == "http://0.0.0.0:8000"
     for bad in (["--backend", "nope"], ["--goodput", "itl:5"], ["--flush-cache-timeout", "0"]):
-        with pytest.raises(SystemExit):
+        with pytest.raises(UserError, match=rf"^{bad[0]}: .*; see lmmbench bench sglang --help$"):  # one line
             build_parser().parse_args(bad)

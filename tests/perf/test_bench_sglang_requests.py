@@ -55,18 +55,20 @@ def _sent(url: str, before: int, path: str, n: int) -> list[dict[str, Any]]:
 
 
 def test_headers_routing_keys_and_fake_prefill_fields(server: tuple[str, int], tmp_path: Path) -> None:
-    """--header KEY=VALUE as SGLang parses it (split at the first '=', entries without a value dropped), the
-    shared-prefix group's routing key in X-SMG-Routing-Key, and --fake-prefill's bootstrap fields, which win over
-    the extra body as in SGLang."""
+    """--header KEY=VALUE as SGLang parses it (split at the first '='; an entry without a value, which SGLang
+    drops silently, is refused by name before the server is asked), the shared-prefix group's routing key in
+    X-SMG-Routing-Key, and --fake-prefill's bootstrap fields, which win over the extra body as in SGLang."""
     url, port = server
     before = len(server_received(url))
+    for bad in ("X-Empty=", "plain"):
+        assert main(["bench", "sglang", "--port", str(port), *GSP, "--header", bad]) == 2
+    assert len(server_received(url)) == before
     _run(port, tmp_path / "o.jsonl", "--backend", "sglang-oai", *GSP, "--warmup-requests", "0", "--header",
-         "X-Team=a b", "X-Eq=k=v", "X-Empty=", "plain", "--gsp-send-routing-key", "--fake-prefill",
+         "X-Team=a b", "X-Eq=k=v", "--gsp-send-routing-key", "--fake-prefill",
          "--extra-request-body", '{"bootstrap_room": 9, "foo": 1}')  # fmt: skip
     sent = _sent(url, before, "/v1/completions", 6)
     for e in sent:
         assert e["headers"]["x-team"] == "a b" and e["headers"]["x-eq"] == "k=v"
-        assert "x-empty" not in e["headers"] and "plain" not in e["headers"]
         assert (e["body"]["bootstrap_host"], e["body"]["bootstrap_room"], e["body"]["foo"]) == ("2.2.2.2", 0, 1)
     keys = [e["headers"]["x-smg-routing-key"] for e in sent]
     assert all(re.fullmatch(r"[0-9a-f]{8}_\d{14}_[01]", k) for k in keys)

@@ -62,3 +62,18 @@ def test_transformers_serve_on_cpu_as_a_serve_row(write_plan: Any, tmp_path: Pat
     assert load["status"] == "ok" and load["metrics"]["ok"] == 3, load
     assert load["metrics"]["ttft_ms_mean"] > 0
     assert "transformers.cli.transformers serve" in (out / "tf" / "server.log").read_text().splitlines()[0]
+
+
+def test_a_ready_timeout_past_the_limits_table_is_refused_before_the_server_starts(
+        write_plan: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every wait is bounded: ready_timeout_s 1e30 (a server that never answers would hold the plan for ever) is
+    refused by the limits table's duration_s, in one line naming the row, before any process starts."""
+    path = write_plan([
+        {"name": "never", "kind": "serve",
+         "options": {"command": "sh -c 'echo started > started.txt; sleep 60' {port}", "ready_timeout_s": 1e30}},
+        {"name": "load", "kind": "perf", "server": "never", "options": {"num_requests": 2}},
+    ], name="forever")  # fmt: skip
+    assert main(["batch", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "row 1 'never'" in err[0] and "exceeds the limit duration_s" in err[0], err
+    assert not (path.parent / "started.txt").exists() and not (path.parent / "out" / "forever" / "never").exists()

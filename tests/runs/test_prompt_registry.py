@@ -94,3 +94,26 @@ def test_python_registered_prompts_and_bad_references(tmp_path: Path) -> None:
         resolve_prompt("no-version", tmp_path)
     with pytest.raises(UserError, match="not found"):
         resolve_prompt("missing@1", tmp_path)
+
+
+def test_a_lock_of_a_newer_version_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    from lmmbench.evaluation.task_files import load_task_file
+
+    tasks = _task_dir(tmp_path)
+    task = _write_task(tasks, "mcq@1")
+    newer = json.dumps({"version": 2, "prompts": {}, "signatures": {"mcq@1": "x"}})
+    (tasks / "prompts.lock").write_text(newer, encoding="utf-8")
+    with pytest.raises(UserError, match=r"prompts.lock: prompt lock version 2 is newer than this lmmbench reads"):
+        load_task_file(task)
+    assert (tasks / "prompts.lock").read_text(encoding="utf-8") == newer  # not rewritten as version 1
+
+
+def test_a_lock_that_is_a_folder_is_refused_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    from lmmbench.evaluation.task_files import load_task_file
+
+    tasks = _task_dir(tmp_path)
+    task = _write_task(tasks, "mcq@1")
+    (tasks / "prompts.lock").mkdir()
+    with pytest.raises(UserError, match=r"prompts.lock: the prompt lock is not a file"):
+        load_task_file(task)
+    assert sorted(p.name for p in tasks.iterdir() if p.name.startswith("prompts")) == ["prompts", "prompts.lock"]

@@ -116,3 +116,11 @@ def test_pooled_sides_with_separator(runs: dict[str, str], capsys: pytest.Captur
     assert f"A (baseline): {runs['base']}, {runs['again']}" in out
     assert main(["runs", "compare", runs["base"], "--", "--fail-on-regression"]) == 2  # an empty side
     assert "both sides" in capsys.readouterr().err
+
+
+def test_a_threshold_on_no_metric_of_the_runs_is_refused(runs: dict[str, str],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """--threshold nosuch_metric=5 was ignored: now one line naming it and the metrics there are, exit 2."""
+    assert main(["runs", "compare", runs["base"], runs["slow"], "--threshold", "nosuch_metric=5"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "--threshold nosuch_metric: no metric of that name in these runs" in line and "ttft_ms" in line, line

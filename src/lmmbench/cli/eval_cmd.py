@@ -41,7 +41,9 @@ def _eval(cfg: object) -> None:
     from lmmbench.core.exit_codes import measured_exit_code
 
     if run.failed_everything:
-        typer.echo(f"error: every sample failed ({failed} of {total}); see {run.run_dir / 'logs'}", err=True)
+        reason = run.failure_reason()
+        why = f": {reason}" if reason else ""
+        typer.echo(f"error: every sample failed ({failed} of {total}){why}; see {run.run_dir / 'logs'}", err=True)
         raise typer.Exit(measured_exit_code(0, failed))
     if failed:
         typer.echo(f"partial: {failed} of {total} sample(s) failed", err=True)

@@ -38,7 +38,11 @@ def _run(spec_name: str, options: Any) -> None:
     counts = run.row_counts()
     code = measured_exit_code(0 if run.measured_nothing else 1, counts["failed"] + counts["degraded"])
     if code == NOTHING_MEASURED:  # nothing measured ok: not a success, whatever was written
-        typer.echo(f"error: no row measured ok ({counts['failed']} failed, {counts['degraded']} degraded) "
+        from lmmbench.core.exit_codes import failure_reason
+
+        reason = failure_reason(str(r.get("error") or "") for r in run.rows if r.get("status") != "ok")
+        why = f": {reason}" if reason else ""
+        typer.echo(f"error: no row measured ok ({counts['failed']} failed, {counts['degraded']} degraded){why} "
                    f"-> {run.spec_dir}", err=True)
     elif code == PARTIAL:
         typer.echo(f"partial: {counts['failed']} row(s) failed and {counts['degraded']} degraded -> {run.spec_dir}",

@@ -54,6 +54,7 @@ LIMITS: dict[str, Limit] = {
               "the span of a trace's timestamps)"),
         Limit("hash_ids", 100_000, "prefix-block hash ids on one trace line"),
         Limit("episodes", 1_000_000, "episodes of one episodic run (--num-tasks x --num-trials-per-task)"),
+        Limit("episode_steps", 1_000_000, "policy steps of one episode (episodic-eval --max-steps)"),
         Limit("include_depth", 100, "files in one chain of `include:`s of an lm-eval task file"),
         Limit("stop_grace_s", 10, "seconds a plan's workers and servers (and perf --server-cmd's) get after "
               "SIGTERM / SIGINT to write what they measured, before SIGKILL"),

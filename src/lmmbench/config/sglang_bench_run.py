@@ -57,7 +57,7 @@ def check_run_flags(ns: argparse.Namespace) -> list[str]:
 
 def request_headers(ns: argparse.Namespace) -> dict[str, str]:
     """``--header KEY=VALUE ...`` as SGLang parses it (``parse_custom_headers``): split at the first '=', not
-    stripped; an entry with an empty key or value is dropped."""
+    stripped (an entry with an empty key or value, which SGLang drops, is refused by config.dropin_values)."""
     out: dict[str, str] = {}
     for item in ns.header or []:
         key, _, value = item.partition("=")

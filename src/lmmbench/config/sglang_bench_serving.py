@@ -17,6 +17,7 @@ import math
 from importlib import resources
 from typing import Any
 
+from lmmbench.config.dropin_values import DropInParser, check_sglang_values, check_sharegpt_list
 from lmmbench.config.sglang_bench_run import RUN_FLAGS, check_run_flags, run_extra_body
 from lmmbench.core.errors import UserError
 
@@ -125,7 +126,7 @@ def _kwargs(f: dict[str, Any]) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """``sglang.bench_serving``'s parser, from SGLang's flag list."""
-    parser = argparse.ArgumentParser(prog="lmmbench bench sglang", allow_abbrev=True,
+    parser = DropInParser(prog="lmmbench bench sglang", allow_abbrev=True,
                                      description=f"A drop-in for `python -m sglang.bench_serving` (SGLang "
                                                  f"{SGLANG_VERSION}'s flags).")  # fmt: skip
     groups: dict[Any, Any] = {}
@@ -214,6 +215,8 @@ def _dataset(ns: argparse.Namespace) -> dict[str, Any]:
     elif name in ("sharegpt", "custom"):  # custom: JSON lines of conversations, the same reader
         if name == "custom" and not ns.dataset_path:
             raise UserError("--dataset-name custom needs --dataset-path: a JSONL file of conversations")
+        if name == "sharegpt" and ns.dataset_path:  # SGLang's json.load of a list (a JSONL file is lmmbench's)
+            check_sharegpt_list(ns.dataset_path, "--dataset-path")
         out.update(dataset_path=ns.dataset_path or None, output_tokens=ns.sharegpt_output_len or 0)
     else:  # generated-shared-prefix: every group gets prompts_per_group requests
         out.update(prefix_groups=ns.gsp_num_groups, prefix_tokens=ns.gsp_system_prompt_len,
@@ -245,6 +248,7 @@ def translate(ns: argparse.Namespace) -> dict[str, Any]:
     for dest in _changed(ns):
         if dest not in CARRIED:
             raise UserError(refusal(dest))
+    check_sglang_values(ns)
     try:
         extra = json.loads(ns.extra_request_body) if ns.extra_request_body else {}
     except ValueError as exc:

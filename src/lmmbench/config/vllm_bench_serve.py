@@ -16,6 +16,7 @@ import uuid
 from importlib import resources
 from typing import Any
 
+from lmmbench.config.dropin_values import DropInParser, check_vllm_values
 from lmmbench.core.errors import UserError
 
 __all__ = ["IN_VLLM_ONLY", "VLLM_FLAGS", "VLLM_VERSION", "build_parser", "headers", "refusal", "sampling_body",
@@ -76,7 +77,7 @@ def _type(name: str | None) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     """``vllm bench serve``'s parser, from vLLM's flag list."""
-    parser = argparse.ArgumentParser(prog="lmmbench bench serve", allow_abbrev=True,
+    parser = DropInParser(prog="lmmbench bench serve", allow_abbrev=True,
                                      description=f"A drop-in for `vllm bench serve` (vLLM {VLLM_VERSION}'s flags).")
     for f in VLLM_FLAGS:
         kwargs: dict[str, Any] = {"dest": f["dest"], "default": f["default"], "help": f["help"] or None}
@@ -187,6 +188,7 @@ def translate(ns: argparse.Namespace) -> dict[str, Any]:
         if dest not in _CARRIED:
             raise UserError(refusal(dest))
     api = _check(ns)
+    check_vllm_values(ns)
     if ns.dataset_name in ("random", "random-mm"):  # vLLM: random datasets generate to the asked length
         ns.ignore_eos = True
     goodput = _pairs(ns.goodput, ":", "--goodput")

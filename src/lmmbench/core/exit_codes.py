@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["BUG", "NOTHING_MEASURED", "OK", "PARTIAL", "measured_exit_code", "plan_exit_code"]
+__all__ = ["BUG", "NOTHING_MEASURED", "OK", "PARTIAL", "failure_reason", "measured_exit_code", "plan_exit_code"]
 
 OK = 0
 BUG = 1
@@ -34,3 +34,22 @@ def plan_exit_code(rows: Iterable[tuple[bool, bool]]) -> int:
         return BUG
     failed = sum(1 for f, _ in states if f)
     return measured_exit_code(len(states) - failed, failed) if states else OK
+
+
+def failure_reason(errors: Iterable[str | None]) -> str | None:
+    """What the failures of a run that measured nothing share, for its one error line: the first error, then
+    "(every failure alike)" when every error reads the same once paths and numbers are set aside, else how many
+    kinds there were; None when no error was recorded."""
+    import re
+
+    first: str | None = None
+    kinds: set[str] = set()
+    for error in errors:
+        if not error:
+            continue
+        text = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+        first = first or text
+        kinds.add(re.sub(r"\d+", "N", re.sub(r"(/|[A-Za-z]:\\)\S+", "PATH", text)))
+    if first is None:
+        return None
+    return f"{first} ({'every failure alike' if len(kinds) == 1 else f'{len(kinds)} kinds of failure'})"

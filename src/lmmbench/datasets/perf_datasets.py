@@ -197,8 +197,11 @@ def _read_json_rows(path: Path) -> list[tuple[int, Any]]:
 
 def _sharegpt(cfg: PerfConfig, path: Path, tok: Any | None) -> list[_Item]:
     items: list[_Item] = []
-    for _lineno, row in _read_json_rows(path):
+    for lineno, row in _read_json_rows(path):
         conv = row.get("conversations") or row.get("conversation") if isinstance(row, dict) else None
+        if conv is not None and not isinstance(conv, list):
+            raise UserError(f"{path}: row {lineno}: 'conversations' is {type(conv).__name__}, expected a list of "
+                            "turns")  # fmt: skip
         if not isinstance(conv, list):
             continue
         turns = [t for t in conv if isinstance(t, dict)]

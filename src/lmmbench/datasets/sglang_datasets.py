@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from lmmbench.config.limits import check_limit
 from lmmbench.core.errors import UserError
 from lmmbench.datasets.sglang_rows import (
     SglRow,
@@ -26,6 +27,7 @@ from lmmbench.datasets.sglang_rows import (
     gen_prompt,
     gen_prompt_ids,
 )
+from lmmbench.datasets.vllm_samplers import row_text
 
 __all__ = ["ASSISTANT_SUFFIX", "MOONCAKE_DIR", "MOONCAKE_URLS", "agentic_trace", "file_arg", "generated_shared_prefix",
            "longbench_v2", "mooncake", "openai_rows", "random_ids", "sharegpt_rows", "speed_bench"]  # fmt: skip
@@ -52,40 +54,61 @@ def file_arg(path: str, flag: str = "--dataset-path") -> Path:
     return p
 
 
+def _text(path: Path) -> str:
+    """The file's text, read with the file_bytes bound (non-UTF-8 named with its line and byte)."""
+    from lmmbench.config.input_files import read_text
+
+    return read_text(path, "--dataset-path")
+
+
 def _json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+        return json.loads(_text(path))
+    except ValueError as exc:
         raise UserError(f"{path}: not JSON ({exc})") from None
+    except RecursionError:
+        raise UserError(f"{path}: JSON nested too deeply") from None
 
 
 def _json_lines(path: Path, skip_bad: bool) -> list[Any]:
     rows = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
             rows.append(json.loads(line))
+        except RecursionError:
+            raise UserError(f"{path}:{lineno}: JSON nested too deeply") from None
         except ValueError:
             if not skip_bad:
                 raise UserError(f"{path}:{lineno}: not a JSON line") from None
     return rows
 
 
-def _pairs(rows: list[Any], custom: bool) -> list[tuple[str, str]]:
-    """The first two turns of every conversation with at least two (custom: ``content`` or ``value`` keys)."""
+def _pairs(rows: Any, custom: bool, path: Path) -> list[tuple[str, str]]:
+    """The first two turns of every conversation with at least two (custom: ``content`` or ``value`` keys); a
+    file that is not a list of conversations, or a turn that is not text, is one line naming the file and row."""
+    if not isinstance(rows, list):
+        raise UserError(f"{path}: a ShareGPT file is a JSON list of {{'conversations': [...]}} objects, not a "
+                        f"{type(rows).__name__}")  # fmt: skip
     out = []
-    for data in rows:
+    for i, data in enumerate(rows):
         if not isinstance(data, dict):
             continue
         conv = data.get("conversations", data.get("conversation", []))
-        if not isinstance(conv, list) or len(conv) < 2:
+        if not isinstance(conv, list):
+            raise UserError(f"{path}: row {i + 1}: 'conversations' is {type(conv).__name__}, expected a list of "
+                            "turns")  # fmt: skip
+        if len(conv) < 2:
             continue
-        if custom:
-            out.append((str(conv[0].get("content", conv[0].get("value", ""))),
-                        str(conv[1].get("content", conv[1].get("value", "")))))  # fmt: skip
-        else:
-            out.append((str(conv[0]["value"]), str(conv[1]["value"])))
+        turns = []
+        for turn in conv[:2]:
+            if not isinstance(turn, dict):
+                raise UserError(f"{path}: row {i + 1}: a turn is {type(turn).__name__}, expected an object")
+            key = ("content" if "content" in turn else "value") if custom else "value"
+            turns.append(row_text(turn.get(key, "" if custom else None), f"{path}: row {i + 1}",
+                                  f"conversations[].{key}"))  # fmt: skip
+        out.append((turns[0], turns[1]))
     return out
 
 
@@ -97,7 +120,7 @@ def sharegpt_rows(ns: argparse.Namespace, tok: SglTokenizer, rngs: VllmRng, path
     if fixed is not None and fixed < 4:
         raise UserError(f"--sharegpt-output-len {fixed}: SGLang refuses an output length below 4")
     custom = ns.dataset_name == "custom"
-    pairs = _pairs(_json_lines(path, True) if custom else _json(path), custom)
+    pairs = _pairs(_json_lines(path, True) if custom else _json(path), custom, path)
     rngs.py.shuffle(pairs)
     out: list[SglRow] = []
     for prompt, completion in pairs:
@@ -137,7 +160,7 @@ def random_ids(ns: argparse.Namespace, tok: SglTokenizer, rngs: VllmRng, sharegp
     out: list[SglRow] = []
     if ns.dataset_name == "random":
         assert sharegpt is not None
-        pairs = _pairs(_json(sharegpt), False)
+        pairs = _pairs(_json(sharegpt), False, sharegpt)
         rngs.py.shuffle(pairs)
         for prompt, _ in pairs:
             i = len(out)
@@ -202,7 +225,7 @@ def openai_rows(ns: argparse.Namespace, tok: SglTokenizer, path: Path) -> list[S
     (tools, sampling) sent with it; the output length ``--sharegpt-output-len``, else its ``max_tokens``, else 256."""
     excluded = {"messages", "max_tokens", "max_completion_tokens", "model"}
     rows: list[Any] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for lineno, line in enumerate(_text(path).splitlines(), start=1):
         if ns.num_prompts > 0 and len(rows) >= ns.num_prompts:
             break
         if line.strip():
@@ -210,6 +233,8 @@ def openai_rows(ns: argparse.Namespace, tok: SglTokenizer, path: Path) -> list[S
                 rows.append(json.loads(line))
             except ValueError:
                 continue
+            except RecursionError:
+                raise UserError(f"{path}:{lineno}: JSON nested too deeply") from None
     out = []
     for data in rows:
         messages = data.get("messages", []) if isinstance(data, dict) else []
@@ -339,16 +364,35 @@ def _mooncake_file(ns: argparse.Namespace) -> Path:
     return path
 
 
+def _check_mooncake_record(path: Path, index: int, rec: Any) -> None:
+    """One Mooncake trace record: a numeric ``timestamp`` (ms), integer ``hash_ids`` and ``output_length`` within
+    the limits table; else one line naming the file and the record."""
+    where = f"{path}: record {index + 1}"
+    if not isinstance(rec, dict):
+        raise UserError(f"{where}: expected a JSON object")
+    stamp = rec.get("timestamp")
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp):
+        raise UserError(f"{where}: 'timestamp' {stamp!r}: a finite number of milliseconds is needed")
+    ids = rec.get("hash_ids", [])
+    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
+        raise UserError(f"{where}: 'hash_ids' must be a list of integers")
+    check_limit("hash_ids", len(ids), f"{where}: 'hash_ids'")
+    out = rec.get("output_length", 256)
+    if isinstance(out, bool) or not isinstance(out, (int, float)) or not math.isfinite(out) or out < 0:
+        raise UserError(f"{where}: 'output_length' {out!r}: a whole number >= 0 is needed")
+    check_limit("output_tokens", out, f"{where}: 'output_length'")
+
+
 def mooncake(ns: argparse.Namespace, tok: SglTokenizer) -> list[SglRow]:
     """``MooncakeDataset`` and ``get_mooncake_request_over_time``: the first ``--num-prompts`` trace lines, sorted
     by timestamp; each session sends ``--mooncake-num-rounds`` rounds at once, at its timestamp times
     ``--mooncake-slowdown-factor``, round k the chat so far (placeholder replies) through the chat template."""
-    records = _json_lines(_mooncake_file(ns), False)[: ns.num_prompts]
-    try:
-        records.sort(key=lambda r: r["timestamp"])
-        t0 = records[0]["timestamp"] if records else 0
-    except (KeyError, TypeError):
-        raise UserError("--dataset-name mooncake: every trace line needs a timestamp (ms)") from None
+    path = _mooncake_file(ns)
+    records = _json_lines(path, False)[: ns.num_prompts]
+    for i, rec in enumerate(records):
+        _check_mooncake_record(path, i, rec)
+    records.sort(key=lambda r: r["timestamp"])
+    t0 = records[0]["timestamp"] if records else 0
     out: list[SglRow] = []
     for session, rec in enumerate(records):
         at_s = (rec["timestamp"] - t0) / 1000.0 * ns.mooncake_slowdown_factor

@@ -18,6 +18,7 @@ import io
 import json
 from typing import Any
 
+from lmmbench.config.limits import check_limit
 from lmmbench.core.errors import UserError
 from lmmbench.datasets.sglang_rows import SglRow, SglTokenizer, VllmRng, compute_random_lens, gen_mm_prompt
 
@@ -36,6 +37,8 @@ def _size(text: str) -> tuple[int, int]:
         return _PRESETS[text]
     parts = text.strip().lower().split("x")
     if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit() and int(parts[0]) > 0 and int(parts[1]) > 0:
+        for side in parts:
+            check_limit("image_side", int(side), f"--image-resolution {text}: a side of")
         return int(parts[1]), int(parts[0])
     raise UserError(f"--image-resolution {text}: use 4k, 1080p, 720p, 360p, HEIGHTxWIDTH (1080x1920) or "
                     "random:MINHxMINW-MAXHxMAXW")  # fmt: skip

@@ -4,19 +4,18 @@ random helpers (``sglang/benchmark/datasets/common.py``), on lmmbench's tokenize
 SGLang seeds Python's and numpy's global generators with ``--seed`` before it draws (``random.seed``,
 ``np.random.seed``); ``VllmRng`` holds the same two streams. The tokenizer is a ``tokenizers.Tokenizer`` read as a
 Hugging Face fast tokenizer reads it: ``encode`` adds the special tokens (``tokenizer.encode(text)``), the chat
-template is the one in the tokenizer folder (``tokenizer_config.json``, ``chat_template.jinja`` or
-``chat_template.json``), rendered with jinja2 as ``apply_chat_template`` renders it.
+template is the one in the tokenizer folder, found and rendered as ``apply_chat_template`` does
+(``datasets.chat_templates``: transformers' lookup order, jinja2's immutable sandbox).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from lmmbench.core.errors import UserError
+from lmmbench.datasets.chat_templates import find_chat_template, read_json_object
 from lmmbench.datasets.vllm_samplers import VllmRng, VllmTokenizer
 
 __all__ = ["SglRow", "SglTokenizer", "VllmRng", "compute_random_lens", "gen_mm_prompt", "gen_prompt",
@@ -45,10 +44,8 @@ class SglTokenizer:
         self.path = path
         self.vt = VllmTokenizer.load(path)
         folder = path if path.is_dir() else path.parent
-        config_file = folder / "tokenizer_config.json"
-        self.config: dict[str, Any] = (json.loads(config_file.read_text(encoding="utf-8"))
-                                       if config_file.is_file() else {})  # fmt: skip
-        self.template = _find_template(folder, self.config)
+        self.config: dict[str, Any] = read_json_object(folder / "tokenizer_config.json")
+        self.template = find_chat_template(folder, self.config)
 
     @property
     def bos_token(self) -> str | None:
@@ -62,7 +59,7 @@ class SglTokenizer:
         saved as an ``AddedToken`` dict: its content)."""
         folder = self.path if self.path.is_dir() else self.path.parent
         mapped = folder / "special_tokens_map.json"
-        named: dict[str, Any] = json.loads(mapped.read_text(encoding="utf-8")) if mapped.is_file() else {}
+        named: dict[str, Any] = read_json_object(mapped)
         out = {}
         for key, value in {**named, **self.config}.items():
             if isinstance(value, dict):
@@ -108,19 +105,10 @@ class SglTokenizer:
         (transformers raises then, and SGLang takes its fallback)."""
         if self.template is None:
             return None
-        try:
-            import jinja2
-        except ImportError:
-            raise UserError("applying a chat template needs jinja2: pip install jinja2") from None
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        import jinja2
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=["jinja2.ext.loopcontrols"])  # as transformers renders it
-        env.globals["raise_exception"] = _raise
-        env.filters["tojson"] = _tojson
-        try:
-            return str(env.from_string(self.template).render(messages=messages, add_generation_prompt=True,
-                                                            **self.specials))  # fmt: skip
+        try:  # in jinja2's sandbox, as transformers renders it; a sandbox refusal is a UserError naming the file
+            return self.template.render(messages=messages, add_generation_prompt=True, **self.specials)
         except jinja2.TemplateError:
             return None
 
@@ -128,32 +116,6 @@ class SglTokenizer:
         """``apply_chat_template(..., tokenize=True)``: the rendered text, encoded without added special tokens."""
         text = self.apply_chat_template(messages)
         return None if text is None else self.encode(text, add_special_tokens=False)
-
-
-def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
-            sort_keys: bool = False) -> str:  # fmt: skip
-    """transformers' ``tojson`` filter of chat templates (plain ``json.dumps``, no HTML escaping)."""
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _raise(message: str) -> None:
-    import jinja2
-
-    raise jinja2.TemplateError(message)
-
-
-def _find_template(folder: Path, config: dict[str, Any]) -> str | None:
-    template = config.get("chat_template")
-    if isinstance(template, list):  # named templates: the default one
-        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
-    if isinstance(template, str) and template:
-        return template
-    if (folder / "chat_template.jinja").is_file():
-        return (folder / "chat_template.jinja").read_text(encoding="utf-8")
-    if (folder / "chat_template.json").is_file():
-        found = json.loads((folder / "chat_template.json").read_text(encoding="utf-8")).get("chat_template")
-        return found if isinstance(found, str) and found else None
-    return None
 
 
 def compute_random_lens(rngs: VllmRng, full_len: int, range_ratio: float, num: int) -> list[int]:

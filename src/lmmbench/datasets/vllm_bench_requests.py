@@ -18,9 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lmmbench.config.limits import check_limit
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest
 from lmmbench.datasets import vllm_samplers as vs
+from lmmbench.datasets.chat_templates import find_chat_template, read_json_object
 
 __all__ = ["CHAT_BACKENDS", "MORE_SAMPLERS", "build_vllm_requests", "chat_template", "draw_samples", "request_rates",
            "vllm_schedule_s"]
@@ -37,38 +39,58 @@ def chat_template(tokenizer_dir: Path | None, kwargs: dict[str, Any] | None, dat
                   skippable: bool = True) -> Any:  # fmt: skip
     """The tokenizer's chat template as a function of one user prompt (vLLM applies it to custom and spec_bench
     prompts)."""
-    config = None if tokenizer_dir is None else (tokenizer_dir if tokenizer_dir.is_dir() else tokenizer_dir.parent)
-    path = None if config is None else config / "tokenizer_config.json"
-    template = json.loads(path.read_text(encoding="utf-8")).get("chat_template") if path and path.is_file() else None
-    if not template:
+    folder = None if tokenizer_dir is None else (tokenizer_dir if tokenizer_dir.is_dir() else tokenizer_dir.parent)
+    template = None if folder is None else find_chat_template(folder)
+    if template is None:
         how = "add --skip-chat-template" if skippable else "give a --tokenizer that has one"
         raise UserError(f"--dataset-name {dataset} applies the tokenizer's chat template, as vLLM does, and this "
-                        f"tokenizer has none; {how}")  # fmt: skip
-    try:
-        import jinja2
-    except ImportError:
-        raise UserError("applying a chat template needs jinja2: pip install jinja2 (or --skip-chat-template)") from None
-    render = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(template).render
+                        f"tokenizer has none (chat_template.jinja, tokenizer_config.json's chat_template or "
+                        f"chat_template.json); {how}")  # fmt: skip
+    specials = _special_tokens(read_json_object(folder / "tokenizer_config.json")) if folder else {}
 
     def apply(prompt: str) -> str:
-        return str(render(messages=[{"role": "user", "content": prompt}], add_generation_prompt=True,
-                          **(kwargs or {})))  # fmt: skip
+        import jinja2
+
+        try:
+            return template.render(**{**specials, "messages": [{"role": "user", "content": prompt}],
+                                      "add_generation_prompt": True, **(kwargs or {})})  # fmt: skip
+        except jinja2.TemplateError as exc:
+            raise UserError(f"{template.source}: the chat template failed on a prompt: {exc}") from None
 
     return apply
 
 
+def _special_tokens(config: dict[str, Any]) -> dict[str, str]:
+    """The named special tokens (``bos_token``, ``eos_token``, ...) transformers hands to a chat template."""
+    out = {}
+    for key, value in config.items():
+        value = value.get("content") if isinstance(value, dict) else value
+        if key.endswith("_token") and isinstance(value, str):
+            out[key] = value
+    return out
+
+
 def _buckets(value: Any) -> dict[tuple[int, int, int], float] | None:
     """--random-mm-bucket-config as vLLM's parser leaves it (a dict keyed by tuples, or its text)."""
-    if value is None or isinstance(value, dict):
-        return value
+    if value is None:
+        return None
     import ast
 
     try:
-        parsed = ast.literal_eval(str(value))
-        return {tuple(int(x) for x in k): float(v) for k, v in parsed.items()}  # type: ignore[misc]
-    except (ValueError, SyntaxError, TypeError, AttributeError):
+        parsed = value if isinstance(value, dict) else ast.literal_eval(str(value))
+        buckets = {tuple(int(x) for x in k): float(v) for k, v in parsed.items()}
+    except (ValueError, SyntaxError, TypeError, AttributeError, MemoryError, RecursionError):
         raise UserError(f"--random-mm-bucket-config {value!r}: expected a dict like "
                         "'{(256, 256, 1): 0.5, (720, 1280, 1): 0.5}'") from None  # fmt: skip
+    for key in buckets:
+        if len(key) != 3 or min(key) < 1:
+            raise UserError(f"--random-mm-bucket-config: {key}: a bucket is (height, width, frames), each >= 1")
+        for side in key[:2]:
+            check_limit("image_side", side, f"--random-mm-bucket-config {key}: a side of")
+        # a video bucket may hold no more pixels than the largest image
+        check_limit("image_side", math.isqrt(key[0] * key[1] * key[2]), f"--random-mm-bucket-config {key}: "
+                    "the square root of height x width x frames")  # fmt: skip
+    return buckets  # type: ignore[return-value]
 
 
 def draw_samples(ns: argparse.Namespace, tok: vs.VllmTokenizer, rngs: vs.VllmRng,

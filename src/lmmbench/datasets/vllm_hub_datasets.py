@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmmbench.config.limits import check_limit
 from lmmbench.config.perf import PerfConfig
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest
@@ -120,19 +121,30 @@ def burstgpt_rows(path: Path) -> list[tuple[int, int]]:
     rows: list[tuple[int, int]] = []
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
-        missing = {"Model", "Request tokens", "Response tokens"} - set(reader.fieldnames or [])
-        if missing:
-            raise UserError(f"{path}: not a BurstGPT CSV: no column(s) {sorted(missing)}")
-        for lineno, row in enumerate(reader, start=2):
-            try:
-                req, resp = int(float(row["Request tokens"])), int(float(row["Response tokens"]))
-            except ValueError:
-                raise UserError(f"{path}:{lineno}: 'Request tokens' / 'Response tokens' must be numbers") from None
-            if row["Model"] == "GPT-4" and resp > 0:
-                rows.append((req, resp))
+        try:
+            missing = {"Model", "Request tokens", "Response tokens"} - set(reader.fieldnames or [])
+            if missing:
+                raise UserError(f"{path}: not a BurstGPT CSV: no column(s) {sorted(missing)}")
+            for row in reader:
+                rows.extend(_burstgpt_row(path, reader.line_num, row))
+        except (csv.Error, UnicodeDecodeError) as exc:  # an unterminated quote runs to the field limit
+            raise UserError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
     if not rows:
         raise UserError(f"{path}: no GPT-4 rows with a response (vLLM keeps only those)")
     return rows
+
+
+def _burstgpt_row(path: Path, lineno: int, row: dict[str, Any]) -> list[tuple[int, int]]:
+    """One BurstGPT row, kept as vLLM keeps it (GPT-4 with a response), its counts checked and bounded."""
+    try:
+        req, resp = int(float(row["Request tokens"])), int(float(row["Response tokens"]))
+    except (ValueError, TypeError, OverflowError):
+        raise UserError(f"{path}:{lineno}: 'Request tokens' / 'Response tokens' must be numbers") from None
+    if req < 0 or resp < 0:
+        raise UserError(f"{path}:{lineno}: 'Request tokens' / 'Response tokens' must be at least 0")
+    check_limit("input_tokens", req, f"{path}:{lineno}: 'Request tokens'")
+    check_limit("output_tokens", resp, f"{path}:{lineno}: 'Response tokens'")
+    return [(req, resp)] if row["Model"] == "GPT-4" and resp > 0 else []
 
 
 @PERF_DATASETS.register("burstgpt")

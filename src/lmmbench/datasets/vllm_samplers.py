@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 import math
 import random
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from lmmbench.config.limits import check_limit
 from lmmbench.core.errors import UserError
 
 __all__ = ["VllmRng", "VllmSample", "VllmTokenizer", "custom_samples", "sample_custom", "sample_prefix_repetition",
@@ -72,18 +72,29 @@ class VllmTokenizer:
     @classmethod
     def load(cls, path: Path | str) -> VllmTokenizer:
         """From a tokenizer directory (or tokenizer.json); tokenizer_config.json's clean-up setting is honoured."""
+        from lmmbench.datasets.chat_templates import read_json_object
         from lmmbench.datasets.perf_datasets import load_tokenizer
 
         p = Path(path)
-        config = (p if p.is_dir() else p.parent) / "tokenizer_config.json"
-        clean = False
-        if config.is_file():
-            clean = bool(json.loads(config.read_text(encoding="utf-8")).get("clean_up_tokenization_spaces", False))
+        config = read_json_object((p if p.is_dir() else p.parent) / "tokenizer_config.json")
+        clean = bool(config.get("clean_up_tokenization_spaces", False))
         return cls(load_tokenizer(path), clean)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         ids: list[int] = self.tok.encode(text, add_special_tokens=add_special_tokens).ids
         return ids
+
+    def surely_longer_than(self, text: str, n: int, probe_chars: int = 65_536) -> bool:
+        """Whether ``text`` encodes to more than ``n`` tokens, decided from its first ``probe_chars`` characters
+        without encoding it whole: every pre-token of the prefix but the last (which the cut may split) is a
+        pre-token of the text, and each gives at least one token. False when the prefix cannot tell."""
+        pre = self.tok.pre_tokenizer
+        if len(text) <= probe_chars or pre is None:
+            return False
+        head = text[:probe_chars]
+        if self.tok.normalizer is not None:
+            head = self.tok.normalizer.normalize_str(head)
+        return len(pre.pre_tokenize_str(head)) - 1 > n
 
     def decode(self, ids: list[int]) -> str:
         text: str = self.tok.decode(ids, skip_special_tokens=False)
@@ -350,7 +361,7 @@ def sample_sharegpt(tok: VllmTokenizer, rngs: VllmRng, path: Path, n: int, outpu
     data = load_json(read_text(path, "--dataset-path"), path)
     if not isinstance(data, list):
         raise UserError(f"{path}: a ShareGPT file is a JSON list of {{'conversations': [...]}} objects")
-    data = [e for e in data if isinstance(e, dict) and len(e.get("conversations") or []) >= 2]
+    data = [e for i, e in enumerate(data) if _sharegpt_turns(path, i, e) >= 2]
     rngs.py.seed(rngs.seed)
     if shuffle:
         rngs.py.shuffle(data)
@@ -359,6 +370,8 @@ def sample_sharegpt(tok: VllmTokenizer, rngs: VllmRng, path: Path, n: int, outpu
         if len(out) >= n:
             break
         prompt, completion = entry["conversations"][0]["value"], entry["conversations"][1]["value"]
+        if tok.surely_longer_than(prompt, 1024):  # vLLM drops it (> 1024 tokens): a huge turn is not encoded
+            continue
         p_len = len(tok.encode(prompt, add_special_tokens=True))
         o_len = len(tok.encode(completion, add_special_tokens=True)) if output_len is None else output_len
         if p_len < 4 or (output_len is None and o_len < 4) or p_len > 1024 or p_len + o_len > 2048:
@@ -374,6 +387,32 @@ def sample_sharegpt(tok: VllmTokenizer, rngs: VllmRng, path: Path, n: int, outpu
     return out
 
 
+def row_text(value: Any, where: str, field: str) -> str:
+    """A data-set row's text field: a string within the ``prompt_chars`` bound (checked before it is tokenised),
+    else one line naming ``where`` (the file and the row) and the field."""
+    if not isinstance(value, str):
+        raise UserError(f"{where}: '{field}' is {type(value).__name__}, expected a string")
+    check_limit("prompt_chars", len(value), f"{where}: '{field}' has characters")
+    return value
+
+
+def _sharegpt_turns(path: Path, index: int, entry: Any) -> int:
+    """How many turns a ShareGPT entry has, its first two checked (a dict with a string ``value`` each)."""
+    if not isinstance(entry, dict):
+        return 0
+    conv = entry.get("conversations")
+    if conv is None:
+        return 0
+    if not isinstance(conv, list):
+        raise UserError(f"{path}: row {index + 1}: 'conversations' is {type(conv).__name__}, expected a list of "
+                        "turns")  # fmt: skip
+    for turn in conv[:2]:
+        if not isinstance(turn, dict):
+            raise UserError(f"{path}: row {index + 1}: a turn is {type(turn).__name__}, expected {{'from', 'value'}}")
+        row_text(turn.get("value"), f"{path}: row {index + 1}", "conversations[].value")
+    return len(conv)
+
+
 def sample_custom(tok: VllmTokenizer, rngs: VllmRng, path: Path, n: int, output_len: int | None = 256,
                   id_prefix: str = "", shuffle: bool = True, no_oversample: bool = False,
                   chat_template: Any | None = None) -> list[VllmSample]:  # fmt: skip
@@ -384,14 +423,30 @@ def sample_custom(tok: VllmTokenizer, rngs: VllmRng, path: Path, n: int, output_
 
     if not str(path).endswith(".jsonl"):
         raise UserError(f"--dataset-path {path}: the custom dataset is a .jsonl file, as vLLM's")
-    rows = [row for _, row in parse_json_lines(read_text(path, "--dataset-path"), path)]
-    for i, row in enumerate(rows, 1):
+    rows = []
+    for line, row in parse_json_lines(read_text(path, "--dataset-path"), path):
         if not isinstance(row, dict) or "prompt" not in row:
-            raise UserError(f"{path}:{i}: each line needs a 'prompt' field (vLLM's custom format)")
+            raise UserError(f"{path}:{line}: each line needs a 'prompt' field (vLLM's custom format)")
+        row_text(row["prompt"], f"{path}:{line}", "prompt")
+        if output_len is None or output_len == -1:
+            row = {**row, "output_tokens": _output_tokens(row, f"{path}:{line}")}
+        rows.append(row)
     rngs.py.seed(rngs.seed)
     if shuffle:
         rngs.py.shuffle(rows)
     return custom_samples(tok, rngs, rows, n, output_len, id_prefix, no_oversample, chat_template, path)
+
+
+def _output_tokens(row: dict[str, Any], where: str) -> int:
+    """A custom row's ``output_tokens``: a whole number from 1 to the ``output_tokens`` bound."""
+    value = row.get("output_tokens")
+    if isinstance(value, str):  # int(row["output_tokens"]) reads a numeric string too
+        value = int(value) if value.strip().lstrip("+-").isdigit() else value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
+        raise UserError(f"{where}: 'output_tokens' {value!r}: a whole number >= 1 is needed without "
+                        "--custom-output-len")  # fmt: skip
+    check_limit("output_tokens", value, f"{where}: 'output_tokens'")
+    return int(value)
 
 
 def custom_samples(tok: VllmTokenizer, rngs: VllmRng, rows: list[dict[str, Any]], n: int, output_len: int | None,
@@ -405,14 +460,11 @@ def custom_samples(tok: VllmTokenizer, rngs: VllmRng, rows: list[dict[str, Any]]
         if len(out) >= n:
             break
         if output_len is None or output_len == -1:
-            try:
-                o_len = int(row["output_tokens"])
-            except (KeyError, ValueError, TypeError):
-                raise UserError(f"{path}: row {row!r} has no integer 'output_tokens' (needed without "
-                                "--custom-output-len)") from None  # fmt: skip
+            o_len = _output_tokens(row, f"{path}: row {row!r}")
         else:
             o_len = output_len
-        prompt = str(row["prompt"]) if chat_template is None else chat_template(str(row["prompt"]))
+        text = row_text(row["prompt"], f"{path}: row {i + 1}", "prompt")
+        prompt = text if chat_template is None else chat_template(text)
         out.append(VllmSample(prompt, len(tok.encode(prompt, add_special_tokens=True)), o_len, None, f"{id_prefix}{i}"))
     _oversample(out, n, rngs, id_prefix, no_oversample)
     return out

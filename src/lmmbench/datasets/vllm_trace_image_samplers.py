@@ -18,6 +18,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from lmmbench.config.limits import check_limit
 from lmmbench.core.errors import UserError
 from lmmbench.datasets.vllm_samplers import VllmRng, VllmSample, VllmTokenizer, _oversample
 
@@ -37,6 +38,8 @@ def _read_jsonl(path: Path, what: str) -> list[dict[str, Any]]:
             row = json.loads(line)
         except ValueError as exc:
             raise UserError(f"{path}:{i}: not JSON ({exc})") from None
+        except RecursionError:
+            raise UserError(f"{path}:{i}: JSON nested too deeply") from None
         if not isinstance(row, dict):
             raise UserError(f"{path}:{i}: each line is a JSON object")
         rows.append(row)
@@ -165,4 +168,10 @@ def _trace_numbers(path: Path, i: int, row: dict[str, Any], labels: TraceLabels)
         if not math.isfinite(value):
             raise UserError(f"{path}: row {i + 1}: {key!r} is {value!r}, not a finite number")
         values.append(float(value))
+    for key, value, bound in ((labels.inp, values[0], "input_tokens"), (labels.out, values[1], "output_tokens")):
+        if value < 0:
+            raise UserError(f"{path}: row {i + 1}: {key!r} is {value:g}, a length is at least 0")
+        check_limit(bound, value, f"{path}: row {i + 1}: {key!r}")
+    hashes = row.get(labels.hashes) or []
+    check_limit("hash_ids", len(hashes) if isinstance(hashes, list) else 0, f"{path}: row {i + 1}: {labels.hashes!r}")
     return int(values[0]), int(values[1]), values[2]

@@ -22,7 +22,7 @@ from typing import Any
 from lmmbench.core.errors import UserError
 from lmmbench.episodes.protocols import ActItem, Env, EpisodeKey, EpisodeMemory, Policy
 
-__all__ = ["SimplePolicy", "check_fit", "close_env", "is_object_ref", "load_object", "make_custom_env",
+__all__ = ["SimplePolicy", "UserCodeError", "check_fit", "close_env", "is_object_ref", "load_object", "make_custom_env",
            "make_custom_policy"]
 
 
@@ -52,12 +52,69 @@ def load_object(ref: str, option: str) -> Any:
             module = importlib.import_module(where)
     except UserError:
         raise
-    except Exception as exc:  # the user's module failed to import: say which and why, in one line
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise UserError(f"{option} {ref}: importing {where} failed ({type(exc).__name__}: {first})") from None
+    except (Exception, SystemExit) as exc:  # the user's module failed to import (or exited): one line, exit 2
+        raise UserError(f"{option} {ref}: importing {where} failed ({_describe(exc)}); the error is in your "
+                        "module") from None  # fmt: skip
     if not hasattr(module, attr):
         raise UserError(f"{option} {ref}: {where} has no {attr!r}")
-    return getattr(module, attr)
+    found = getattr(module, attr)
+    if inspect.isbuiltin(found) or not callable(found):
+        what = "a built-in function" if callable(found) else f"a {type(found).__name__}"
+        raise UserError(f"{option} {ref}: {attr} is {what}, not a class or factory written in Python; name your "
+                        "policy / environment class")  # fmt: skip
+    return found
+
+
+class UserCodeError(UserError):
+    """An exception the user's policy or environment raised in one of its methods (exit 2, one line)."""
+
+    def __init__(self, option: str, ref: str, what: str) -> None:
+        self.what = what
+        super().__init__(f"{option} {ref}: {what}; the error is in your code")
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: first line of the message`` of an exception the user's code raised."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _build(factory: Any, args: tuple[Any, ...], option: str, ref: str) -> Any:
+    """``factory(*args)``; an exception (or ``sys.exit``) in the user's constructor is one ``UserError`` line."""
+    try:
+        return factory(*args)
+    except UserError:
+        raise
+    except (Exception, SystemExit) as exc:
+        name = getattr(factory, "__qualname__", ref)
+        raise UserError(f"{option} {ref}: {name}() raised {_describe(exc)}; the error is in your code") from None
+
+
+def _guard(obj: Any, methods: Sequence[str], option: str, ref: str) -> Any:
+    """``obj`` with each of ``methods`` wrapped so that an exception (or ``sys.exit``) it raises becomes one
+    ``UserError`` line naming the option, the class and the method (lmmbench's crash handling stays for
+    lmmbench's own bugs). Set on the instance, so ``type(obj)`` is unchanged; an object that takes no new
+    attributes is returned as it is."""
+    cls = type(obj).__name__
+    for name in methods:
+        method = getattr(obj, name, None)
+        if not callable(method) or getattr(method, "_lmmbench_guarded", False):
+            continue
+
+        def guarded(*args: Any, _m: Any = method, _n: str = name, **kwargs: Any) -> Any:
+            try:
+                return _m(*args, **kwargs)
+            except UserError:
+                raise
+            except (Exception, SystemExit) as exc:
+                raise UserCodeError(option, ref, f"{cls}.{_n}() raised {_describe(exc)}") from None
+
+        guarded._lmmbench_guarded = True  # type: ignore[attr-defined]
+        try:
+            setattr(obj, name, guarded)
+        except (AttributeError, TypeError):
+            return obj
+    return obj
 
 
 def _takes_argument(factory: Any) -> bool:
@@ -78,25 +135,27 @@ def make_custom_env(ref: str) -> Callable[[int], Env]:
     with_task = _takes_argument(factory)
 
     def make(task: int) -> Env:
-        env = factory(task) if with_task else factory()
+        env = _build(factory, (task,) if with_task else (), "--env", ref)
         if _is_gymnasium_env(env):
             from lmmbench.episodes.gym_adapter import GymEnvAdapter
 
+            _guard(env, _ENV_API, "--env", ref)
             return GymEnvAdapter(env)
         if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
             raise UserError(f"--env {ref}: {type(env).__name__} has no reset(seed) / step(action)")
-        return env  # type: ignore[no-any-return]
+        return _guard(env, _ENV_API, "--env", ref)  # type: ignore[no-any-return]
 
     return make
 
 
 _POLICY_API = ("new_episode", "dummy_action", "plan", "act", "needs_plan")
+_ENV_API = ("reset", "step", "render", "close")
 
 
 def make_custom_policy(ref: str, settings: Any) -> Policy:
     """The policy ``ref`` names, built with ``settings`` when its constructor takes an argument."""
     factory = load_object(ref, "--policy")
-    policy = factory(settings) if _takes_argument(factory) else factory()
+    policy = _build(factory, (settings,) if _takes_argument(factory) else (), "--policy", ref)
     missing = [m for m in _POLICY_API if not callable(getattr(policy, m, None))]
     if missing:
         raise UserError(f"--policy {ref}: {type(policy).__name__} lacks {', '.join(missing)} (see "
@@ -105,7 +164,7 @@ def make_custom_policy(ref: str, settings: Any) -> Policy:
         policy.name = ref
     if not hasattr(policy, "batched_planning"):
         policy.batched_planning = False
-    return policy  # type: ignore[no-any-return]
+    return _guard(policy, _POLICY_API, "--policy", ref)  # type: ignore[no-any-return]
 
 
 class SimplePolicy:
@@ -162,12 +221,14 @@ def check_fit(policy: Policy, env: Env, policy_name: str, env_name: str, num_ste
             raise ValueError("act() must return one non-empty chunk per item")
         _check_action(space, chunks[0][0], "its action")
         env.step(chunks[0][0])
+    except UserCodeError as exc:
+        raise UserError(f"--policy {policy_name} does not fit --env {env_name}: a probe step failed "
+                        f"({exc.what}); pick a policy made for this environment") from None  # fmt: skip
     except UserError:
         raise
     except Exception as exc:
-        text = str(exc).splitlines()[0] if str(exc) else ""
         raise UserError(f"--policy {policy_name} does not fit --env {env_name}: a probe step failed "
-                        f"({type(exc).__name__}: {text}); pick a policy made for this environment") from None
+                        f"({_describe(exc)}); pick a policy made for this environment") from None
     finally:
         close_env(env)
 

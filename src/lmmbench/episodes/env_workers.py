@@ -19,6 +19,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from lmmbench.core.clock import now_ns
+from lmmbench.core.errors import UserError
 
 __all__ = ["EnvWorkers", "RemoteEnv"]
 
@@ -56,6 +57,8 @@ def _serve(conn: Connection, make_env: Callable[[int], Any]) -> None:
                 conn.send(("ok", None))
                 return
             conn.send(("ok", reply))
+        except UserError as exc:  # the user's environment raised (custom.UserCodeError): the user's error
+            conn.send(("user_error", str(exc)))
         except Exception as exc:  # the environment's own error, reported by the scheduler's process
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
@@ -84,6 +87,8 @@ class EnvWorkers:
 
     def _answer(self, worker: int) -> Any:
         status, reply = self._conns[worker].recv()
+        if status == "user_error":
+            raise UserError(reply)
         if status != "ok":
             raise RuntimeError(f"environment worker {worker}: {reply}")
         return reply

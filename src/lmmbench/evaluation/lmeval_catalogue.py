@@ -50,10 +50,14 @@ def _task_manager(include_path: tuple[str, ...]) -> Any:
 
 
 def catalogue_knows(name: str, include_path: list[Path]) -> bool:
-    """Whether ``name`` is a task, group or tag of lm-eval's catalogue (or of ``include_path``)."""
+    """Whether ``name`` is a task, group or tag of lm-eval's catalogue (or of ``include_path``), from the index of
+    ``lmeval_index`` (``lm_eval.tasks`` is not imported: an unknown name costs no catalogue build)."""
     if not catalogue_available():
         return False
-    return name in _task_manager(tuple(str(p) for p in include_path)).all_tasks
+    from lmmbench.evaluation.lmeval_index import catalogue_index
+
+    index = catalogue_index(include_path)
+    return index is not None and name in index[0]
 
 
 def catalogue_output_types(names: list[str], include_path: list[Path]) -> list[str | None]:

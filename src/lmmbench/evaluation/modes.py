@@ -58,6 +58,20 @@ class EvalRun(BaseModel):
         total, failed = self.sample_counts()
         return total > 0 and failed >= total
 
+    def failure_reason(self) -> str | None:
+        """The reason the failed samples of ``predictions/`` share (``core.exit_codes.failure_reason``)."""
+        from lmmbench.core.exit_codes import failure_reason
+
+        def errors() -> Any:
+            for path in sorted((self.run_dir / "predictions").glob("*.jsonl")):
+                for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                    try:
+                        yield json.loads(line).get("error")
+                    except (ValueError, AttributeError):
+                        continue
+
+        return failure_reason(errors())
+
 
 def _endpoint_identity(cfg: EvalConfig) -> tuple[str, int | None]:
     """(served model, context length) of the endpoint, once it answers; the length is --max-length, else
@@ -166,6 +180,10 @@ def _split_catalogue(cfg: EvalConfig) -> tuple[list[str], list[str]]:
                 raise
     if catalogue and cfg.mode != "all":
         raise UserError(f"--mode {cfg.mode}: lm-eval catalogue tasks ({', '.join(catalogue)}) run in mode all")
+    if catalogue:  # before lm-eval builds its tasks (seconds) and before the model loads
+        from lmmbench.evaluation.lmeval_data_check import check_catalogue_data
+
+        check_catalogue_data(catalogue, cfg.include_path)
     return ours, catalogue
 
 
@@ -273,9 +291,11 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
 
                 results += run_lmms_eval(lmms, run_dir, cfg.limit)
             if catalogue and backend is not None:  # lm-eval's own task objects, answered by lmmbench's backend
+                from lmmbench.core.quiet import stderr_to_file
                 from lmmbench.evaluation.lmeval_catalogue import run_catalogue
 
-                results += run_catalogue(cfg, catalogue, backend, run_dir)
+                with stderr_to_file(run_dir / "logs" / "lm-eval.log"):  # lm-eval's bars, warnings, git's "fatal:"
+                    results += run_catalogue(cfg, catalogue, backend, run_dir)
             _log_truncation(results)
             write_summary(results, run_dir / "summary", title=f"lmmbench eval — {run_dir.name}")
             run.results = [r.to_json() for r in results]

@@ -97,7 +97,12 @@ def resolve_prompt(ref: str, base_dir: Path) -> Prompt:
                     f"in Python (known: {', '.join(known) or 'none'})")
 
 
+LOCK_VERSION = 1  # the prompt lock format this lmmbench reads and writes
+
+
 def _read_lock(path: Path) -> dict[str, str]:
+    if path.exists() and not path.is_file():
+        raise UserError(f"{path}: the prompt lock is not a file (a folder?); remove it or move it away")
     if not path.is_file():
         return {}
     try:
@@ -107,6 +112,10 @@ def _read_lock(path: Path) -> dict[str, str]:
             raise TypeError
     except (ValueError, KeyError, TypeError):
         raise UserError(f"{path}: not a prompt lock file (JSON with 'prompts': {{name@version: sha256}})") from None
+    version = data.get("version", LOCK_VERSION)
+    if not isinstance(version, int) or isinstance(version, bool) or version > LOCK_VERSION:
+        raise UserError(f"{path}: prompt lock version {version!r} is newer than this lmmbench reads "
+                        f"({LOCK_VERSION}); upgrade lmmbench (the file is left as it is)")  # fmt: skip
     return {str(k): str(v) for k, v in prompts.items()}
 
 
@@ -116,12 +125,13 @@ def check_lock(prompt: Prompt, lock_path: Path) -> None:
     have = locked.get(prompt.ref)
     if have is None:
         locked[prompt.ref] = prompt.sha256
-        body: dict[str, Any] = {"version": 1, "prompts": dict(sorted(locked.items()))}
+        body: dict[str, Any] = {"version": LOCK_VERSION, "prompts": dict(sorted(locked.items()))}
         tmp = lock_path.with_suffix(f".tmp{os.getpid()}")  # two runs locking at once never share a file
         try:
             tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
             tmp.replace(lock_path)
         except OSError as exc:
+            tmp.unlink(missing_ok=True)
             raise UserError(f"{lock_path}: cannot write the prompt lock ({exc.strerror or exc}); make the folder "
                             f"writable, or lock {prompt.ref} there once by hand") from None
     elif have != prompt.sha256:

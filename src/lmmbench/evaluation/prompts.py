@@ -112,8 +112,16 @@ class PromptRenderer:
         self.env.filters["regex_replace"] = _regex_replace
         self._compiled: dict[str, Any] = {}
 
+    def _where(self, field: str) -> str:
+        """The file a field's template came from: the prompt file for a registered prompt's ``doc_to_text``."""
+        record = self.task.prompt_record
+        if field == "doc_to_text" and record and not record.get("source", "").startswith("python"):
+            return f"{record['source']} (prompt {record['ref']} of {self.task.source_file})"
+        return self.task.source_file
+
     def _render(self, field: str, template: str, doc: dict[str, Any], doc_id: int) -> str:
         from jinja2 import TemplateError
+        from jinja2.exceptions import SecurityError
 
         try:
             tpl = self._compiled.get(template)
@@ -121,15 +129,18 @@ class PromptRenderer:
                 tpl = self.env.from_string(template)
                 self._compiled[template] = tpl
             return _render_bounded(tpl, doc)
+        except SecurityError as exc:
+            raise UserError(f"{self._where(field)}: field '{field}': the template does something jinja2's sandbox "
+                            f"refuses ({exc}); a prompt template may only format the sample") from None  # fmt: skip
         except (TemplateError, UserError) as exc:
             line = getattr(exc, "lineno", None)
             where = f" (template line {line})" if line else ""
             raise UserError(
-                f"{self.task.source_file}: field '{field}'{where}, sample {doc_id}: template error: {exc}"
+                f"{self._where(field)}: field '{field}'{where}, sample {doc_id}: template error: {exc}"
             ) from None
         except (ArithmeticError, TypeError, ValueError, LookupError, AttributeError, RecursionError) as exc:
             raise UserError(
-                f"{self.task.source_file}: field '{field}', sample {doc_id}: the template failed while rendering "
+                f"{self._where(field)}: field '{field}', sample {doc_id}: the template failed while rendering "
                 f"({type(exc).__name__}: {exc}); fix the template"
             ) from None
 

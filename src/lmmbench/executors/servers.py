@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lmmbench.config.limits import check_limit
 from lmmbench.core.children import start_group, stop_groups
 from lmmbench.core.errors import UserError
 from lmmbench.executors.jobs import validate_options
@@ -90,7 +91,10 @@ def is_command_line(row: PlanRow) -> bool:
 def server_config(row: PlanRow) -> tuple[str, BaseModel]:
     """The server command of a serve row and its validated options (port 0 until it starts)."""
     if is_command_line(row):
-        return "command", validate_options(CommandServer, dict(row.options))
+        cfg: Any = validate_options(CommandServer, dict(row.options))
+        # every wait is bounded: a readiness wait past the limits table's duration_s is a typo, not a plan
+        check_limit("duration_s", cfg.ready_timeout_s, "ready_timeout_s")
+        return "command", cfg
     opts = dict(row.options)
     command = str(opts.pop("command", "serve"))
     if row.model is not None:

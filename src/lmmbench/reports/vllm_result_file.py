@@ -28,9 +28,10 @@ def vllm_result(cfg: PerfConfig, records: list[RequestRecord], model: str, durat
     """The whole result JSON of one load point (vLLM's setup keys, then its benchmark keys)."""
     backend = cfg.backend or "openai"
     head: dict[str, Any] = {
+        **cfg.metadata,  # first: a --metadata key never overwrites a key lmmbench measured or records
         "date": date, "endpoint_type": backend, "backend": backend, "label": cfg.label, "model_id": model,
         "tokenizer_id": str(cfg.tokenizer) if cfg.tokenizer else model,
-        "num_prompts": cfg.num_requests, **cfg.metadata,
+        "num_prompts": cfg.num_requests,
         "request_rate": cfg.rate if cfg.rate is not None and not math.isinf(cfg.rate) else "inf",
         "burstiness": cfg.burstiness, "max_concurrency": cfg.concurrency,
     }  # fmt: skip

@@ -19,7 +19,7 @@ from lmmbench.core.errors import UserError
 from lmmbench.core.run_log import RunLog, load_run_log
 from lmmbench.core.run_store import RunStore, StoredRun
 from lmmbench.metrics.compare import DEFAULT_RESAMPLES, MetricComparison, compare_metric, confirm, rule_for
-from lmmbench.sessions.run_samples import RunSamples, load_samples
+from lmmbench.sessions.run_samples import PERF_REQUEST_METRICS, PERF_RUN_METRICS, RunSamples, load_samples
 
 __all__ = ["ResolvedRun", "RunComparison", "compare_runs", "prompt_differences", "resolve_runs"]
 
@@ -115,6 +115,17 @@ def _shared(side_a: list[RunSamples], side_b: list[RunSamples], attr: str) -> tu
     return sorted(ka & kb), only
 
 
+def _check_thresholds(thresholds: dict[str, float] | None, samples: list[RunSamples]) -> None:
+    """A --threshold that names no metric of these runs is a typo: refused with the names there are."""
+    known = {m for s in samples for attr in ("per_sample", "per_window", "per_run")
+             for ms in getattr(s, attr).values() for m in ms}  # fmt: skip
+    known |= {m.split(".")[-1].split(" ")[0] for m in known} | {*PERF_REQUEST_METRICS, *PERF_RUN_METRICS, "error_rate"}
+    unknown = sorted(set(thresholds or {}) - known)
+    if unknown:
+        raise UserError(f"--threshold {unknown[0]}: no metric of that name in these runs; their metrics: "
+                        f"{', '.join(sorted(known)) or 'none'}")  # fmt: skip
+
+
 def compare_runs(refs_a: Sequence[str], refs_b: Sequence[str], *, thresholds: dict[str, float] | None = None,
                  statistics: Sequence[str] = ("mean", "p50"), resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                  store: RunStore | None = None) -> RunComparison:  # fmt: skip
@@ -138,6 +149,7 @@ def compare_runs(refs_a: Sequence[str], refs_b: Sequence[str], *, thresholds: di
     result.environment_diff = _diff(env_a, env_b)
     samples_a = [load_samples(r.run_log, r.folder) for r in side_a]
     samples_b = [load_samples(r.run_log, r.folder) for r in side_b]
+    _check_thresholds(thresholds, samples_a + samples_b)
     shared, only = _shared(samples_a, samples_b, "per_sample")
     result.not_shared = only
     for group, metric in shared:

@@ -160,6 +160,7 @@ class EpisodicEvalSpec(Spec):
         from lmmbench.config.limits import check_limit
 
         check_limit("episodes", opts.num_tasks * opts.num_trials_per_task, "--num-tasks x --num-trials-per-task")
+        check_limit("episode_steps", opts.max_steps, "--max-steps")  # an environment that never ends stops there
         if opts.reference is not None:  # read before the policy loads and any episode runs: a bad file costs nothing
             from lmmbench.episodes.compare import read_traces
 
