@@ -77,6 +77,11 @@ INPUT_KINDS: dict[str, list[str]] = {
     "--attn-implementation": ["not a path: an attention implementation name, validated by the model's loader"],
     "--json-output": ["not a path: a switch printing the run as JSON"],
     "action": ["not a path: perf's action (run, search, recover), a choice"],
+    "--tp-label-only": ["not a path: a switch (its help names --url); tests/perf/test_bytemlperf_workload.py"],
+    "--api-key": ["not a path: the bearer token of --url, masked in every file (tests/reliability/test_lifecycle.py)"],
+    "--backend-name": ["not a path: a label for report.json's Backend field (its help names the URL)"],
+    "--logprobs-reference": ["tests/eval/test_reference_backends.py::test_url_logprob_diff_reports_the_server_s_"
+                             "injected_shift_and_divergence"],
     # environment variables
     "LMMBENCH_HOME": ["home-is-a-file"],
     "LMMBENCH_PROMPT_PATH": ["tests/fuzz/test_fuzz_env_files.py::test_a_prompt_folder_from_the_environment_with_a_"

@@ -19,6 +19,12 @@ def _help(argv: list[str]) -> str:
     return res.output
 
 
+def _bool_labels(text: str) -> list[str]:
+    """Option lines that show a ``<bool>`` type label. typer 0.29 labels its own ``--help`` so, which lmmbench leaves
+    alone (changing it would mean patching typer); lmmbench's flags carry an empty metavar and show none."""
+    return [ln.strip() for ln in text.splitlines() if "<bool>" in ln and "--help" not in ln]
+
+
 def _default(text: str, option: str) -> str | None:
     line = next((ln for ln in text.splitlines() if re.search(rf"{option}\b", ln)), "")
     m = re.search(r"\[default: ([^\]]+)\]", line)
@@ -29,13 +35,13 @@ def test_perf_help_is_grouped_in_panels_without_bool_labels() -> None:
     text = _help(["perf"])
     for panel in ("Server", "Dataset", "Load", "SLOs and search", "Output"):
         assert re.search(rf"─ {panel} ─", text), panel
-    assert "<bool>" not in text and "--plots" in text
+    assert not _bool_labels(text) and "--plots" in text
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: " ".join(a))
 def test_device_dtype_threads_share_names_and_defaults(argv: list[str]) -> None:
     text = _help(argv)
-    assert "<bool>" not in text
+    assert not _bool_labels(text)
     assert re.search(r"─ Model and device ─", text)
     assert _default(text, "--device") == "auto" and _default(text, "--dtype") == "auto"
     assert "--threads" in text and "--num-threads" not in text

@@ -119,7 +119,8 @@ def _alias_options(model: type[BaseModel], fields: dict[str, Any]) -> tuple[dict
         for j, flag in enumerate(flags):
             pname = f"{fname}__alias{j}"
             aliases[pname] = (fname, flag)
-            info = typer.Option(None, flag, help=f"Alias of --{fname.replace('_', '-')}.", show_default=False)
+            info = typer.Option(None, flag, help=f"Alias of --{fname.replace('_', '-')}.", show_default=False,
+                                metavar="" if cli_tp is bool else None)
             params.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=info,
                                             annotation=cli_tp | None))  # fmt: skip
     return aliases, params
