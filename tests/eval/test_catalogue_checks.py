@@ -62,19 +62,10 @@ def test_the_index_lists_every_name_taskmanager_knows(tmp_path: Path) -> None:
 
 @pytest.fixture
 def arc_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    from lmmbench.testing.hf_datasets import write_dataset_cache
+    from lmmbench.testing.hf_datasets import use_offline_cache, write_dataset_cache
 
     home = tmp_path / "hf"
-    for var, value in (("HF_HOME", str(home)), ("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1")):
-        monkeypatch.setenv(var, value)
-    monkeypatch.delenv("HF_DATASETS_CACHE", raising=False)
-    import datasets
-    import huggingface_hub.constants
-
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", home / "datasets")
-    for module in (datasets.config, huggingface_hub.constants):
-        monkeypatch.setattr(module, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    use_offline_cache(monkeypatch, home)
     arc = [{"id": f"q{i}", "question": f"Which animal is the largest, number {i}?",
             "choices": {"text": ["an ant", "a whale"], "label": ["A", "B"]}, "answerKey": "B"} for i in range(4)]
     write_dataset_cache(home, "allenai/ai2_arc", "ARC-Easy", {"train": arc[:1], "validation": arc[1:2],

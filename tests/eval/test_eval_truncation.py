@@ -22,20 +22,11 @@ MAX_LENGTH, MAX_GEN, LIMIT = 64, 8, 3
 @pytest.fixture(scope="module")
 def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """gsm8k's train and test splits in an offline `datasets` cache (as tests/eval/test_lmeval_catalogue.py)."""
-    from lmmbench.testing.hf_datasets import write_dataset_cache
+    from lmmbench.testing.hf_datasets import use_offline_cache, write_dataset_cache
 
     home = tmp_path_factory.mktemp("hf_trunc")
     mp = pytest.MonkeyPatch()
-    for var, value in (("HF_HOME", str(home)), ("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1")):
-        mp.setenv(var, value)
-    mp.delenv("HF_DATASETS_CACHE", raising=False)
-    import datasets
-    import huggingface_hub.constants
-
-    mp.setattr(datasets.config, "HF_DATASETS_CACHE", home / "datasets")
-    for module in (datasets.config, huggingface_hub.constants):
-        mp.setattr(module, "HF_HUB_OFFLINE", True)
-    mp.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    use_offline_cache(mp, home)
     gsm = [{"question": f"Tom has {i} red apples and {i + 3} green apples. How many apples does Tom have?",
             "answer": f"Tom has {i} + {i + 3} = {2 * i + 3} apples.\n#### {2 * i + 3}"} for i in range(12)]  # fmt: skip
     write_dataset_cache(home, "openai/gsm8k", "main", {"train": gsm[:8], "test": gsm[8:]})

@@ -70,22 +70,11 @@ def _rows() -> dict[tuple[str, str | None], dict[str, list[dict[str, Any]]]]:
 
 @pytest.fixture(scope="module")
 def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    from lmmbench.testing.hf_datasets import write_dataset_cache
+    from lmmbench.testing.hf_datasets import use_offline_cache, write_dataset_cache
 
     home = tmp_path_factory.mktemp("hf_catalogue")
     mp = pytest.MonkeyPatch()
-    for var, value in (("HF_HOME", str(home)), ("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1")):
-        mp.setenv(var, value)
-    mp.delenv("HF_DATASETS_CACHE", raising=False)
-    import datasets
-    import huggingface_hub.constants
-
-    # `datasets` and `huggingface_hub` read HF_HOME and the offline switches once, at import (an earlier test of
-    # the same process may have imported them): another cache would be read, or the hub asked, otherwise
-    mp.setattr(datasets.config, "HF_DATASETS_CACHE", home / "datasets")
-    for module in (datasets.config, huggingface_hub.constants):
-        mp.setattr(module, "HF_HUB_OFFLINE", True)
-    mp.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    use_offline_cache(mp, home)
     for (repo, config), splits in _rows().items():
         write_dataset_cache(home, repo, config, splits)
     yield home

@@ -13,7 +13,23 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_dataset_cache"]
+__all__ = ["use_offline_cache", "write_dataset_cache"]
+
+
+def use_offline_cache(mp: Any, hf_home: Path) -> None:
+    """Point ``datasets`` and ``huggingface_hub`` at ``hf_home``, offline, through a pytest ``MonkeyPatch`` ``mp``
+    (undone with it). Both libraries read ``HF_HOME`` and the offline switches once, at import: a test earlier in
+    the same process may have imported them, so their config values are set too, not only the environment."""
+    for var, value in (("HF_HOME", str(hf_home)), ("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1")):
+        mp.setenv(var, value)
+    mp.delenv("HF_DATASETS_CACHE", raising=False)
+    import datasets
+    import huggingface_hub.constants
+
+    mp.setattr(datasets.config, "HF_DATASETS_CACHE", hf_home / "datasets")
+    for module in (datasets.config, huggingface_hub.constants):
+        mp.setattr(module, "HF_HUB_OFFLINE", True)
+    mp.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
 
 
 def write_dataset_cache(hf_home: Path, repo_id: str, config: str | None, splits: dict[str, list[dict[str, Any]]],
