@@ -17,6 +17,12 @@ def _eval(cfg: object) -> None:
 
         if not cfg.model.startswith(("http://", "https://")) and weights_provenance(cfg.model):
             typer.echo("weights: RANDOM (shape-only model, --allow-random-weights): these scores mean nothing")
+    if cfg.mode == "perf":  # AISBench's perf pipeline: the tasks' requests as a load test
+        from lmmbench.cli.perf_cmd import report_perf_run
+        from lmmbench.sessions.eval_perf import run_eval_perf
+
+        report_perf_run(run_eval_perf(cfg))
+        return
     run, comparison = run_eval_compared(cfg)
     for s in run.infer:
         typer.echo(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -72,6 +73,10 @@ class TestServerConfig(BaseModel):
         "step in /metrics (vllm:spec_decode_num_*_total), each accepted with --spec-acceptance.",
     )
     spec_acceptance: float = Field(0.5, ge=0, le=1, description="Acceptance rate of each draft token (0..1).")
+    answers: Path | None = Field(None, description="JSON {prompt text: answer}: streamed answers to those prompts "
+                                 "are correct (testing/answer_key.py).")
+    correct_below_inflight: int = Field(0, ge=0, description="--answers: correct only while at most N requests "
+                                        "are in flight (0: always).")
 
     @field_validator("faults")
     @classmethod

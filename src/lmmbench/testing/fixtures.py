@@ -25,6 +25,8 @@ def _cli_args(cfg: TestServerConfig) -> list[str]:
     args: list[str] = []
     for name, value in cfg.model_dump().items():
         flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue
         if isinstance(value, bool):
             args.append(flag if value else "--no-" + name.replace("_", "-"))
         elif isinstance(value, dict):
