@@ -175,3 +175,64 @@ def test_mcnemar_and_wilson_against_hand_computed_values() -> None:
     assert (q.mcnemar_b, q.mcnemar_c, q.paired_docs) == (8, 0, 10)  # the first answer of doc 0 counts (pass 0)
     assert q.accuracy == pytest.approx(2 / 11) and q.docs == 10 and q.correct_goodput_qps == pytest.approx(1.0)
     assert q.changed is True
+
+
+def _offline_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HF_HOME under ``tmp_path``, offline, also in `datasets` / `huggingface_hub` (they read it at import)."""
+    import datasets
+    import huggingface_hub.constants
+
+    home = tmp_path / "hf"
+    for var, value in (("HF_HOME", str(home)), ("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1")):
+        monkeypatch.setenv(var, value)
+    monkeypatch.delenv("HF_DATASETS_CACHE", raising=False)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", home / "datasets")
+    for module in (datasets.config, huggingface_hub.constants):
+        monkeypatch.setattr(module, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    return home
+
+
+@pytest.fixture
+def gsm8k_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """openai/gsm8k (config main) in the `datasets` cache, read offline (lm-eval's gsm8k task, unchanged)."""
+    from lmmbench.testing.hf_datasets import write_dataset_cache
+
+    home = _offline_hf(tmp_path, monkeypatch)
+    gsm = [{"question": f"What is {i} plus {i}?", "answer": f"{i} plus {i} is {2 * i}.\n#### {2 * i}"}
+           for i in range(12)]  # fmt: skip
+    write_dataset_cache(home, "openai/gsm8k", "main", {"train": gsm[:8], "test": gsm[8:]})
+    return home
+
+
+def _same_bodies_as_eval(url: str, tmp_path: Path, args: list[str], n: int) -> Path:
+    """Run `eval` and `eval --mode perf` with ``args``; the streamed bodies of the second equal the first's."""
+    before = len(_received(url))
+    assert main(["eval", "--model", url, *args, "--out-dir", str(tmp_path / "eval")]) == 0
+    mid = len(_received(url))
+    assert main(["eval", "--mode", "perf", "--model", url, *args, "--out-dir", str(tmp_path / "perf")]) == 0
+    got = _received(url)
+    sent_by_eval = [_canon(e) for e in got[before:mid]]
+    assert len(sent_by_eval) == n
+    sent_by_perf = [_canon(e) for e in got[mid:] if e["body"].get("stream") and _canon(e) in set(sent_by_eval)]
+    assert Counter(sent_by_perf) == Counter(sent_by_eval)
+    return next((tmp_path / "perf" / "perf").iterdir())
+
+
+def test_eval_mode_perf_on_a_catalogue_task_sends_the_bodies_eval_sends(url: str, tmp_path: Path,
+                                                                         gsm8k_offline: Path) -> None:  # fmt: skip
+    pytest.importorskip("lm_eval")
+    run = _same_bodies_as_eval(url, tmp_path, ["--tasks", "gsm8k", "--limit", "3", "--gen-kwargs", "max_gen_toks=8",
+                                               "--tokenizer", "tiny-llm"], 3)  # fmt: skip
+    preds = [json.loads(x) for x in (run / "predictions" / "gsm8k.jsonl").read_text().splitlines()]
+    assert sorted(p["doc_id"] for p in preds) == [0, 1, 2]
+
+
+def test_eval_mode_perf_on_an_lmms_benchmark_sends_the_bodies_eval_sends(
+        url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from lmmbench.testing import mm_datasets
+
+    mm_datasets.write_all(_offline_hf(tmp_path, monkeypatch), tasks=["chartqa"])
+    run = _same_bodies_as_eval(url, tmp_path, ["--tasks", "chartqa", "--limit", "3", "--tokenizer", "tiny-vl"], 3)
+    preds = [json.loads(x) for x in (run / "predictions" / "chartqa.jsonl").read_text().splitlines()]
+    assert sorted(p["doc_id"] for p in preds) == [0, 1, 2]

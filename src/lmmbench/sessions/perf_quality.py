@@ -70,6 +70,10 @@ class TaskQuality:
         self.first: list[Answer] | None = None
         self.points: list[dict[str, Any]] = []
         if cfg.score:
+            unscored = sorted({d.task for d in workload.docs} - set(workload.tasks))
+            if unscored:
+                raise UserError(f"--score: {', '.join(unscored)} (lm-eval catalogue / lmms-eval) are scored by their "
+                                "own harness over a whole run, not per answer; drop --score or give lmmbench tasks")
             for name, task in workload.tasks.items():
                 self.metrics[name] = self._metric(task)
         elif cfg.correct_if:

@@ -73,6 +73,7 @@ class _BodyScorer(OpenAIScorer):
     """eval's endpoint scorer, its request bodies handed over instead of posted."""
 
     captured: list[tuple[str, dict[str, Any]]]
+    placeholders = False  # answer with neutral values (lm-eval's catalogue cannot take a failed request)
 
     async def _post(self, session: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
         raise _Captured(path, copy.deepcopy(body))
@@ -87,7 +88,7 @@ class _BodyScorer(OpenAIScorer):
                     out.append(RuntimeError("no request was built"))
                 except _Captured as got:
                     self.captured.append((got.path, got.body))
-                    out.append(got)
+                    out.append(((0.0, False) if "echo" in got.body else "") if self.placeholders else got)
         finally:
             loop.close()
         return out
@@ -121,21 +122,17 @@ def _scorer(eval_cfg: EvalConfig, served: str) -> _BodyScorer:
     return scorer
 
 
-def _resolve_tasks(eval_cfg: EvalConfig) -> list[TaskConfig]:
-    """The tasks as eval resolves them (its own function): options applied, the first prompt rendered."""
+def _resolve_tasks(eval_cfg: EvalConfig) -> tuple[list[TaskConfig], list[str], list[str]]:
+    """The tasks as eval resolves them (its own function): options applied, the first prompt rendered; the
+    lm-eval catalogue names; the lmms-eval benchmarks."""
     from lmmbench.evaluation.lmms import is_lmms_task
     from lmmbench.evaluation.modes import _split_catalogue, _tasks
     from lmmbench.evaluation.runner import check_first_prompt
     from lmmbench.evaluation.task_config import with_prompt
 
     lmms = [n for n in eval_cfg.tasks if is_lmms_task(n)]
-    if lmms:
-        raise UserError(f"--tasks {', '.join(lmms)}: lmms-eval benchmarks are not sent as a perf workload yet; "
-                        "use lmmbench's own tasks or task files")
-    own, catalogue = _split_catalogue(eval_cfg.model_copy(update={"mode": "all"}))
-    if catalogue:
-        raise UserError(f"--tasks {', '.join(catalogue)}: lm-eval catalogue tasks are not sent as a perf workload "
-                        "yet; use lmmbench's own tasks or task files")
+    rest = [n for n in eval_cfg.tasks if n not in lmms]
+    own, catalogue = _split_catalogue(eval_cfg.model_copy(update={"mode": "all", "tasks": rest})) if rest else ([], [])
     tasks, _groups = _tasks(eval_cfg, own)
     if eval_cfg.prompt is not None:
         from pathlib import Path
@@ -143,7 +140,7 @@ def _resolve_tasks(eval_cfg: EvalConfig) -> list[TaskConfig]:
         tasks = [with_prompt(t, eval_cfg.prompt, Path.cwd()) for t in tasks]
     for task in tasks:
         check_first_prompt(task)
-    return tasks
+    return tasks, catalogue, lmms
 
 
 def build_task_workload(eval_cfg: EvalConfig, served: str) -> TaskWorkload:
@@ -152,7 +149,8 @@ def build_task_workload(eval_cfg: EvalConfig, served: str) -> TaskWorkload:
 
     scorer = _scorer(eval_cfg, served)
     out = TaskWorkload()
-    for task in _resolve_tasks(eval_cfg):
+    tasks, catalogue, lmms = _resolve_tasks(eval_cfg)
+    for task in tasks:
         if task.task in out.tasks:
             raise UserError(f"--tasks: task '{task.task}' is given twice")
         out.tasks[task.task] = task
@@ -166,27 +164,85 @@ def build_task_workload(eval_cfg: EvalConfig, served: str) -> TaskWorkload:
             elif job.rolling is not None:
                 scorer.loglikelihood_rolling([job.rolling])
             for part, (path, body) in enumerate(scorer.captured):
-                _add(out, task, job.row, part, path, body)
+                _add(out, task.task, task.kind, job.row, part, path, body)
+    if catalogue:
+        _catalogue_requests(out, eval_cfg, scorer, catalogue)
+    for name in lmms:
+        _lmms_requests(out, eval_cfg, scorer, name)
     if not out.requests:
         raise UserError(f"--tasks {', '.join(eval_cfg.tasks)}: no documents to send")
     return out
 
 
-def _add(out: TaskWorkload, task: TaskConfig, row: dict[str, Any], part: int, path: str,
+def _catalogue_requests(out: TaskWorkload, eval_cfg: EvalConfig, scorer: _BodyScorer, names: list[str]) -> None:
+    """The requests of lm-eval catalogue tasks, built by eval's catalogue run (lm-eval's own task objects) with
+    each request tagged with its task and document (lm-eval's ``Instance``)."""
+    import tempfile
+    from pathlib import Path
+
+    from lmmbench.evaluation.lmeval_catalogue import run_catalogue
+
+    def tagging(lm: Any) -> Any:
+        for name in ("generate_until", "loglikelihood", "loglikelihood_rolling"):
+            setattr(lm, name, _tagged(getattr(lm, name), "generate" if name == "generate_until" else name))
+        return lm
+
+    def _tagged(method: Callable[..., list[Any]], kind: str) -> Callable[..., list[Any]]:
+        def call(requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
+            results: list[Any] = []
+            for r in requests:
+                scorer.captured.clear()
+                results += method([r], disable_tqdm)
+                for part, (path, body) in enumerate(scorer.captured):
+                    _add(out, str(r.task_name), kind, {"doc_id": int(r.doc_id)}, part + int(r.idx or 0), path, body)
+            return results
+
+        return call
+
+    scorer.placeholders = True
+    with tempfile.TemporaryDirectory(prefix="lmmbench-catalogue-") as tmp:
+        for sub in ("results", "predictions"):
+            (Path(tmp) / sub).mkdir()
+        run_catalogue(eval_cfg.model_copy(update={"mode": "all"}), names, scorer, Path(tmp), lm_wrap=tagging)
+    scorer.placeholders = False
+
+
+def _lmms_requests(out: TaskWorkload, eval_cfg: EvalConfig, scorer: _BodyScorer, name: str) -> None:
+    """The requests of an lmms-eval benchmark, built by eval's own inference of it (``infer_lmms``): each
+    asked document's prediction row and captured body, in order."""
+    import tempfile
+    from pathlib import Path
+
+    from lmmbench.evaluation.lmms import get_lmms_task
+    from lmmbench.evaluation.lmms.run import infer_lmms, max_new_tokens_from
+
+    scorer.captured.clear()
+    with tempfile.TemporaryDirectory(prefix="lmmbench-lmms-") as tmp:
+        pred = Path(tmp) / f"{name}.jsonl"
+        infer_lmms(get_lmms_task(name), scorer, pred, eval_cfg.limit, max_new_tokens_from(eval_cfg.gen_kwargs))
+        rows = [json.loads(line) for line in pred.read_text(encoding="utf-8").splitlines() if line.strip()]
+    asked = [r for r in rows if "prompt" in r]
+    if len(asked) != len(scorer.captured):
+        raise RuntimeError(f"{name}: {len(scorer.captured)} request bodies for {len(asked)} documents")
+    for row, (path, body) in zip(asked, scorer.captured, strict=True):
+        _add(out, name, "generate", {"doc_id": int(row["doc_id"])}, 0, path, body)
+
+
+def _add(out: TaskWorkload, task: str, kind: str, row: dict[str, Any], part: int, path: str,
          body: dict[str, Any]) -> None:  # fmt: skip
     payload = {k: v for k, v in body.items() if k != "model"}
     chat = path.endswith("/chat/completions")
-    generate = task.kind == "generate"
+    generate = kind == "generate"
     if not generate and out.loglikelihood_body is None:
         out.loglikelihood_body = body
     max_tokens = payload.get("max_tokens")
-    labels = {"task": task.task, "doc_id": int(row["doc_id"])}
+    labels = {"task": task, "doc_id": int(row["doc_id"])}
     if part:
         labels["part"] = part
     out.requests.append(PerfRequest(len(out.requests), payload, "chat" if chat else "completions",
                                     output_tokens=max_tokens if isinstance(max_tokens, int) else None,
                                     labels=labels, stream=generate))  # fmt: skip
-    out.docs.append(TaskDoc(task.task, int(row["doc_id"]), task.kind, part, dict(row)))
+    out.docs.append(TaskDoc(task, int(row["doc_id"]), kind, part, dict(row)))
 
 
 def probe_loglikelihood(url: str, model: str, body: dict[str, Any], api_key: str | None, timeout_s: float) -> None:
