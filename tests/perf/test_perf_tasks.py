@@ -107,6 +107,17 @@ def test_score_reports_the_accuracy_drop_under_load_and_mcnemar_flags_it(url: st
     assert [p["accuracy"] for p in report["quality"]] == [low, high]
     assert (run / "results" / "quality.json").is_file() and (run / "summary" / "quality.csv").is_file()
     assert (run / "quality_vs_load.png").is_file()
+    # the run store and `runs compare` carry accuracy per load point
+    from lmmbench.core.run_log import load_run_log
+    from lmmbench.sessions.run_samples import load_samples
+
+    run_log = load_run_log(run / "run.json")
+    assert run_log.headline["accuracy [point 0]"] == 1.0 and run_log.headline["accuracy [point 1]"] == high
+    samples = load_samples(run_log, run).per_sample
+    acc = {g: v["accuracy"] for g, v in samples.items() if "accuracy" in v}
+    assert sorted(len(v) for v in acc.values()) == [20, 20]
+    assert sorted(sum(v) for v in acc.values()) == [correct_at_8, 20]
+    assert main(["runs", "compare", str(run), str(run)]) == 0
 
 
 def test_a_duration_point_that_outlasts_the_tasks_starts_numbered_passes(url: str, tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from lmmbench.metrics.perf_metrics import meets_slo, request_values
 from lmmbench.metrics.quality import Answer, point_quality
 from lmmbench.sessions.perf_tasks import TaskDoc, TaskWorkload
 
-__all__ = ["BINARY_METRICS", "TaskQuality", "prepare_task_run"]
+__all__ = ["BINARY_METRICS", "TaskQuality", "accuracy_samples", "prepare_task_run"]
 
 #: metrics whose per-request value is 0 or 1: a request is correct when it equals 1
 BINARY_METRICS = frozenset({"exact_match", "acc", "acc_norm"})
@@ -223,3 +223,17 @@ def _chart(path: Path, points: list[dict[str, Any]]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def accuracy_samples(run_dir: Path) -> list[tuple[int, float]]:
+    """(point, 1.0 / 0.0) per scored answer in ``run_dir/predictions`` (`runs compare` reads them per point)."""
+    out: list[tuple[int, float]] = []
+    for path in sorted((run_dir / "predictions").glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and isinstance(row.get("correct"), bool) and isinstance(row.get("point"), int):
+                out.append((row["point"], 1.0 if row["correct"] else 0.0))
+    return out
