@@ -142,6 +142,21 @@ def test_two_models_in_one_run_give_two_run_folders_and_one_table(url: str, tmp_
     assert all(Path(r["run_dir"]).is_dir() for r in table)
 
 
+def test_eval_models_gives_a_run_folder_per_model_and_one_table(url: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["eval", "--models", f"tiny-llm,{url}", "--tasks", "sample_qa", "--limit", "3", "--tokenizer",
+                 "tiny-llm", "--out-dir", str(out)]) == 0  # fmt: skip
+    host = url.removeprefix("http://").replace(":", "_")
+    assert sorted(p.name for p in out.iterdir()) == sorted([host, "models_comparison.csv", "tiny-llm"])
+    for folder in ("tiny-llm", host):
+        runs = [p for p in (out / folder).iterdir() if (p / "results" / "sample_qa.json").is_file()]
+        assert len(runs) == 1, folder
+    table = _rows(out / "models_comparison.csv")
+    assert {(r["model"], r["metric"]) for r in table} >= {("tiny-llm", "exact_match"), (url, "exact_match")}
+    endpoint = next(r for r in table if r["model"] == url and r["metric"] == "exact_match")
+    assert float(endpoint["value"]) == 0.0 and endpoint["n"] == "3"  # the server's filler answers (non-streamed)
+
+
 def test_log_likelihood_tasks_are_refused_where_the_endpoint_lacks_prompt_logprobs(
         url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     assert main(["perf", "--url", url, "--tasks", "sample_mc", "--tokenizer", str(_tiny_llm_dir()),

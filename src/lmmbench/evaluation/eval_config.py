@@ -39,6 +39,9 @@ class EvalConfig(BaseModel):
     model: str | None = Field(None, description="tiny model name, local model dir, hub id (ORG/NAME), or "
                               "http(s):// endpoint URL")
     revision: str | None = revision_field()
+    models: list[str] = Field(default_factory=list, description="several models in one run (names, dirs, hub ids "
+                              "or URLs; as AISBench's --models): one run folder each under <out-dir>/<model>/ and "
+                              "one comparison table, <out-dir>/models_comparison.csv")
 
     @model_validator(mode="after")
     def _hub_revision(self) -> Self:

@@ -46,6 +46,9 @@ def prepare_task_run(cfg: PerfConfig, eval_cfg: Any = None) -> tuple[PerfConfig,
     if given:
         raise UserError(f"--tasks: the tasks decide prompts and generation settings; drop "
                         f"{', '.join('--' + f.replace('_', '-') for f in given)}")
+    if cfg.resume and cfg.score:
+        raise UserError("--resume with --score: McNemar's test needs the first point's answers of this run; "
+                        "run the points again in a fresh --run-name")
     if cfg.action != "run":
         raise UserError(f"perf {cfg.action} with --tasks: not supported; run `perf --tasks ...` at given loads")
     if eval_cfg is None:
