@@ -107,6 +107,7 @@ def test_score_reports_the_accuracy_drop_under_load_and_mcnemar_flags_it(url: st
     assert [p["accuracy"] for p in report["quality"]] == [low, high]
     assert (run / "results" / "quality.json").is_file() and (run / "summary" / "quality.csv").is_file()
     assert (run / "quality_vs_load.png").is_file()
+    assert "Accuracy against load" in (run / "report.html").read_text(encoding="utf-8")
     # the run store and `runs compare` carry accuracy per load point
     from lmmbench.core.run_log import load_run_log
     from lmmbench.sessions.run_samples import load_samples
