@@ -188,6 +188,10 @@ def test_score_needs_correct_if_for_a_continuous_metric(tmp_path: Path) -> None:
         PerfConfig(score=True)
     with pytest.raises(UserError, match="drop --input-tokens"):
         prepare_task_run(PerfConfig(tasks=["sample_qa"], input_tokens=64))
+    with pytest.raises(UserError, match="drop --endpoint"):  # each request goes to the API eval sends it to
+        prepare_task_run(PerfConfig(tasks=["sample_qa"], endpoint="completions"))
+    with pytest.raises(UserError, match="--no-keep-text"):
+        prepare_task_run(PerfConfig(tasks=["sample_qa"], keep_text=False))
 
 
 def test_mcnemar_and_wilson_against_hand_computed_values() -> None:

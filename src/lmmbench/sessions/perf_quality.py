@@ -46,6 +46,8 @@ def prepare_task_run(cfg: PerfConfig, eval_cfg: Any = None) -> tuple[PerfConfig,
     if given:
         raise UserError(f"--tasks: the tasks decide prompts and generation settings; drop "
                         f"{', '.join('--' + f.replace('_', '-') for f in given)}")
+    if "keep_text" in cfg.model_fields_set and not cfg.keep_text:
+        raise UserError("--no-keep-text with --tasks: the answers are kept (predictions/<task>.jsonl); drop it")
     if cfg.resume and cfg.score:
         raise UserError("--resume with --score: McNemar's test needs the first point's answers of this run; "
                         "run the points again in a fresh --run-name")

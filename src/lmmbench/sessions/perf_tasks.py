@@ -30,10 +30,12 @@ from lmmbench.evaluation.task_config import TaskConfig
 
 __all__ = ["TaskDoc", "TaskWorkload", "build_task_workload", "probe_loglikelihood"]
 
-#: perf options that shape a synthetic or file data set: with --tasks the tasks decide, so they are refused
+#: perf options that shape a synthetic or file data set or pick the API: with --tasks the tasks decide (each request
+#: goes to the API eval sends it to), so they are refused
 DATASET_FIELDS = (
     "dataset", "dataset_path", "input_tokens", "input_tokens_stddev", "output_tokens", "output_tokens_stddev",
-    "ignore_eos", "system_prompt", "workload", "hf_split", "hf_subset",
+    "ignore_eos", "system_prompt", "workload", "endpoint", "hf_name", "hf_split", "hf_subset", "hf_output_len",
+    "spec_bench_category", "spec_bench_output_len",
 )  # fmt: skip
 
 
