@@ -17,6 +17,24 @@ def _eval(cfg: object) -> None:
 
         if not cfg.model.startswith(("http://", "https://")) and weights_provenance(cfg.model):
             typer.echo("weights: RANDOM (shape-only model, --allow-random-weights): these scores mean nothing")
+    if cfg.models:  # several models: one run folder each, one comparison table
+        from lmmbench.sessions.eval_models import run_eval_models
+
+        worst = 0
+        for one in run_eval_models(cfg):
+            try:
+                _eval(one)
+            except typer.Exit as exc:  # a model that failed: the others still run, the worst code is the exit
+                worst = max(worst, int(exc.exit_code or 0))
+        if worst:
+            raise typer.Exit(worst)
+        return
+    if cfg.mode == "perf":  # AISBench's perf pipeline: the tasks' requests as a load test
+        from lmmbench.cli.perf_cmd import report_perf_run
+        from lmmbench.sessions.eval_perf import run_eval_perf
+
+        report_perf_run(run_eval_perf(cfg))
+        return
     run, comparison = run_eval_compared(cfg)
     for s in run.infer:
         typer.echo(

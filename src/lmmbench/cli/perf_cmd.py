@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -39,7 +40,17 @@ def _run(cfg: PerfConfig) -> None:
     _vllm_flags_used.clear()
     if used:
         print(VLLM_NOTE.format(flags=", ".join(used)), file=sys.stderr)
-    run = run_perf(cfg)
+    if cfg.models:  # several endpoints: one run folder each and one comparison table
+        from lmmbench.sessions.perf_models import run_models
+
+        for run in run_models(cfg):
+            report_perf_run(run)
+        return
+    report_perf_run(run_perf(cfg))
+
+
+def report_perf_run(run: Any) -> None:
+    """Exit as a perf run should: 130 when interrupted, NOTHING_MEASURED when no request succeeded."""
     if run.interrupted:
         raise KeyboardInterrupt  # exit 130 once every file is written
     if run.already_finished:  # --resume of a finished run: nothing to measure, and nothing failed

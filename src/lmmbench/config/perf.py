@@ -13,6 +13,7 @@ from lmmbench.config.common import baseline_field, mlflow_field, wandb_field
 from lmmbench.config.limits import check_limit
 from lmmbench.config.perf_hub_datasets import HubDatasetOptions
 from lmmbench.config.perf_shapes import TelemetryOptions, WorkloadShapeOptions
+from lmmbench.config.perf_tasks import TaskLoadOptions
 from lmmbench.config.perf_vllm import VllmBenchFlags
 from lmmbench.config.registry_field import registered_in
 
@@ -22,7 +23,7 @@ __all__ = ["SLO_KEYS", "PerfConfig"]
 SLO_KEYS = ("ttft_ms", "ttfvt_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
-class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions, HubDatasetOptions):
+class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions, HubDatasetOptions, TaskLoadOptions):
     """Load-test an OpenAI-compatible server: open-loop rate or closed-loop concurrency, streamed."""
 
     model_config = ConfigDict(extra="forbid")
@@ -34,6 +35,7 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions, HubData
         "Load": ("num_requests", "duration_s", "concurrency", "rate", "arrival", "burstiness", "rates",
                  "concurrencies", "warmup_requests", "workers", "timeout_s", "seed", "spin_us", "loop",
                  "continuous_usage"),
+        "Evaluation tasks": TaskLoadOptions.CLI_PANEL,
         "SLOs and search": ("slo", "slo_attainment", "search_mode", "search_low", "search_high", "search_iterations"),
     }  # fmt: skip
 

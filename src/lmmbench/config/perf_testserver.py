@@ -79,6 +79,10 @@ class TestServerConfig(BaseModel):
     logprob_shift: float = Field(0.0, description="With --logprobs-reference: added to every log-probability.")
     diverge_at_step: int | None = Field(
         None, ge=0, description="With --logprobs-reference: generate the second-best token from this step on.")
+    answers: Path | None = Field(None, description="JSON {prompt text: answer}: streamed answers to those prompts "
+                                 "are correct (testing/answer_key.py).")
+    correct_below_inflight: int = Field(0, ge=0, description="--answers: correct only while at most N requests "
+                                        "are in flight (0: always).")
 
     @field_validator("faults")
     @classmethod

@@ -15,7 +15,7 @@ __all__ = ["PERF_HEADLINE", "eval_headline", "perf_headline", "spec_headline", "
 
 #: summary.csv columns a perf run is listed by.
 PERF_HEADLINE = ("qps", "output_token_throughput", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean",
-                 "itl_ms_mean", "e2e_ms_p50", "e2e_ms_p99", "errors")  # fmt: skip
+                 "itl_ms_mean", "e2e_ms_p50", "e2e_ms_p99", "errors", "accuracy")  # fmt: skip
 
 
 def to_float(value: Any) -> float | None:

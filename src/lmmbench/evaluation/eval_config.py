@@ -39,6 +39,9 @@ class EvalConfig(BaseModel):
     model: str | None = Field(None, description="tiny model name, local model dir, hub id (ORG/NAME), or "
                               "http(s):// endpoint URL")
     revision: str | None = revision_field()
+    models: list[str] = Field(default_factory=list, description="several models in one run (names, dirs, hub ids "
+                              "or URLs; as AISBench's --models): one run folder each under <out-dir>/<model>/ and "
+                              "one comparison table, <out-dir>/models_comparison.csv")
 
     @model_validator(mode="after")
     def _hub_revision(self) -> Self:
@@ -51,7 +54,9 @@ class EvalConfig(BaseModel):
     include_path: list[Path] = Field(
         default_factory=list, description="folders of lm-evaluation-harness task / group files, looked up by name"
     )
-    mode: Literal["all", "infer", "eval"] = "all"
+    mode: Literal["all", "infer", "eval", "perf"] = Field(
+        "all", description="all: infer + eval + summary; infer; eval (score a run); perf: the tasks' requests as a "
+        "load test of an endpoint (AISBench's --mode perf: infer -> perf summary, no scoring)")
     out_dir: Path = out_dir_field("Runs go to <out-dir>/<timestamp>/.", "eval")
     resume: str | None = Field(None, description="'latest' or a run folder name to resume / re-score")
     batch_size: int = Field(16, ge=1, description="requests per forward (equal lengths only unless --pad-batches)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -224,9 +225,11 @@ def _write_sample_metrics(run_dir: Path, task: str, samples: list[dict[str, Any]
             writer.writerow([doc, *(row.get(c, "") for c in columns), ""])
 
 
-def run_catalogue(cfg: Any, names: list[str], backend: Any, run_dir: Path) -> list[Any]:
+def run_catalogue(cfg: Any, names: list[str], backend: Any, run_dir: Path,
+                  lm_wrap: Callable[[Any], Any] | None = None) -> list[Any]:  # fmt: skip
     """Evaluate catalogue ``names`` with lm-eval's task system and lmmbench's ``backend``; returns
-    ``TaskResult``s (tasks, then groups) written into ``run_dir/results``."""
+    ``TaskResult``s (tasks, then groups) written into ``run_dir/results``. ``lm_wrap``: applied to the lm-eval
+    model first (``perf --tasks`` tags each request with its task and document)."""
     if not catalogue_available():
         raise UserError(f"--tasks {', '.join(names)}: lm-evaluation-harness's catalogue needs {INSTALL}")
     from lm_eval import simple_evaluate
@@ -236,7 +239,8 @@ def run_catalogue(cfg: Any, names: list[str], backend: Any, run_dir: Path) -> li
     lm.truncated = {}
     try:
         out = simple_evaluate(
-            model=lm, tasks=names, task_manager=_task_manager(tuple(str(p) for p in cfg.include_path)),
+            model=(lm_wrap or (lambda x: x))(lm), tasks=names,
+            task_manager=_task_manager(tuple(str(p) for p in cfg.include_path)),
             num_fewshot=cfg.num_fewshot, limit=cfg.limit, log_samples=True, gen_kwargs=cfg.gen_kwargs,
             system_instruction=cfg.system_instruction, apply_chat_template=cfg.apply_chat_template,
             fewshot_as_multiturn=cfg.fewshot_as_multiturn, random_seed=seeds[0], numpy_random_seed=seeds[1],

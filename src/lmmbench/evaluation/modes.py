@@ -235,6 +235,10 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
 
     if not cfg.tasks:
         raise UserError("--tasks: give at least one task name or YAML file (see `lmmbench tasks`)")
+    if cfg.mode == "perf":
+        raise UserError("--mode perf is a load test: `lmmbench eval --mode perf` (sessions.eval_perf) runs it")
+    if cfg.models:
+        raise UserError("--models runs one eval per model: `lmmbench eval --models` (sessions.eval_models) runs them")
     from lmmbench.evaluation.lmms import is_lmms_task  # lmms-eval's multimodal benchmarks by name
 
     lmms = [n for n in cfg.tasks if is_lmms_task(n)]

@@ -229,6 +229,12 @@ def perf_charts(run_dir: Path, summary: list[dict[str, str]]) -> str:
         lat = {"TTFT p50": [(float(x or 0), _num(r.get("ttft_ms_p50")) or math.nan) for x, r in loads],
                "TTFT p99": [(float(x or 0), _num(r.get("ttft_ms_p99")) or math.nan) for x, r in loads]}
         charts.append(line_chart("TTFT against load", lat, x_label="rate or concurrency", y_label="ms"))
+    if any(_num(r.get("accuracy")) is not None for r in summary) and all(x is not None for x, _ in loads):
+        acc = {f"accuracy{suffix} (%)": [(float(x or 0), 100 * (_num(r.get(f"accuracy{col}")) or math.nan))
+                                         for x, r in loads]
+               for suffix, col in (("", ""), (" 95% CI low", "_ci_low"), (" 95% CI high", "_ci_high"))}  # fmt: skip
+        charts.append(line_chart("Accuracy against load (perf --tasks --score)", acc, x_label="rate or concurrency",
+                                 y_label="% correct"))  # fmt: skip
     return _charts_block(charts)
 
 

@@ -123,6 +123,8 @@ def _start_run_log(base: PerfConfig, points: list[dict[str, Any]], run_dir: Path
 class _PerfSession:
     """One perf run in its folder: measures its points (or the search), then writes what it measured."""
 
+    tasks: Any = None  # sessions.perf_quality.TaskQuality of a run of evaluation tasks (--tasks)
+
     def __init__(self, base: PerfConfig, points: list[dict[str, Any]], run_dir: Path, done: Previous | None,
                  requests: list[PerfRequest] | None, tok: Any, fresh: bool) -> None:  # fmt: skip
         self.base, self.points, self.requests, self.tok, self.fresh = base, points, requests, tok, fresh
@@ -141,9 +143,15 @@ class _PerfSession:
         if self.telemetry is not None:
             self.telemetry.point = i
         labels = point_labels(i, pcfg)
+        if self.tasks is not None:  # the tasks decide the prompts and their lengths
+            labels.update(self.tasks.labels())
         spec_before = scrape_spec_decode(pcfg.url) if pcfg.wants_vllm_result() else None  # vLLM's spec_decode_*
+        if self.tasks is not None:
+            self.tasks.before_point(pcfg.url, pf.model)
         res = run_benchmark(pcfg, self.requests, self.tok, pf, journal=(str(run_dir / JOURNAL_NAME), labels))
         self.out.add(labels, res)
+        if self.tasks is not None:  # answers, accuracy per point
+            self.tasks.point_done(i, labels, res, self.out)
         self.run.results.append(res)
         _print_point(labels, res)
         if pcfg.wants_vllm_result():
@@ -222,9 +230,15 @@ class _PerfSession:
         out.run_log(run_log, finished=True, interrupted=interrupted, index=True)  # with report.html, indexed
 
 
-def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None) -> PerfRun:
+def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None, eval_cfg: Any = None) -> PerfRun:
     """Run every point of ``cfg`` (or the SLO search) and write the run folder; ``requests``: built by the caller
-    (``bench serve``), else from ``cfg``'s dataset."""
+    (``bench serve``), else from ``cfg``'s evaluation tasks (``eval_cfg``: eval's config of ``eval --mode perf``)
+    or its dataset."""
+    tasks = None
+    if cfg.tasks and requests is None:
+        from lmmbench.sessions.perf_quality import prepare_task_run
+
+        cfg, requests, tasks = prepare_task_run(cfg, eval_cfg)
     base, points = resolve_points(cfg)
     flags = workload_flags(base)
     points = check_tp_sizes(base, points)
@@ -235,6 +249,8 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None) -> Perf
         wait_for_server(base.url, base.model, base.wait_for_server, api_key=base.api_key)
         if points:  # the probe is a request: a workload of test_perf false sends none
             pf = preflight(base)  # fails clearly before any folder is made or load is sent
+            if tasks is not None:  # an endpoint without prompt log-probs, before any folder too
+                tasks.before_point(base.url, pf.model)
     fresh = not run_dir.exists()
     prepare_out_dir(run_dir, "--out-dir/perf/--run-name")
     done = previous_points(base, run_dir, points)
@@ -248,6 +264,7 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None) -> Perf
         session.out.new_tokens = (flags.min_new_tokens, flags.max_new_tokens)
         session.out.perf_tested = flags.test_perf
         session.check_accuracy = flags.test_accuracy
+    session.tasks = tasks
     session.measure(done, pf)
     run = session.run
     run.files += [run_dir / n for n in ("records.jsonl", "records.csv", "summary.csv", "report.json", "run.json")]

@@ -4,7 +4,8 @@
   successful ones, ``error_rate`` (1 per failed request, 0 per success), and the throughputs (``qps``,
   ``output_token_throughput``, ``goodput_qps``) as time windows of the point's span (``per_window``,
   ``metrics.throughput_windows``: their mean is the throughput, their spread gives its interval); runs
-  without records keep the one value of ``summary.csv`` (``per_run``);
+  without records keep the one value of ``summary.csv`` (``per_run``); runs of scored evaluation tasks
+  (``perf --tasks --score``) add ``accuracy`` per point (1 per correct answer, 0 per wrong one);
 - spec: ``<spec>_results.csv`` (measured rows), every ``*_ms`` column;
 - eval: ``results/<task>_metrics.csv``, every numeric metric column, grouped by task.
 """
@@ -94,6 +95,7 @@ def _perf(s: RunSamples) -> None:
 
     path = s.folder / "records.jsonl"
     spans: dict[str, _PointSpan] = {}
+    points: dict[Any, str] = {}  # load point index -> its group
     slo = {str(k): float(v) for k, v in (s.run_log.config.get("slo") or {}).items()}
     if path.is_file():
         try:
@@ -102,6 +104,8 @@ def _perf(s: RunSamples) -> None:
                     rec = json.loads(line) if line.strip() else {}
                     if rec and not rec.get("warmup"):
                         _perf_record(s, rec, spans, slo)
+                        labels = rec.get("labels") or {}
+                        points.setdefault(labels.get("point"), point_key(labels))
         except ValueError as exc:  # not UTF-8, or a line that is not JSON
             problem = f"{type(exc).__name__}: {str(exc)[:120]}"
             raise UserError(f"{path}: not a records file lmmbench wrote ({problem})") from None
@@ -113,6 +117,11 @@ def _perf(s: RunSamples) -> None:
         windows["qps"] = window_rates(span.start_ns, span.end_ns, [(t, 1.0) for t, _ in span.ok], n)
         windows["output_token_throughput"] = window_rates(span.start_ns, span.end_ns, span.ok, n)
         windows["goodput_qps"] = window_rates(span.start_ns, span.end_ns, span.good, n)
+    from lmmbench.sessions.perf_quality import accuracy_samples
+
+    for point, correct in accuracy_samples(s.folder):  # perf --tasks --score: 1 per correct answer, 0 per wrong
+        if point in points:
+            s.add(points[point], "accuracy", correct)
     for row in _rows(s.folder / "summary.csv"):
         for metric in PERF_RUN_METRICS:
             x = to_float(row.get(metric))

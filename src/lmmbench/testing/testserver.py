@@ -25,6 +25,7 @@ from typing import Any
 from lmmbench.config.limits import limit_value
 from lmmbench.config.perf_testserver import FAULT_KINDS, TestServerConfig
 from lmmbench.loadgen.precise_timer import PreciseTimers
+from lmmbench.testing.answer_key import answer_words, full_received
 from lmmbench.testing.request_log import RequestLog
 from lmmbench.testing.server_model import PrefixCacheModel, render_metrics
 from lmmbench.testing.sglang_native_server import native_event_bytes, native_request, server_info
@@ -148,7 +149,7 @@ class _Stream:
     """The timeline of one streamed answer."""
 
     __slots__ = ("cached", "chat", "conn", "continuous", "fault", "handle", "include_usage", "n_out", "native",
-                 "next_index", "prompt_tokens", "rid", "sent_tokens", "sglext", "t0")  # fmt: skip
+                 "next_index", "prompt_tokens", "rid", "sent_tokens", "sglext", "t0", "words")  # fmt: skip
 
     def __init__(self, conn: _ServerConn, rid: str, chat: bool, n_out: int, prompt_tokens: int,
                  include_usage: bool, continuous: bool, fault: str, t0: float) -> None:  # fmt: skip
@@ -161,6 +162,7 @@ class _Stream:
         self.cached = 0  # prompt tokens the prefix cache held
         self.sglext = False  # SGLang's OpenAI API asked for cached_tokens_details (return_cached_tokens_details)
         self.handle: asyncio.TimerHandle | None = None
+        self.words = WORDS  # what it answers (the answer key's words: testing/answer_key.py)
 
 
 class _ServerConn(asyncio.Protocol):
@@ -262,6 +264,8 @@ class _ServerConn(asyncio.Protocol):
             self.write(_json_response(200, server_info(cfg)))
         elif path == "/received":  # what the server was sent, for tests of a flag's effect on the wire
             self.write(_json_response(200, self.state.log.page()))
+        elif path == "/received_full":  # the same with the prompts, to compare request bodies whole
+            self.write(_json_response(200, full_received(self.state.log)))
         elif path in ("/health", "/v1/health"):
             self.write(_json_response(200, {"status": "ok"}))
         elif path == "/metrics" and cfg.metrics_names != "none":
@@ -369,6 +373,9 @@ class _ServerConn(asyncio.Protocol):
         s = _Stream(self, rid, chat, n_out, prompt_tokens, bool(opts.get("include_usage")) and cfg.usage,
                     bool(opts.get("continuous_usage_stats")) and cfg.continuous_usage, fault, t0)  # fmt: skip
         s.native = native
+        answer = answer_words(cfg.answers, cfg.correct_below_inflight, " ".join(words), st.active)
+        if answer:
+            s.words, s.n_out = answer, min(n_out, len(answer))
         s.sglext = bool(req.get("return_cached_tokens_details"))
         self.stream = s
         st.cache.active_tokens += prompt_tokens + n_out
@@ -416,11 +423,11 @@ class _ServerConn(asyncio.Protocol):
         first = s.sent_tokens
         s.sent_tokens += k
         self.state.cache.generated_tokens += k  # /metrics' spec-decode counters follow it
-        words = "".join(" " + WORDS[(first + j) % len(WORDS)] for j in range(k))
+        words = "".join(" " + s.words[(first + j) % len(s.words)] for j in range(k))
         n_reason = max(0, min(cfg.reasoning_tokens, s.sent_tokens) - first)
         delta: dict[str, Any] = {}
         if n_reason:
-            split = len("".join(" " + WORDS[(first + j) % len(WORDS)] for j in range(n_reason)))
+            split = len("".join(" " + s.words[(first + j) % len(s.words)] for j in range(n_reason)))
             delta["reasoning_content"] = words[:split]
             if words[split:]:
                 delta["content"] = words[split:]
