@@ -13,6 +13,9 @@ A timing row (perf, a spec's run) asks for every unit of the ``lmmbench_machine`
 '{"lmmbench_machine": 1000}'``), every other row for one unit: so a timing row runs alone on its node,
 while other rows share theirs. On a cluster without that resource the rows are placed by CPUs and GPUs
 only, and a timing row that ran beside another row says so (``contention`` in its result).
+
+A row's ``requirements`` go into its task's ``runtime_env`` (``pip``, installed by Ray on the node with
+the project's constraints file, ``-c``), so they are importable in that row's task only.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
 from lmmbench.executors.jobs import Job, RowResult, execute_job, is_timing
 
-__all__ = ["RayExecutor", "ray_execute"]
+__all__ = ["RayExecutor", "ray_execute", "runtime_env"]
 
 
 def ray_execute(job_data: dict[str, Any]) -> dict[str, Any]:
@@ -45,6 +48,23 @@ def _machine_share(job: Job, machine: bool) -> dict[str, float]:
     return {MACHINE_RESOURCE: float(MACHINE_UNITS if is_timing(job) else 1)}
 
 
+def runtime_env(job: Job, constraints: Path | None) -> dict[str, Any]:
+    """The task's ``runtime_env``: the row's requirements as Ray's ``pip`` field (none: empty)."""
+    if not job.requirements:
+        return {}
+    if constraints is None:
+        from lmmbench.executors.venvs import default_constraints
+
+        constraints = default_constraints()
+    options = ["--disable-pip-version-check", "-c", str(Path(constraints).resolve())]
+    return {"pip": {"packages": list(job.requirements), "pip_install_options": options}}
+
+
+def _env_option(job: Job, constraints: Path | None) -> dict[str, Any]:
+    env = runtime_env(job, constraints)
+    return {"runtime_env": env} if env else {}
+
+
 class RayExecutor:
     """Submits every row as a Ray task and reports results as they finish."""
 
@@ -62,7 +82,8 @@ class RayExecutor:
             machine = bool(ray.cluster_resources().get(MACHINE_RESOURCE))
             remote = ray.remote(ray_execute)
             pending = {remote.options(num_cpus=j.num_cpus, num_gpus=j.num_gpus, max_retries=self.settings.max_retries,
-                                      retry_exceptions=False, resources=_machine_share(j, machine)
+                                      retry_exceptions=False, resources=_machine_share(j, machine),
+                                      **_env_option(j, self.settings.constraints)
                                       ).remote(j.model_dump(mode="json")): j
                        for j in jobs}  # fmt: skip
             while pending:
