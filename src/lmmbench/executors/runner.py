@@ -81,11 +81,11 @@ def resolve_plan(plan: Plan, executor: str | None = None, urls: dict[str, str] |
             row = row.model_copy(update={"model": srv.model})  # an engine serves the model under the name it got
         if row.needs:
             row = row.model_copy(update={"options": fill_handoff(row.options, plan_dir, results)})
-        if row.isolation is None and plan.isolation is not None:
-            row = row.model_copy(update={"isolation": plan.isolation})
         try:
             name = _executor_of(plan, row, executor)
             check_row_fields(row, name)
+            if name == "venv" and row.isolation is None and plan.isolation is not None:
+                row = row.model_copy(update={"isolation": plan.isolation})
             jobs.append(resolve_job(row, plan_dir / row.name, name, url))
         except UserError as exc:
             raise UserError(f"{plan.source or plan.name}: row {n} '{row.name}': {exc}") from None
