@@ -129,7 +129,7 @@ def _find_cycle(graph: dict[str, list[str]]) -> list[str]:
 
 def fill_handoff(options: dict[str, Any], plan_dir: Path, results: dict[str, RowResult] | None) -> dict[str, Any]:
     """``options`` with ``{rows.NAME.out_dir}`` / ``{rows.NAME.folder}`` filled in. Without ``results`` (the plan
-    being validated before anything ran) a folder stands in as the row's own folder."""
+    being validated before anything ran) ``{rows.NAME.folder}`` stays as written (it is known once NAME ended)."""
 
     def fill(value: Any) -> Any:
         if isinstance(value, str):
@@ -142,8 +142,10 @@ def fill_handoff(options: dict[str, Any], plan_dir: Path, results: dict[str, Row
 
     def _one(name: str, what: str) -> str:
         out_dir = str(plan_dir / name)
-        if what == "out_dir" or results is None:
+        if what == "out_dir":
             return out_dir
+        if results is None:
+            return f"{{rows.{name}.folder}}"
         res = results.get(name)
         return (res.folder if res is not None and res.folder else None) or out_dir
 
