@@ -108,6 +108,12 @@ def test_serve_row_fields_it_cannot_honour_refused(write_plan: Any, extra: dict[
         resolve_plan(load_plan(write_plan([row])))
 
 
+def test_spec_on_a_row_that_runs_no_spec_refused(write_plan: Any) -> None:
+    row = {"name": "p", "kind": "perf", "spec": "ttft-breakdown", "options": {"url": "http://127.0.0.1:1/v1"}}
+    with pytest.raises(UserError, match="row 1 'p': spec: only a run row runs a spec"):
+        resolve_plan(load_plan(write_plan([row])))
+
+
 def test_python_of_another_version_refused_off_venv(write_plan: Any) -> None:
     other = "3.99" if sys.version_info[:2] != (3, 99) else "3.98"
     row = {"name": "p", "kind": "perf", "python": other, "executor": "subprocess",

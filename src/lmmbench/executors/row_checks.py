@@ -6,7 +6,7 @@ plan is validated (before anything runs), naming the row and the field, never ca
   ``subprocess`` run the driver's own environment and install nothing: a row there that declares
   requirements is refused.
 - ``python`` is chosen by the ``venv`` executor (a container's image decides its own).
-- ``image`` is the ``container`` executor's.
+- ``image`` is the ``container`` executor's; ``spec`` is a ``run`` row's.
 - ``isolation`` is the ``venv`` executor's (see ``executors.venvs``).
 - A ``serve`` row is started by the plan beside the rows, with the driver's interpreter: it has no
   executor, environment or resource request of its own, so those fields are refused on it.
@@ -32,6 +32,8 @@ def check_row_fields(row: PlanRow, executor: str) -> None:
     if row.kind == "serve":
         _check_serve_row(row)
         return
+    if row.spec is not None and row.kind != "run":
+        raise UserError(f"spec: only a run row runs a spec; this is a {row.kind} row")
     if row.requirements and executor in _DRIVER_EXECUTORS:
         raise UserError(f"requirements: the '{executor}' executor runs the driver's own environment and installs "
                         f"nothing ({', '.join(row.requirements)} would never be installed); run the row on "
@@ -51,7 +53,7 @@ def _check_serve_row(row: PlanRow) -> None:
     given = {"executor": row.executor is not None, "requirements": bool(row.requirements),
              "image": row.image is not None, "python": row.python is not None, "num_cpus": row.num_cpus != 1.0,
              "num_gpus": row.num_gpus != 0.0, "isolation": row.isolation is not None,
-             "needs": bool(row.needs)}  # fmt: skip
+             "needs": bool(row.needs), "spec": row.spec is not None}  # fmt: skip
     host = row.options.get("host")
     if host is not None and str(host) not in _REACHABLE_HOSTS:
         raise UserError(f"options.host: '{host}': the plan's rows reach a serve row on 127.0.0.1; bind "

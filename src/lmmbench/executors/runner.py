@@ -29,7 +29,7 @@ from lmmbench.executors.jobs import (
 )
 from lmmbench.executors.plan import Plan, PlanRow
 from lmmbench.executors.servers import RunningServer, is_command_line, server_config, start_server
-from lmmbench.executors.stages import run_in_stages
+from lmmbench.executors.stage_waves import run_in_stages
 
 __all__ = ["STATUS_NAME", "PlanRun", "mark_contention", "resolve_plan", "run_plan"]
 
@@ -80,7 +80,8 @@ def resolve_plan(plan: Plan, executor: str | None = None, urls: dict[str, str] |
         if row.kind == "perf" and row.model is None and srv is not None and srv.model and is_command_line(srv):
             row = row.model_copy(update={"model": srv.model})  # an engine serves the model under the name it got
         if row.needs:
-            row = row.model_copy(update={"options": fill_handoff(row.options, plan_dir, results)})
+            folders = None if results is None else {k: r.folder for k, r in results.items()}
+            row = row.model_copy(update={"options": fill_handoff(row.options, plan_dir, folders)})
         try:
             name = _executor_of(plan, row, executor)
             check_row_fields(row, name)

@@ -25,7 +25,6 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from lmmbench.core.errors import UserError
 
 if TYPE_CHECKING:
-    from lmmbench.executors.jobs import Job, RowResult
     from lmmbench.executors.plan import Plan
 
-__all__ = ["CommandRowConfig", "check_needs", "fill_handoff", "run_command_row", "run_in_stages", "skipped_by"]
+__all__ = ["CommandRowConfig", "check_needs", "fill_handoff", "run_command_row"]
 
 _REF = re.compile(r"\{rows\.([A-Za-z0-9][A-Za-z0-9_.-]*?)\.(out_dir|folder)\}")
 
@@ -127,9 +125,10 @@ def _find_cycle(graph: dict[str, list[str]]) -> list[str]:
     return []
 
 
-def fill_handoff(options: dict[str, Any], plan_dir: Path, results: dict[str, RowResult] | None) -> dict[str, Any]:
-    """``options`` with ``{rows.NAME.out_dir}`` / ``{rows.NAME.folder}`` filled in. Without ``results`` (the plan
-    being validated before anything ran) ``{rows.NAME.folder}`` stays as written (it is known once NAME ended)."""
+def fill_handoff(options: dict[str, Any], plan_dir: Path, folders: dict[str, str | None] | None) -> dict[str, Any]:
+    """``options`` with ``{rows.NAME.out_dir}`` / ``{rows.NAME.folder}`` filled in (``folders``: the run folder each
+    ended row reported). Without ``folders`` (the plan being validated before anything ran)
+    ``{rows.NAME.folder}`` stays as written (it is known once NAME ended)."""
 
     def fill(value: Any) -> Any:
         if isinstance(value, str):
@@ -144,48 +143,11 @@ def fill_handoff(options: dict[str, Any], plan_dir: Path, results: dict[str, Row
         out_dir = str(plan_dir / name)
         if what == "out_dir":
             return out_dir
-        if results is None:
+        if folders is None:
             return f"{{rows.{name}.folder}}"
-        res = results.get(name)
-        return (res.folder if res is not None and res.folder else None) or out_dir
+        return folders.get(name) or out_dir
 
     return {k: fill(v) for k, v in options.items()}
-
-
-def skipped_by(job_needs: list[str], done: dict[str, RowResult]) -> str | None:
-    """Why a row is skipped: the first of its needs that did not succeed (None: all did)."""
-    for need in job_needs:
-        res = done.get(need)
-        if res is None or res.status != "ok":
-            state = "did not run" if res is None else res.status
-            return f"needs row '{need}', which {state}" + (f": {res.error}" if res is not None and res.error else "")
-    return None
-
-
-def run_in_stages(jobs: list[Job], needs: dict[str, list[str]], done: dict[str, RowResult],
-                  run_wave: Callable[[list[Job]], None], finish: Callable[[RowResult], None],
-                  refresh: Callable[[list[Job]], list[Job]]) -> None:  # fmt: skip
-    """Run ``jobs`` wave by wave: a wave holds every job whose needs have all ended. A job whose needs did not
-    all succeed is finished as skipped, with the cause; ``refresh`` re-resolves a wave's jobs (their hand-off
-    filled in from the results so far) just before it runs."""
-    from lmmbench.executors.jobs import RowResult
-
-    waiting = list(jobs)
-    while waiting:
-        ready = [j for j in waiting if all(n in done for n in needs.get(j.name, []))]
-        if not ready:  # needs of rows that never run (a failed serve row's dependants are finished already)
-            ready = waiting
-        waiting = [j for j in waiting if j not in ready]
-        wave = []
-        for job in ready:
-            cause = skipped_by(needs.get(job.name, []), done)
-            if cause is None:
-                wave.append(job)
-            else:
-                finish(RowResult(name=job.name, kind=job.kind, status="skipped", executor=job.executor,
-                                 model=job.model, error=cause))  # fmt: skip
-        if wave:
-            run_wave(refresh(wave))
 
 
 def run_command_row(cfg: CommandRowConfig) -> tuple[str, dict[str, Any]]:
