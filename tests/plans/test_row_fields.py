@@ -120,3 +120,25 @@ def test_python_of_another_version_refused_off_venv(write_plan: Any) -> None:
            "options": {"url": "http://127.0.0.1:1/v1", "num_requests": 1}}
     with pytest.raises(UserError, match="row 1 'p': python:"):
         resolve_plan(load_plan(write_plan([row])))
+
+
+def test_num_gpus_row_sees_every_gpu_it_holds_fake_gpus(tmp_path: Path) -> None:
+    """Two fake GPU slots (no GPU here): a num_gpus 2 row holds both, and both are in its CUDA_VISIBLE_DEVICES."""
+    from tests.plans.test_worker_pool import FakeNvml
+
+    from lmmbench.executors.base import ExecutorSettings
+    from lmmbench.executors.gpus import GpuInfo
+    from lmmbench.executors.jobs import RowResult
+    from lmmbench.executors.pool import Slot, WorkerPool
+
+    script = ("import json,os; json.dump({'name':'j','kind':'eval','status':'ok','metrics':"
+              "{'cuda': os.environ['CUDA_VISIBLE_DEVICES']}}, open('result.json','w'))")
+
+    def launch(job: Job, job_path: Path, slot: Slot) -> tuple[list[str], dict[str, str]]:
+        return [sys.executable, "-c", f"import os; os.chdir({str(job_path.parent)!r}); {script}"], {}
+
+    slots = [Slot(0, GpuInfo(1, "Fake GPU", 1.0, "nvml")), Slot(1, GpuInfo(3, "Fake GPU", 1.0, "nvml"))]
+    done: list[RowResult] = []
+    job = Job(name="j", kind="eval", config={}, row_dir=str(tmp_path / "j"), executor="subprocess", num_gpus=2)
+    WorkerPool(ExecutorSettings(tmp_path), launch, slots=slots, nvml=FakeNvml()).run([job], done.append)
+    assert done[0].status == "ok" and done[0].metrics["cuda"] == "1,3"

@@ -11,7 +11,8 @@ A timing row (``perf``, or a spec's ``run``) gets the machine: it takes every sl
 (with only its own serve row, which the plan runs beside the pool); other rows share the slots. A row's
 ``num_cpus`` is the number of CPU slots it holds (rounded up; at least one), so a ``num_cpus: 2`` row
 never runs beside another row on a 2-slot pool; on a GPU pool it holds ``num_gpus`` GPU slots (at least
-one). A row that asks for more slots than the pool has fails alone, with the cause.
+one), all of them in its ``CUDA_VISIBLE_DEVICES`` (NVML samples the first). A row that asks for more
+slots than the pool has fails alone, with the cause.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +44,13 @@ class Slot:
 
     index: int
     gpu: GpuInfo | None = None
+    more: tuple[GpuInfo, ...] = ()  # the other GPUs of a row that holds several (num_gpus > 1)
 
     def env(self) -> dict[str, str]:
         """Environment a worker on this slot gets."""
-        return {"CUDA_VISIBLE_DEVICES": str(self.gpu.index)} if self.gpu is not None else {}
+        if self.gpu is None:
+            return {}
+        return {"CUDA_VISIBLE_DEVICES": ",".join(str(g.index) for g in (self.gpu, *self.more))}
 
 
 # (job, its job file, the slot) -> (argv, extra environment)
@@ -133,8 +137,9 @@ class WorkerPool:
                 done(_too_big(job, count, slots.total, gpu))
                 return
             held = slots.take(whole=is_timing(job), count=count)
+            slot = replace(held[0], more=tuple(s.gpu for s in held[1:count] if s.gpu is not None))
             try:
-                done(self._run_with_retries(job, held[0]))
+                done(self._run_with_retries(job, slot))
             finally:
                 slots.give(held)
 
