@@ -142,3 +142,24 @@ def test_num_gpus_row_sees_every_gpu_it_holds_fake_gpus(tmp_path: Path) -> None:
     job = Job(name="j", kind="eval", config={}, row_dir=str(tmp_path / "j"), executor="subprocess", num_gpus=2)
     WorkerPool(ExecutorSettings(tmp_path), launch, slots=slots, nvml=FakeNvml()).run([job], done.append)
     assert done[0].status == "ok" and done[0].metrics["cuda"] == "1,3"
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    ({"executor": "subprocess", "isolation": "isolated"}, "isolation"),
+    ({"executor": "venv", "image": "img:1"}, "image"),
+])  # fmt: skip
+def test_environment_fields_of_another_executor_refused(write_plan: Any, extra: dict[str, Any], field: str) -> None:
+    row = {"name": "p", "kind": "perf", "options": {"url": "http://127.0.0.1:1/v1"}, **extra}
+    with pytest.raises(UserError, match=f"row 1 'p': {field}:"):
+        resolve_plan(load_plan(write_plan([row])))
+
+
+def test_plan_isolation_reaches_its_venv_rows_only_and_csv_needs(tmp_path: Path) -> None:
+    path = tmp_path / "p.csv"
+    path.write_text("name,kind,model,options,executor,requirements,image,needs,isolation\n"
+                    "a,perf,,url=http://127.0.0.1:1/v1,venv,,,,\n"
+                    "b,perf,,url=http://127.0.0.1:1/v1,subprocess,,,a,\n"
+                    "c,command,,command=echo hi,venv,,,a;b,isolated\n", encoding="utf-8")  # fmt: skip
+    jobs = {j.name: j for j in resolve_plan(load_plan(path, {"isolation": "shared"}))}
+    assert (jobs["a"].isolation, jobs["b"].isolation, jobs["c"].isolation) == ("shared", None, "isolated")
+    assert jobs["b"].needs == ["a"] and jobs["c"].needs == ["a", "b"]
