@@ -59,6 +59,8 @@ def test_failed_row_skips_its_dependants_with_the_cause(write_plan: Any) -> None
     assert status["later"]["status"] == "skipped" and status["later"]["error"].startswith("needs row 'after', "
                                                                                          "which skipped")
     assert status["fine2"]["status"] == "ok"
+    report = (out / "final_report.md").read_text(encoding="utf-8")
+    assert "## Skipped" in report and "- **after** (command): needs row 'broken', which failed" in report
 
 
 @pytest.mark.parametrize(("rows", "message"), [

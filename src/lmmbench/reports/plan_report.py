@@ -183,6 +183,10 @@ def _markdown(title: str, rows: list[dict[str, Any]], heads: dict[str, dict[str,
     contended = [r for r in rows if r.get("contention")]
     if contended:
         lines += ["", "## Contention", ""] + [f"- **{r['name']}**: {cell(r['contention'])}" for r in contended]
+    skipped = [r for r in rows if r.get("status") == "skipped"]  # a stage whose needed row did not succeed
+    if skipped:
+        lines += ["", "## Skipped", ""] + [f"- **{r['name']}** ({r.get('kind')}): {cell(r.get('error') or '')}"
+                                            for r in skipped]  # fmt: skip
     failed = [r for r in rows if r.get("status") == "failed"]
     if failed:
         lines += ["", "## Failures", ""] + [f"- **{r['name']}** ({r.get('kind')}): {cell(r.get('error') or 'failed')}"
