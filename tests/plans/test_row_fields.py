@@ -163,3 +163,22 @@ def test_plan_isolation_reaches_its_venv_rows_only_and_csv_needs(tmp_path: Path)
     jobs = {j.name: j for j in resolve_plan(load_plan(path, {"isolation": "shared"}))}
     assert (jobs["a"].isolation, jobs["b"].isolation, jobs["c"].isolation) == ("shared", None, "isolated")
     assert jobs["b"].needs == ["a"] and jobs["c"].needs == ["a", "b"]
+
+
+def test_ray_rows_with_requirements_fail_up_front_without_virtualenv(tmp_path: Path) -> None:
+    """Ray's pip runtime_env needs virtualenv; without it (as in this test venv) such a row fails before the plan
+    runs, naming why, and a row without requirements is handed on."""
+    import importlib.util
+
+    from lmmbench.executors.base import ExecutorSettings
+    from lmmbench.executors.jobs import RowResult
+    from lmmbench.executors.ray_executor import RayExecutor
+
+    if importlib.util.find_spec("virtualenv") is not None:
+        pytest.skip("virtualenv is installed here: Ray can install requirements")
+    jobs = [Job(name=n, kind="perf", config={}, row_dir=str(tmp_path / n), executor="ray", requirements=r)
+            for n, r in (("needy", ["psutil"]), ("plain", []))]
+    done: list[RowResult] = []
+    ready = RayExecutor(ExecutorSettings(tmp_path)).prepare(jobs, done.append)
+    assert [j.name for j in ready] == ["plain"]
+    assert done[0].name == "needy" and "needs virtualenv" in (done[0].error or "")

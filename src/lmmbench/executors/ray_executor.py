@@ -15,7 +15,9 @@ while other rows share theirs. On a cluster without that resource the rows are p
 only, and a timing row that ran beside another row says so (``contention`` in its result).
 
 A row's ``requirements`` go into its task's ``runtime_env`` (``pip``, installed by Ray on the node with
-the project's constraints file, ``-c``), so they are importable in that row's task only.
+the project's constraints file, ``-c``, at the same path on every node), so they are importable in that
+row's task only. Ray builds such an environment with ``virtualenv``: on a local cluster without it, the
+rows with requirements fail before the plan runs, with that cause.
 """
 
 from __future__ import annotations
@@ -70,6 +72,23 @@ class RayExecutor:
 
     def __init__(self, settings: ExecutorSettings) -> None:
         self.settings = settings
+
+    def prepare(self, jobs: list[Job], done: DoneCallback) -> list[Job]:
+        """Before any row runs: on a local cluster (no ``--ray-address``), rows with requirements fail alone when
+        ``virtualenv`` (which Ray's pip runtime_env needs) is not installed. Returns the rows that can run."""
+        import importlib.util
+
+        if self.settings.ray_address is not None or importlib.util.find_spec("virtualenv") is not None:
+            return jobs
+        ready = []
+        for job in jobs:
+            if job.requirements:
+                done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model,
+                               error="requirements: Ray installs them through its pip runtime_env, which needs "
+                                     "virtualenv (pip install virtualenv), or run the row on executor: venv"))
+            else:
+                ready.append(job)
+        return ready
 
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
         """Run ``jobs`` as Ray tasks (resources and retries from the plan)."""
