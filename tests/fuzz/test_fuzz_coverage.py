@@ -77,7 +77,7 @@ INPUT_KINDS: dict[str, list[str]] = {
     "--attn-implementation": ["not a path: an attention implementation name, validated by the model's loader"],
     "--json-output": ["not a path: a switch printing the run as JSON"],
     "action": ["not a path: perf's action (run, search, recover), a choice"],
-    "--models": ["not a path: NAME=URL pairs or model names, each checked as --url / --model are (perf-nobody-listens)"],
+    "--models": ["not a path: NAME=URL pairs or model names, each checked as --url / --model are"],
     "--answers": ["tests/perf/test_perf_tasks.py::test_score_reports_the_accuracy_drop_under_load_and_mcnemar_"
                   "flags_it"],
     "--tp-label-only": ["not a path: a switch (its help names --url); tests/perf/test_bytemlperf_workload.py"],

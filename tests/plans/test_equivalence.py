@@ -56,7 +56,7 @@ def test_three_row_plan_same_results_inprocess_subprocess_ray(write_plan: Any, t
     results: dict[str, dict[str, Any]] = {}
     seconds: dict[str, float] = {}
     for executor in ("inprocess", "subprocess", "ray"):
-        plan = load_plan(path, {"out_dir": tmp_path / executor})
+        plan = load_plan(path, {"out_dir": tmp_path / executor, "workers": int(ALL_CPUS)})  # num_cpus slots
         t0 = time.perf_counter()
         run = run_plan(plan, executor)
         seconds[executor] = time.perf_counter() - t0

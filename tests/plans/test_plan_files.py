@@ -43,7 +43,7 @@ def test_csv_plan_resolves_each_kind(tmp_path: Path) -> None:
     ("x,run,tiny-llm,spec=ttft-breakdown;repeatz=3,,,", "row 2 'x': options.repeatz: Extra inputs are not permitted"),
     ("x,run,tiny-llm,limit=1,,,", "row 2 'x': spec: a run row needs spec=<name>"),
     ("x,perf,,server=nope,,,", "row 2 'x': server: 'nope' is not the name of a serve row"),
-    ("x,bench,,,,,", "row 2 'x': kind: Input should be 'run', 'perf', 'eval' or 'serve'"),
+    ("x,bench,,,,,", "row 2 'x': kind: Input should be 'run', 'perf', 'eval', 'serve' or 'command'"),
     ("x,perf,,server=ts;rate,,,", "row 2 'x': options: expected key=value, got 'rate'"),
     ("x,perf,,server=ts,warp,,", "bad.csv: row 2 'x': executor: unknown 'warp'"),
     ("ts,perf,,url=http://h:1,,,", "row names must be unique; repeated: ts"),

@@ -22,7 +22,9 @@ def test_venv_installs_sample_plugin_runs_its_spec_and_is_reused(write_plan: Any
     assert "plugin-sum" not in SPECS  # not installed in the driver: only the venv has it
     plugin = tmp_path / "sample_plugin"  # a copy: pip's build writes build/ and *.egg-info into the source
     shutil.copytree(SAMPLE_PLUGIN, plugin)
-    rows = [{"name": "plug", "kind": "run", "spec": "plugin-sum", "requirements": [str(plugin)],
+    # a row with requirements gets an isolated venv: lmmbench's base package, its plots extra (a spec run
+    # draws its plots), the plugin
+    rows = [{"name": "plug", "kind": "run", "spec": "plugin-sum", "requirements": [str(plugin), "lmmbench[plots]"],
              "options": {"sizes": [1000, 20000], "repeats": 2, "warmup": 0}}]
     path = write_plan(rows, executor="venv")
     # the driver validates a row's options with the spec's model, so a plugin spec the driver does not
@@ -38,7 +40,7 @@ def test_venv_installs_sample_plugin_runs_its_spec_and_is_reused(write_plan: Any
     print(f"venv: first run {row.metrics['venv_setup_s']:.1f} s to create + install, "
           f"second {again.metrics['venv_setup_s']:.3f} s to reuse")
     constraints = Path(__file__).resolve().parents[2] / "constraints.txt"
-    venv = lmmbench_home() / "venvs" / venv_key([str(plugin)], None, constraints)
+    venv = lmmbench_home() / "venvs" / venv_key([str(plugin), "lmmbench[plots]"], None, constraints, "isolated")
     marker = json.loads((venv / "lmmbench-venv.json").read_text())
     assert marker["constraints"] == str(constraints)
     results = tmp_path / "b" / "p" / "plug" / "plugin-sum" / "plugin-sum_results.csv"

@@ -2,7 +2,7 @@
 
 Writes ``results/<task>_metrics.csv`` (one row per sample: doc id, group columns, every metric, the
 error if the sample failed) and ``results/<task>.json`` (aggregates with standard errors, and the
-same per group of every ``group_by`` column).
+same per group of every ``group_by`` column; an entry ``a+b`` groups by the pair of values).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from lmmbench.core.errors import UserError
 from lmmbench.evaluation.lmeval_filters import apply_pipeline
 from lmmbench.evaluation.runner import read_predictions
-from lmmbench.evaluation.task_config import MetricSpec, TaskConfig
+from lmmbench.evaluation.task_config import MetricSpec, TaskConfig, group_columns, group_parts
 from lmmbench.metrics.accuracy import AccuracyMetric, MetricValue, aggregate_metric, get_metric
 
 __all__ = ["TaskResult", "evaluate_task", "extract_answer"]
@@ -109,7 +109,8 @@ def evaluate_task(task: TaskConfig, pred_path: Path, results_dir: Path) -> TaskR
     csv_path = results_dir / f"{task.task}_metrics.csv"
     with csv_path.open("w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["doc_id", *task.group_by, *(s.name for s, _ in metrics), "prediction", "error"])
+        columns = group_columns(task.group_by)
+        writer.writerow(["doc_id", *columns, *(s.name for s, _ in metrics), "prediction", "error"])
         for r in rows:
             meta = r.get("meta") or {}
             err = r.get("error")
@@ -125,7 +126,7 @@ def evaluate_task(task: TaskConfig, pred_path: Path, results_dir: Path) -> TaskR
                     err = f"scoring failed: {type(exc).__name__}: {exc}"
             if err:
                 n_errors += 1
-                writer.writerow([r["doc_id"], *(meta.get(c) for c in task.group_by), *([""] * len(metrics)), "", err])
+                writer.writerow([r["doc_id"], *(meta.get(c) for c in columns), *([""] * len(metrics)), "", err])
                 continue
             for s, _m in metrics:
                 values[s.name].append(per[s.name])
@@ -134,7 +135,7 @@ def evaluate_task(task: TaskConfig, pred_path: Path, results_dir: Path) -> TaskR
             writer.writerow(
                 [
                     r["doc_id"],
-                    *(meta.get(c) for c in task.group_by),
+                    *(meta.get(c) for c in columns),
                     *(_scalar(m, per[s.name]) for s, m in metrics),
                     shown,
                     "",
@@ -142,10 +143,10 @@ def evaluate_task(task: TaskConfig, pred_path: Path, results_dir: Path) -> TaskR
             )
     agg = {s.name: aggregate_metric(m, values[s.name]) for s, m in metrics}
     groups: dict[str, dict[str, dict[str, MetricValue]]] = {}
-    for col in task.group_by:
+    for col in task.group_by:  # "a+b": one group per pair of values, keyed "x+y"
         members: dict[str, list[dict[str, Any]]] = {}
         for k in kept:
-            members.setdefault(str(k["meta"].get(col)), []).append(k)
+            members.setdefault("+".join(str(k["meta"].get(c)) for c in group_parts(col)), []).append(k)
         groups[col] = {
             g: {s.name: aggregate_metric(m, [k["values"][s.name] for k in ks], bootstrap_iters=200) for s, m in metrics}
             for g, ks in sorted(members.items())

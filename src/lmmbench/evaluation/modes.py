@@ -28,7 +28,7 @@ from lmmbench.evaluation.eval_config import EvalConfig
 from lmmbench.evaluation.evaluate import TaskResult, evaluate_task
 from lmmbench.evaluation.lmeval_groups import LmEvalGroup, group_results
 from lmmbench.evaluation.runner import InferStats, run_infer
-from lmmbench.evaluation.task_config import TaskConfig
+from lmmbench.evaluation.task_config import TaskConfig, group_columns
 from lmmbench.evaluation.task_registry import resolve_selection
 
 __all__ = ["EvalConfig", "EvalRun", "make_backend", "run_eval", "truncation_totals"]
@@ -204,6 +204,7 @@ def _tasks(cfg: EvalConfig, names: list[str]) -> tuple[list[TaskConfig], list[Lm
         if cfg.num_fewshot is not None:
             updates["fewshot"] = task.fewshot.model_copy(update={"num": cfg.num_fewshot})
         if cfg.group_by:
+            group_columns(cfg.group_by)  # a malformed joint grouping ('a+') is refused before the model loads
             updates["group_by"] = list(dict.fromkeys([*task.group_by, *cfg.group_by]))
         out.append(task.model_copy(update=updates))
     return out, selection.groups

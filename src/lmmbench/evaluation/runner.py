@@ -22,7 +22,7 @@ from lmmbench.backends.scoring import GenRequest, LLRequest, ScoringBackend
 from lmmbench.core.errors import UserError
 from lmmbench.evaluation.eval_options import request_seed
 from lmmbench.evaluation.prompts import PromptRenderer, RenderedSample, chat_messages, maybe_delimit
-from lmmbench.evaluation.task_config import TaskConfig
+from lmmbench.evaluation.task_config import TaskConfig, group_columns
 from lmmbench.evaluation.task_data import read_source
 
 __all__ = [
@@ -131,7 +131,7 @@ def _job(
     if messages is not None and task.kind in _SCORED and chat_prompt is not None:
         context = chat_prompt(messages, len(images), len(audio))
         delimiter = ""
-    meta = {c: doc.get(c) for c in task.group_by}
+    meta = {c: doc.get(c) for c in group_columns(task.group_by)}
     row: dict[str, Any] = {
         "task": task.task,
         "task_version": task.version,

@@ -23,6 +23,8 @@ __all__ = [
     "GenerationParams",
     "MetricSpec",
     "TaskConfig",
+    "group_columns",
+    "group_parts",
     "with_prompt",
 ]
 
@@ -125,7 +127,8 @@ class TaskConfig(_Strict):
     filters: list[FilterPipeline] = Field(
         default_factory=list, description="lm-eval filter pipelines on generated text (replace answer_regex)"
     )
-    group_by: list[str] = Field(default_factory=list, description="metadata columns to aggregate by")
+    group_by: list[str] = Field(default_factory=list, description="metadata columns to aggregate by ('a+b': the "
+                                "joint grouping, one group per pair of values)")
     base_dir: Path = Field(Path("."), exclude=True)
     source_file: str = Field("<inline>", exclude=True)
 
@@ -170,3 +173,17 @@ def with_prompt(cfg: TaskConfig, ref: str, base_dir: Path) -> TaskConfig:
     except UserError as exc:
         raise UserError(f"{cfg.source_file}: {exc}") from None
     return cfg.model_copy(update={"prompt": prompt.ref, "doc_to_text": prompt.text, "prompt_record": prompt.record()})
+
+
+def group_parts(entry: str) -> list[str]:
+    """The columns of one ``group_by`` entry: ``subject`` -> [subject]; ``doc_type+field_name`` (the joint
+    grouping: one group per pair of values) -> [doc_type, field_name]."""
+    parts = [p.strip() for p in entry.split("+")]
+    if not all(parts):
+        raise UserError(f"--group-by '{entry}': columns joined by '+' (e.g. doc_type+field_name), none empty")
+    return parts
+
+
+def group_columns(group_by: list[str]) -> list[str]:
+    """Every metadata column the ``group_by`` entries read, once each, in order."""
+    return list(dict.fromkeys(c for entry in group_by for c in group_parts(entry)))

@@ -35,7 +35,7 @@ class Job(BaseModel):
     """One row, resolved: the validated options of its run (``out_dir`` is set where it runs)."""
 
     name: str
-    kind: Literal["run", "perf", "eval"]
+    kind: Literal["run", "perf", "eval", "command"]
     spec: str | None = None
     model: str | None = None
     config: dict[str, Any]
@@ -46,6 +46,8 @@ class Job(BaseModel):
     python: str | None = None
     num_cpus: float = 1.0
     num_gpus: float = 0.0
+    needs: list[str] = Field(default_factory=list)
+    isolation: Literal["isolated", "shared"] | None = None
 
 
 class RowResult(BaseModel):
@@ -84,6 +86,10 @@ def config_model(kind: str, spec: str | None) -> type[BaseModel]:
         from lmmbench.evaluation.eval_config import EvalConfig
 
         return EvalConfig
+    if kind == "command":
+        from lmmbench.executors.stages import CommandRowConfig
+
+        return CommandRowConfig
     from lmmbench.config.perf import PerfConfig
 
     return PerfConfig
@@ -114,6 +120,9 @@ def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | No
         data.setdefault("progress", False)
         if row.model is not None:
             data["model"] = row.model
+    elif row.kind == "command":
+        if row.model is not None:
+            data["command"] = str(data.get("command", "")).replace("{model}", row.model)
     elif row.kind == "eval":
         if server_url is not None:
             data["model"] = server_url
@@ -135,11 +144,15 @@ def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | No
         config.pop("out_dir", None)
     return Job(name=row.name, kind=row.kind, spec=row.spec, model=row.model, config=config, row_dir=str(row_dir),
                executor=executor, requirements=row.requirements, image=row.image, python=row.python,
-               num_cpus=row.num_cpus, num_gpus=row.num_gpus)  # fmt: skip
+               num_cpus=row.num_cpus, num_gpus=row.num_gpus, needs=row.needs, isolation=row.isolation)  # fmt: skip
 
 
 def _run_metrics(job: Job, cfg: Any) -> tuple[str, dict[str, Any], bool]:
     """The run's folder, its flat metrics and whether a signal cut it short."""
+    if job.kind == "command":
+        from lmmbench.executors.stages import run_command_row
+
+        return (*run_command_row(cfg), False)
     if job.kind == "run":
         from lmmbench.sessions.spec_session import run_spec
 

@@ -2,9 +2,11 @@
 
 A plan is YAML (``name``, ``out_dir``, ``executor``, ``rows: [...]``) or CSV after VLMHyperBench's
 ``user_config.csv`` with the columns ``name, kind, model, options, executor, requirements, image``
-(optional ``python, num_cpus, num_gpus``). In CSV, ``options`` is ``key=value;key=value`` and
-``requirements`` is ``;``-separated. Two option keys are lifted out of ``options``: ``spec`` (the spec
-a ``run`` row runs) and ``server`` (the ``serve`` row a ``perf`` or ``eval`` row talks to).
+(optional ``python, num_cpus, num_gpus, needs, isolation``). In CSV, ``options`` is ``key=value;key=value``;
+``requirements`` and ``needs`` are ``;``-separated. A row runs after the rows it ``needs`` (see
+``executors.stages``); a ``command`` row runs any command line in its environment. Two option keys
+are lifted out of ``options``: ``spec`` (the spec a ``run`` row runs) and ``server`` (the ``serve`` row
+a ``perf`` or ``eval`` row talks to).
 Every error names the file, the row and the field.
 """
 
@@ -23,8 +25,9 @@ from lmmbench.core.errors import UserError, user_error_from_validation
 __all__ = ["CSV_COLUMNS", "Plan", "PlanRow", "load_plan", "parse_options"]
 
 CSV_COLUMNS = ("name", "kind", "model", "options", "executor", "requirements", "image")
-_OPTIONAL_CSV_COLUMNS = ("python", "num_cpus", "num_gpus", "spec", "server")
-RowKind = Literal["run", "perf", "eval", "serve"]
+_OPTIONAL_CSV_COLUMNS = ("python", "num_cpus", "num_gpus", "spec", "server", "needs", "isolation")
+RowKind = Literal["run", "perf", "eval", "serve", "command"]
+Isolation = Literal["isolated", "shared"]
 
 
 class PlanRow(BaseModel):
@@ -43,14 +46,18 @@ class PlanRow(BaseModel):
     image: str | None = Field(None, description="Container image (container executor).")
     python: str | None = Field(None, description="Python version of the row's venv (default: the running one).")
     num_cpus: float = Field(1.0, ge=0, description="CPUs the row needs (ray; CPU slots of the local pool).")
-    num_gpus: float = Field(0.0, ge=0, description="GPUs the row needs (ray; one GPU per local worker).")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs the row needs (ray; GPU slots of the local pool).")
+    needs: list[str] = Field(default_factory=list, description="Rows that must succeed before this one starts.")
+    isolation: Isolation | None = Field(None, description="venv executor: isolated (nothing of the driver's "
+                                        "environment) or shared (the driver's packages visible); default: "
+                                        "isolated for a row with requirements or python, else shared.")
 
     @field_validator("options", mode="before")
     @classmethod
     def _options_text(cls, value: Any) -> Any:
         return parse_options(value) if isinstance(value, str) else value
 
-    @field_validator("requirements", mode="before")
+    @field_validator("requirements", "needs", mode="before")
     @classmethod
     def _requirements_text(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -68,6 +75,7 @@ class Plan(BaseModel):
     executor: str = Field("inprocess", description="Executor of rows that name none.")
     workers: int = Field(1, ge=1, description="Local pool size (CPU slots; one per GPU when GPUs exist).")
     max_retries: int = Field(2, ge=0, description="Re-runs of a row whose worker crashed or was killed.")
+    isolation: Isolation | None = Field(None, description="venv isolation of rows that name none (see rows).")
     rows: list[PlanRow]
     source: str | None = Field(None, exclude=True, description="The file the plan was read from (for errors).")
 

@@ -13,19 +13,24 @@ the ``stop_grace_s`` limit to write what they measured (a row cut short says ``i
 left, starts nothing more, and raises the interruption again.
 
 A timing row (``perf``, or a spec's ``run``) gets the machine: it takes every slot, so it runs alone
-(with only its own serve row, which the plan runs beside the pool); other rows share the slots.
+(with only its own serve row, which the plan runs beside the pool); other rows share the slots. A row's
+``num_cpus`` is the number of CPU slots it holds (rounded up; at least one), so a ``num_cpus: 2`` row
+never runs beside another row on a 2-slot pool; on a GPU pool it holds ``num_gpus`` GPU slots (at least
+one), all of them in its ``CUDA_VISIBLE_DEVICES`` (NVML samples the first). A row that asks for more
+slots than the pool has fails alone, with the cause.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +39,7 @@ from lmmbench.executors.base import DoneCallback, ExecutorSettings
 from lmmbench.executors.gpus import GpuInfo, GpuSampler, discover_gpus, load_nvml
 from lmmbench.executors.jobs import Job, RowResult, is_timing
 
-__all__ = ["Launcher", "Slot", "WorkerPool", "interrupted_result", "make_slots"]
+__all__ = ["Launcher", "Slot", "WorkerPool", "interrupted_result", "make_slots", "slots_needed"]
 
 JOB_NAME = "job.json"
 RESULT_NAME = "result.json"
@@ -46,10 +51,13 @@ class Slot:
 
     index: int
     gpu: GpuInfo | None = None
+    more: tuple[GpuInfo, ...] = ()  # the other GPUs of a row that holds several (num_gpus > 1)
 
     def env(self) -> dict[str, str]:
         """Environment a worker on this slot gets."""
-        return {"CUDA_VISIBLE_DEVICES": str(self.gpu.index)} if self.gpu is not None else {}
+        if self.gpu is None:
+            return {}
+        return {"CUDA_VISIBLE_DEVICES": ",".join(str(g.index) for g in (self.gpu, *self.more))}
 
 
 # (job, its job file, the slot) -> (argv, extra environment)
@@ -61,6 +69,19 @@ def make_slots(workers: int, gpus: list[GpuInfo]) -> list[Slot]:
     if gpus:
         return [Slot(i, g) for i, g in enumerate(gpus)]
     return [Slot(i) for i in range(max(1, workers))]
+
+
+def slots_needed(job: Job, gpu: bool) -> int:
+    """The slots a row holds on the local pool: ``num_gpus`` GPU slots on a GPU pool, else ``num_cpus`` CPU
+    slots; rounded up, at least one."""
+    return max(1, math.ceil(job.num_gpus if gpu else job.num_cpus))
+
+
+def _too_big(job: Job, count: int, total: int, gpu: bool) -> RowResult:
+    field = "num_gpus" if gpu else "num_cpus"
+    return RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model,
+                     error=f"{field}: the row needs {count} slots of the local pool, which has {total} "
+                           "(raise the plan's workers, or lower the row's request)")  # fmt: skip
 
 
 def _log_tail(path: Path, n: int = 5) -> str:
@@ -88,14 +109,16 @@ class _Slots:
         self.cv = threading.Condition()
         self.timing_waiting = 0
 
-    def take(self, whole: bool) -> list[Slot]:
-        """A free slot, or with ``whole`` every slot; blocks until they are free."""
+    def take(self, whole: bool, count: int = 1) -> list[Slot]:
+        """``count`` free slots, or with ``whole`` every slot; blocks until they are free. A row waiting for
+        several slots is not starved either: while it waits, no other row takes one."""
         with self.cv:
-            if whole:
+            if whole or count > 1:
+                count = self.total if whole else count
                 self.timing_waiting += 1
-                self.cv.wait_for(lambda: len(self.free) == self.total)
+                self.cv.wait_for(lambda: len(self.free) >= count)
                 self.timing_waiting -= 1
-                held, self.free = self.free, []
+                held, self.free = self.free[:count], self.free[count:]
                 return held
             self.cv.wait_for(lambda: bool(self.free) and not self.timing_waiting)
             return [self.free.pop(0)]
@@ -126,9 +149,15 @@ class WorkerPool:
         slots = _Slots(self.slots)
 
         def one(job: Job) -> None:
-            held = slots.take(whole=is_timing(job))
+            gpu = bool(self.slots and self.slots[0].gpu is not None)
+            count = slots_needed(job, gpu)
+            if count > slots.total:
+                done(_too_big(job, count, slots.total, gpu))
+                return
+            held = slots.take(whole=is_timing(job), count=count)
+            slot = replace(held[0], more=tuple(s.gpu for s in held[1:count] if s.gpu is not None))
             try:
-                done(self._run_with_retries(job, held[0]))
+                done(self._run_with_retries(job, slot))
             finally:
                 slots.give(held)
 

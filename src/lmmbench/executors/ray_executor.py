@@ -18,6 +18,10 @@ When the driver is stopped (SIGTERM, Ctrl-C), every row still pending is cancell
 Ray's KeyboardInterrupt, which its run takes for Ctrl-C (it writes what it measured; the task writes
 ``result.json`` in the row folder, read back since Ray answers a cancelled task with an error), and a task
 still running after the ``stop_grace_s`` limit is cancelled by force; the rows say ``interrupted``.
+A row's ``requirements`` go into its task's ``runtime_env`` (``pip``, installed by Ray on the node with
+the project's constraints file, ``-c``, at the same path on every node), so they are importable in that
+row's task only. Ray builds such an environment with ``virtualenv``: on a local cluster without it, the
+rows with requirements fail before the plan runs, with that cause.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
 from lmmbench.executors.jobs import Job, RowResult, execute_job, is_timing, write_result
 from lmmbench.executors.pool import RESULT_NAME, interrupted_result
 
-__all__ = ["RayExecutor", "ray_execute"]
+__all__ = ["RayExecutor", "ray_execute", "runtime_env"]
 
 
 def ray_execute(job_data: dict[str, Any]) -> dict[str, Any]:
@@ -53,11 +57,45 @@ def _machine_share(job: Job, machine: bool) -> dict[str, float]:
     return {MACHINE_RESOURCE: float(MACHINE_UNITS if is_timing(job) else 1)}
 
 
+def runtime_env(job: Job, constraints: Path | None) -> dict[str, Any]:
+    """The task's ``runtime_env``: the row's requirements as Ray's ``pip`` field (none: empty)."""
+    if not job.requirements:
+        return {}
+    if constraints is None:
+        from lmmbench.executors.venvs import default_constraints
+
+        constraints = default_constraints()
+    options = ["--disable-pip-version-check", "-c", str(Path(constraints).resolve())]
+    return {"pip": {"packages": list(job.requirements), "pip_install_options": options}}
+
+
+def _env_option(job: Job, constraints: Path | None) -> dict[str, Any]:
+    env = runtime_env(job, constraints)
+    return {"runtime_env": env} if env else {}
+
+
 class RayExecutor:
     """Submits every row as a Ray task and reports results as they finish."""
 
     def __init__(self, settings: ExecutorSettings) -> None:
         self.settings = settings
+
+    def prepare(self, jobs: list[Job], done: DoneCallback) -> list[Job]:
+        """Before any row runs: on a local cluster (no ``--ray-address``), rows with requirements fail alone when
+        ``virtualenv`` (which Ray's pip runtime_env needs) is not installed. Returns the rows that can run."""
+        import importlib.util
+
+        if self.settings.ray_address is not None or importlib.util.find_spec("virtualenv") is not None:
+            return jobs
+        ready = []
+        for job in jobs:
+            if job.requirements:
+                done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model,
+                               error="requirements: Ray installs them through its pip runtime_env, which needs "
+                                     "virtualenv (pip install virtualenv), or run the row on executor: venv"))
+            else:
+                ready.append(job)
+        return ready
 
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
         """Run ``jobs`` as Ray tasks (resources and retries from the plan)."""
@@ -70,7 +108,8 @@ class RayExecutor:
             machine = bool(ray.cluster_resources().get(MACHINE_RESOURCE))
             remote = ray.remote(ray_execute)
             pending = {remote.options(num_cpus=j.num_cpus, num_gpus=j.num_gpus, max_retries=self.settings.max_retries,
-                                      retry_exceptions=False, resources=_machine_share(j, machine)
+                                      retry_exceptions=False, resources=_machine_share(j, machine),
+                                      **_env_option(j, self.settings.constraints)
                                       ).remote(j.model_dump(mode="json")): j
                        for j in jobs}  # fmt: skip
             try:

@@ -30,6 +30,7 @@ from lmmbench.executors.jobs import (
 from lmmbench.executors.plan import Plan, PlanRow
 from lmmbench.executors.pool import interrupted_result
 from lmmbench.executors.servers import RunningServer, is_command_line, server_config, start_server
+from lmmbench.executors.stage_waves import run_in_stages
 
 __all__ = ["STATUS_NAME", "PlanRun", "mark_contention", "resolve_plan", "run_plan"]
 
@@ -58,13 +59,20 @@ def _executor_of(plan: Plan, row: PlanRow, override: str | None) -> str:
     return name
 
 
-def resolve_plan(plan: Plan, executor: str | None = None, urls: dict[str, str] | None = None) -> list[Job]:
-    """Validate every run row into a ``Job`` (serve rows' URLs are placeholders until they start)."""
+def resolve_plan(plan: Plan, executor: str | None = None, urls: dict[str, str] | None = None,
+                 results: dict[str, RowResult] | None = None) -> list[Job]:  # fmt: skip
+    """Validate every run row into a ``Job`` (serve rows' URLs are placeholders until they start; the hand-off
+    ``{rows.NAME.folder}`` is filled from ``results``, the rows ended so far)."""
+    from lmmbench.executors.row_checks import check_row_fields
+    from lmmbench.executors.stages import check_needs, fill_handoff
+
+    check_needs(plan.source or plan.name, plan)
     plan_dir = (plan.out_dir / plan.name).resolve()
     jobs = []
     for n, row in enumerate(plan.rows, start=1):
         if row.kind == "serve":
             try:
+                check_row_fields(row, "background")
                 server_config(row)
             except UserError as exc:
                 raise UserError(f"{plan.source or plan.name}: row {n} '{row.name}': {exc}") from None
@@ -73,24 +81,18 @@ def resolve_plan(plan: Plan, executor: str | None = None, urls: dict[str, str] |
         srv = next((r for r in plan.rows if r.name == row.server), None)
         if row.kind == "perf" and row.model is None and srv is not None and srv.model and is_command_line(srv):
             row = row.model_copy(update={"model": srv.model})  # an engine serves the model under the name it got
+        if row.needs:
+            folders = None if results is None else {k: r.folder for k, r in results.items()}
+            row = row.model_copy(update={"options": fill_handoff(row.options, plan_dir, folders)})
         try:
             name = _executor_of(plan, row, executor)
-            _check_python(row, name)
+            check_row_fields(row, name)
+            if name == "venv" and row.isolation is None and plan.isolation is not None:
+                row = row.model_copy(update={"isolation": plan.isolation})
             jobs.append(resolve_job(row, plan_dir / row.name, name, url))
         except UserError as exc:
             raise UserError(f"{plan.source or plan.name}: row {n} '{row.name}': {exc}") from None
     return jobs
-
-
-def _check_python(row: PlanRow, executor: str) -> None:
-    """A row that asks for another Python than the driver's must run where one is chosen (a venv): it is
-    never run silently on the driver's interpreter."""
-    import sys
-
-    here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if row.python is not None and row.python != here and executor not in ("venv", "container"):
-        raise UserError(f"python: '{row.python}' is chosen by the venv executor (the container's image decides "
-                        f"its own); this row runs on '{executor}', i.e. on Python {here}: add executor: venv")
 
 
 def _previous(row_dir: Path) -> RowResult | None:
@@ -101,6 +103,11 @@ def _previous(row_dir: Path) -> RowResult | None:
         return RowResult.model_validate_json(path.read_text(encoding="utf-8"))
     except ValueError:
         return None
+
+
+def _with_continued(job: Job, continued: dict[str, dict[str, Any]]) -> Job:
+    """``job`` with the options that continue its interrupted earlier attempt (``batch --resume``), if any."""
+    return job.model_copy(update={"config": {**job.config, **continued.get(job.name, {})}})
 
 
 def _finished(row_dir: Path) -> RowResult | None:
@@ -260,10 +267,19 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, re
             if server in server_errors:
                 finish(_failed(job, f"serve row '{server}': {server_errors[server]}"))
             else:
-                job = by_name[job.name]
-                runnable.append(job.model_copy(update={"config": {**job.config, **continued.get(job.name, {})}}))
-        for name, group in _by_executor(runnable).items():
-            _run_group(executors[name], group, finish, done)
+                runnable.append(_with_continued(by_name[job.name], continued))
+
+        def run_wave(wave: list[Job]) -> None:
+            for name, group in _by_executor(wave).items():
+                _run_group(executors[name], group, finish, done)
+
+        def refresh(wave: list[Job]) -> list[Job]:  # the hand-off filled in from the rows ended so far
+            if not any(j.needs for j in wave):
+                return wave
+            fresh = {j.name: j for j in resolve_plan(plan, executor, urls, dict(done))}
+            return [_with_continued(fresh[j.name], continued) for j in wave]
+
+        run_in_stages(runnable, {j.name: j.needs for j in runnable}, done, run_wave, finish, refresh)
     except KeyboardInterrupt:  # SIGINT, or SIGTERM raised as one: the rows were stopped by their executor
         run.interrupted = True
     finally:

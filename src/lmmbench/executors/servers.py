@@ -8,9 +8,10 @@ the command's own -- or any server command line, as ``perf --server-cmd`` takes 
 {port}``, ``text-generation-launcher --model-id {model} --port {port}``, ``llama-server -m {model}
 --port {port}``, ``transformers serve {model} --port {port}``. ``{port}`` (required), ``{host}``,
 ``{model}`` (the row's model) and ``{python}`` (this interpreter) are filled in; the port is chosen at run
-time on 127.0.0.1. Such a server is ready when ``/health`` or ``/v1/models`` answers 200 (``readiness``
-picks one; ``transformers serve`` answers ``/v1/models`` with 500 until its cache folder exists),
-within ``ready_timeout_s``.
+time on 127.0.0.1. lmmbench's own servers take a row's ``port`` (that port) and ``host`` (loopback or
+every address; the rows reach it on 127.0.0.1). Such a server is ready when ``/health`` or ``/v1/models``
+answers 200 (``readiness`` picks one; ``transformers serve`` answers ``/v1/models`` with 500 until its
+cache folder exists), within ``ready_timeout_s``.
 ``wait_until_ready`` is the readiness check of perf and eval (``backends.readiness``) for lmmbench's own.
 """
 
@@ -99,7 +100,7 @@ def server_config(row: PlanRow) -> tuple[str, BaseModel]:
     command = str(opts.pop("command", "serve"))
     if row.model is not None:
         opts["model"] = row.model
-    return command, validate_options(_config_model(command), {**opts, "port": 0})
+    return command, validate_options(_config_model(command), {"port": 0, **opts})  # 0: chosen when it starts
 
 
 def _cli_args(cfg: BaseModel) -> list[str]:
@@ -215,7 +216,9 @@ def _argv(row: PlanRow, command: str, cfg: BaseModel, port: int) -> tuple[list[s
         line = cfg.command.format(port=port, host="127.0.0.1", model=row.model or "",
                                   python=shlex.quote(sys.executable))
         return shlex.split(line), cfg.env
-    update: dict[str, Any] = {"port": port, "host": "127.0.0.1"}
+    update: dict[str, Any] = {"port": port}
+    if "host" not in cfg.model_fields_set:  # a row's own host (e.g. 0.0.0.0) is kept; its URL stays on loopback
+        update["host"] = "127.0.0.1"
     cfg = cfg.model_copy(update=update)
     cfg.model_fields_set.update(update)  # so the CLI flags carry them
     return [sys.executable, "-m", "lmmbench.cli.main", command, *_cli_args(cfg)], {}
@@ -228,7 +231,7 @@ def start_server(row: PlanRow, row_dir: Path, timeout_s: float = 300.0) -> Runni
     from lmmbench.core.net import free_loopback_port
 
     command, cfg = server_config(row)
-    port = free_loopback_port()
+    port = int(getattr(cfg, "port", 0) or 0) or free_loopback_port()  # a row's own port: that one
     argv, env = _argv(row, command, cfg, port)
     row_dir.mkdir(parents=True, exist_ok=True)
     log_path = row_dir / "server.log"

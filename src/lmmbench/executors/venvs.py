@@ -10,6 +10,15 @@ driver runs (a no-deps editable install: the worker runs exactly the driver's lm
 second ``.pth`` adds the driver's site-packages after the venv's own, so lmmbench's dependencies
 (torch included) come from the driver's environment and the venv's requirements win over them. So a venv costs
 only its own requirements. The second row (or plan) with the same requirements reuses it.
+
+That is the ``shared`` mode. The ``isolated`` mode (the default of a row that declares ``requirements`` or
+a ``python``; ``isolation:`` on a row or the plan picks either) holds nothing of the driver's
+environment: no system site-packages, no driver path. lmmbench is installed into it from the source
+tree the driver runs (``uv pip install -e <tree>``, with the constraints file, as scripts/setup.sh
+does; a driver installed from a wheel gets its package copied and its core requirements installed), so
+it has lmmbench's base package (the load-testing client) plus the row's requirements; a requirement
+``lmmbench[EXTRA,...]`` installs those extras of that same tree (``lmmbench[models]`` for in-process
+models).
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from lmmbench.executors.jobs import Job, RowResult
 from lmmbench.executors.local import worker_argv
 from lmmbench.executors.pool import Slot, WorkerPool
 
-__all__ = ["PreparedVenv", "VenvExecutor", "default_constraints", "ensure_venv", "venv_key"]
+__all__ = ["PreparedVenv", "VenvExecutor", "default_constraints", "ensure_venv", "isolation_of", "venv_key"]
 
 MARKER = "lmmbench-venv.json"
 MIN_PYTHON = (3, 10)  # pyproject's requires-python
@@ -46,6 +55,7 @@ class PreparedVenv:
     python: Path
     created: bool
     setup_s: float
+    isolation: str = "shared"
 
 
 def default_constraints() -> Path:
@@ -70,10 +80,18 @@ def _python_version(python: str | None) -> str:
     return python or f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def venv_key(requirements: list[str], python: str | None, constraints: Path) -> str:
-    """The cache key of an environment: a hash of its requirements, Python version and constraints."""
-    payload = json.dumps({"requirements": sorted(requirements), "python": _python_version(python),
-                          "constraints": constraints.read_text(encoding="utf-8")}, sort_keys=True)  # fmt: skip
+def isolation_of(job: Job) -> str:
+    """A row's venv mode: its own ``isolation``, else isolated when it declares requirements or a python."""
+    return job.isolation or ("isolated" if job.requirements or job.python else "shared")
+
+
+def venv_key(requirements: list[str], python: str | None, constraints: Path, isolation: str = "shared") -> str:
+    """The cache key of an environment: a hash of its requirements, Python version, constraints and mode."""
+    data = {"requirements": sorted(requirements), "python": _python_version(python),
+            "constraints": constraints.read_text(encoding="utf-8")}  # fmt: skip
+    if isolation != "shared":  # the shared venvs keep the keys they had before the isolated mode existed
+        data["isolation"] = isolation
+    payload = json.dumps(data, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -124,30 +142,68 @@ def _run(argv: list[str], log: Path) -> None:
         raise UserError(f"venv setup failed ({argv[0]} exit {code}); log {log}: {tail}")
 
 
-def _create(target: Path, requirements: list[str], python: str | None, constraints: Path, log: Path) -> None:
+def _uv() -> str | None:
+    """``uv`` on PATH, else the one installed beside the driver's interpreter (scripts/setup.sh puts it there)."""
+    beside = Path(sys.executable).parent / "uv"
+    return shutil.which("uv") or (str(beside) if beside.is_file() else None)
+
+
+def _create(target: Path, requirements: list[str], python: str | None, constraints: Path, log: Path,
+            isolation: str = "shared") -> None:  # fmt: skip
     import importlib.util
 
-    uv = shutil.which("uv")
+    uv = _uv()
     driver_pip = importlib.util.find_spec("pip") is not None  # then the venv needs no pip of its own
+    system = ["--system-site-packages"] if isolation == "shared" else []
     if uv:
-        _run([uv, "venv", "--python", _base_python(python), "--system-site-packages", str(target)], log)
+        _run([uv, "venv", "--python", _base_python(python), *system, str(target)], log)
     else:
-        _run([_base_python(python), "-m", "venv", "--system-site-packages", *(["--without-pip"] * driver_pip),
-              str(target)], log)  # fmt: skip
+        _run([_base_python(python), "-m", "venv", *system, *(["--without-pip"] * driver_pip), str(target)], log)
     py = target / "bin" / "python"
     site = subprocess.check_output([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                    text=True).strip()  # fmt: skip
-    if _python_version(python) == _python_version(None):
+    if isolation == "isolated":
+        requirements = _lmmbench_install(Path(site), requirements)
+    elif _python_version(python) == _python_version(None):
         _link_driver(Path(site))
     else:  # another Python: none of the driver's packages (built for its version) may leak in
         requirements = [*_copy_lmmbench(Path(site)), *requirements]
     if not requirements:
         return
+    links = [a for d in _find_links() for a in ("--find-links", d)]
     if uv:
-        _run([uv, "pip", "install", "--python", str(py), "-c", str(constraints), *requirements], log)
+        _run([uv, "pip", "install", "--python", str(py), "-c", str(constraints), *links, *requirements], log)
     else:
         pip = [sys.executable, "-m", "pip", "--python", str(py)] if driver_pip else [str(py), "-m", "pip"]
         _run([*pip, "install", "-q", "--disable-pip-version-check", "-c", str(constraints), *requirements], log)
+
+
+def _source_tree() -> Path | None:
+    """The source tree the driver's lmmbench runs from (``<tree>/src/lmmbench``), if it runs from one."""
+    import lmmbench
+
+    tree = Path(lmmbench.__file__).resolve().parents[2]
+    return tree if (tree / "pyproject.toml").is_file() and (tree / "src" / "lmmbench").is_dir() else None
+
+
+def _lmmbench_install(site: Path, requirements: list[str]) -> list[str]:
+    """What an isolated venv installs: lmmbench from the driver's source tree (editable, so the worker runs the
+    driver's code; ``lmmbench[extras]`` requirements become that tree's extras), then the row's requirements.
+    A driver not run from a source tree: its package copied, its core requirements installed."""
+    tree = _source_tree()
+    extras = sorted({e.strip() for r in requirements if r.replace(" ", "").startswith("lmmbench[")
+                     for e in r.split("[", 1)[1].split("]", 1)[0].split(",") if e.strip()})  # fmt: skip
+    rest = [r for r in requirements if not r.replace(" ", "").startswith("lmmbench[")]
+    if tree is None:
+        return [*_copy_lmmbench(site), *requirements]
+    return ["-e", f"{tree}[{','.join(extras)}]" if extras else str(tree), *rest]
+
+
+def _find_links() -> list[str]:
+    """pip's find-links folders (``PIP_FIND_LINKS``), which uv does not read (where a CPU torch wheel may lie)."""
+    import os
+
+    return [d for d in os.environ.get("PIP_FIND_LINKS", "").split() if Path(d).is_dir()]
 
 
 def _copy_lmmbench(site: Path) -> list[str]:
@@ -177,23 +233,25 @@ def _link_driver(site: Path) -> None:
     (site / "lmmbench-driver-site.pth").write_text("".join(f"{p}\n" for p in driver_sites))
 
 
-def ensure_venv(requirements: list[str], python: str | None, constraints: Path, home: Path) -> PreparedVenv:
+def ensure_venv(requirements: list[str], python: str | None, constraints: Path, home: Path,
+                isolation: str = "shared") -> PreparedVenv:  # fmt: skip
     """The venv for ``requirements`` under ``home/venvs``: reused when built before, else built now."""
     t0 = time.perf_counter_ns()
-    root = home / "venvs" / venv_key(requirements, python, constraints)
+    root = home / "venvs" / venv_key(requirements, python, constraints, isolation)
     root.parent.mkdir(parents=True, exist_ok=True)
     with _LOCK, (root.parent / f"{root.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two plans building one venv: the second waits, then reuses
         if (root / MARKER).is_file():
-            return PreparedVenv(root / "bin" / "python", False, (time.perf_counter_ns() - t0) / 1e9)
+            return PreparedVenv(root / "bin" / "python", False, (time.perf_counter_ns() - t0) / 1e9, isolation)
         shutil.rmtree(root, ignore_errors=True)  # a half-built one from a crash
         log = root.parent / f"{root.name}.log"
         log.unlink(missing_ok=True)
-        _create(root, requirements, python, constraints, log)
+        _create(root, requirements, python, constraints, log, isolation)
         setup_s = (time.perf_counter_ns() - t0) / 1e9
         (root / MARKER).write_text(json.dumps({"requirements": requirements, "python": _python_version(python),
-                                               "constraints": str(constraints), "setup_s": setup_s}, indent=2))
-        return PreparedVenv(root / "bin" / "python", True, setup_s)
+                                               "constraints": str(constraints), "isolation": isolation,
+                                               "setup_s": setup_s}, indent=2))  # fmt: skip
+        return PreparedVenv(root / "bin" / "python", True, setup_s, isolation)
 
 
 def _failed(job: Job, error: str) -> RowResult:
@@ -209,7 +267,10 @@ class VenvExecutor:
         self.venvs: dict[str, PreparedVenv] = {}
 
     def _launch(self, job: Job, job_path: Path, slot: Slot) -> tuple[list[str], dict[str, str]]:
-        return worker_argv(str(self.venvs[job.name].python), job_path), {}
+        venv = self.venvs[job.name]
+        # isolated: neither the driver's PYTHONPATH nor the user's site-packages reach the row
+        env = {"PYTHONPATH": "", "PYTHONNOUSERSITE": "1"} if venv.isolation == "isolated" else {}
+        return worker_argv(str(venv.python), job_path), env
 
     def prepare(self, jobs: list[Job], done: DoneCallback) -> list[Job]:
         """Before any row of the plan runs: find each row's interpreter and build (or reuse) its venv, which
@@ -226,7 +287,8 @@ class VenvExecutor:
         ready: list[Job] = []
         for job in jobs:
             try:
-                self.venvs[job.name] = ensure_venv(job.requirements, job.python, constraints, lmmbench_home())
+                self.venvs[job.name] = ensure_venv(job.requirements, job.python, constraints, lmmbench_home(),
+                                                   isolation_of(job))  # fmt: skip
                 ready.append(job)
             except UserError as exc:
                 done(_failed(job, str(exc)))
@@ -240,7 +302,8 @@ class VenvExecutor:
         def with_venv(result: RowResult) -> None:
             v = self.venvs[result.name]
             done(result.model_copy(update={"metrics": {**result.metrics, "venv_created": v.created,
-                                                       "venv_setup_s": v.setup_s}}))  # fmt: skip
+                                                       "venv_setup_s": v.setup_s,
+                                                       "venv_isolation": v.isolation}}))  # fmt: skip
 
         WorkerPool(self.settings, self._launch).run(ready, with_venv)
 

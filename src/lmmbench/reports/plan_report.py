@@ -3,7 +3,8 @@
 Each row's headline (accuracy of eval rows, TTFT / throughput of perf rows, the stage shares of a spec's
 TTFT breakdown, episodic success and speed-up), charts across rows (accuracy per model and task, TTFT
 against load, inline SVG as the run reports draw them), a link to each row's own report, and every
-failed row with its cause. Numbers come from each row's ``status.json`` metrics and its run log's
+failed row with its cause; ``final_report.md`` references the same charts drawn as PNG files beside it
+(``reports.plan_charts``). Numbers come from each row's ``status.json`` metrics and its run log's
 headline (``run.json``); a number a row did not measure is left out, never drawn as zero.
 """
 
@@ -107,15 +108,22 @@ def _report_link(row: dict[str, Any], plan_dir: Path) -> str | None:
         return str(target)
 
 
-def _charts(rows: list[dict[str, Any]], heads: dict[str, dict[str, float]]) -> list[str]:
-    charts = []
+def _chart_data(rows: list[dict[str, Any]], heads: dict[str, dict[str, float]]
+                ) -> tuple[tuple[list[str], dict[str, list[float | None]]], dict[str, list[tuple[float, float]]]]:
+    """(accuracy keys, series per eval row) and TTFT-against-load curves per perf row."""
     evals = [r for r in rows if r.get("kind") == "eval" and heads.get(r["name"])]
     keys = list(dict.fromkeys(k for r in evals for k in heads[r["name"]]))
-    if keys:
-        series = {f"{r.get('model') or r['name']} ({r['name']})": [heads[r["name"]].get(k) for k in keys]
-                  for r in evals}  # fmt: skip
-        charts.append(bar_chart("Accuracy per model and task", keys, series, y_label="score"))
+    series = {f"{r.get('model') or r['name']} ({r['name']})": [heads[r["name"]].get(k) for k in keys]
+              for r in evals}  # fmt: skip
     curves = {r["name"]: pts for r in rows if r.get("kind") == "perf" and (pts := _perf_points(r))}
+    return (keys, series), curves
+
+
+def _charts(rows: list[dict[str, Any]], heads: dict[str, dict[str, float]]) -> list[str]:
+    charts = []
+    (keys, series), curves = _chart_data(rows, heads)
+    if keys:
+        charts.append(bar_chart("Accuracy per model and task", keys, series, y_label="score"))
     if curves:
         charts.append(line_chart("TTFT against load", curves, x_label="offered load (req/s or concurrency)",
                                  y_label="mean TTFT (ms)"))  # fmt: skip
@@ -163,7 +171,7 @@ def _counts(rows: list[dict[str, Any]]) -> str:
 
 
 def _markdown(title: str, rows: list[dict[str, Any]], heads: dict[str, dict[str, float]],
-              links: dict[str, str | None]) -> str:  # fmt: skip
+              links: dict[str, str | None], pngs: list[tuple[str, str]] | None) -> str:  # fmt: skip
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
@@ -173,9 +181,17 @@ def _markdown(title: str, rows: list[dict[str, Any]], heads: dict[str, dict[str,
         link = links.get(r["name"])
         lines.append(f"| {cell(r['name'])} | {r.get('kind')} | {cell(str(r.get('model') or ''))} | {r.get('status')} "
                      f"| {cell(_headline_text(heads.get(r['name'], {})))} | {f'[report]({link})' if link else ''} |")
+    if pngs:
+        lines += ["", "## Charts", ""] + [f"![{t}]({f})" for t, f in pngs]
+    elif pngs is None:
+        lines += ["", "No PNG charts: matplotlib is not installed (pip install 'lmmbench[plots]')."]
     contended = [r for r in rows if r.get("contention")]
     if contended:
         lines += ["", "## Contention", ""] + [f"- **{r['name']}**: {cell(r['contention'])}" for r in contended]
+    skipped = [r for r in rows if r.get("status") == "skipped"]  # a stage whose needed row did not succeed
+    if skipped:
+        lines += ["", "## Skipped", ""] + [f"- **{r['name']}** ({r.get('kind')}): {cell(r.get('error') or '')}"
+                                            for r in skipped]  # fmt: skip
     failed = [r for r in rows if r.get("status") == "failed"]
     if failed:
         lines += ["", "## Failures", ""] + [f"- **{r['name']}** ({r.get('kind')}): {cell(r.get('error') or 'failed')}"
@@ -190,5 +206,8 @@ def write_plan_reports(rows: list[dict[str, Any]], plan_dir: Path, title: str) -
     html_path = plan_dir / "plan_report.html"
     html_path.write_text(_html(title, rows, heads, links, _charts(rows, heads)), encoding="utf-8")
     md_path = plan_dir / "final_report.md"
-    md_path.write_text(_markdown(title, rows, heads, links), encoding="utf-8")
+    from lmmbench.reports.plan_charts import write_report_charts
+
+    md_path.write_text(_markdown(title, rows, heads, links, write_report_charts(*_chart_data(rows, heads), plan_dir)),
+                       encoding="utf-8")  # fmt: skip
     return html_path, md_path

@@ -1,0 +1,92 @@
+"""Stages: the worked example of docs/plans.md (inference on the subprocess executor, scoring of its
+predictions in an isolated venv, a command row collecting the scores) gives the scores of `eval --mode all`;
+a failed row skips the rows that need it (and theirs), naming it; unknown needs, cycles and hand-offs from
+rows not needed are refused before anything runs; a command row fails when a declared output is missing."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmmbench.cli.main import main
+from lmmbench.executors.plan import load_plan
+from lmmbench.executors.runner import run_plan
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "plans" / "stages.yaml"
+
+
+def test_two_stage_example_gives_the_scores_of_mode_all(tmp_path: Path) -> None:
+    from lmmbench.evaluation.eval_config import EvalConfig
+    from lmmbench.evaluation.modes import run_eval
+
+    run = run_plan(load_plan(EXAMPLE, {"out_dir": tmp_path / "plans"}))
+    res = {r.name: r for r in run.results}
+    assert [res[n].status for n in ("infer", "score", "collect")] == ["ok"] * 3, {n: r.error for n, r in res.items()}
+    assert res["score"].executor == "venv" and res["score"].metrics["venv_isolation"] == "isolated"
+    assert res["score"].folder == res["infer"].folder  # it scored the infer row's predictions, in place
+    assert not any(k.startswith("sample_mc.acc") for k in res["infer"].metrics)  # infer alone scores nothing
+    ref = run_eval(EvalConfig(model="tiny-llm", tasks=["sample_mc"], mode="all", out_dir=tmp_path / "all",
+                              threads=1), show_progress=False)  # fmt: skip
+    want = {f"{r['task']}.{m}": v["value"] for r in ref.results for m, v in r["metrics"].items()}
+    got = {k: v for k, v in res["score"].metrics.items() if k in want}
+    assert got == want and want  # the same predictions scored the same way: equal, not close
+    with (tmp_path / "plans" / "stages" / "collect" / "scores" / "summary.csv").open() as fh:
+        assert any(row.get("task") == "sample_mc" for row in csv.DictReader(fh))
+
+
+def _cmd(name: str, command: str, needs: list[str] | None = None, **options: Any) -> dict[str, Any]:
+    return {"name": name, "kind": "command", "needs": needs or [], "options": {"command": command, **options}}
+
+
+def test_failed_row_skips_its_dependants_with_the_cause(write_plan: Any) -> None:
+    path = write_plan([
+        _cmd("broken", "false"),
+        _cmd("after", "true", ["broken"]),
+        _cmd("later", "true", ["after"]),
+        _cmd("fine", "true"),
+        _cmd("fine2", "true", ["fine"]),
+    ], name="skip", executor="subprocess")  # fmt: skip
+    assert main(["batch", str(path)]) == 3
+    out = path.parent / "out" / "skip"
+    status = {n: json.loads((out / n / "status.json").read_text()) for n in ("broken", "after", "later", "fine2")}
+    assert status["broken"]["status"] == "failed" and "exited with code 1" in status["broken"]["error"]
+    assert status["after"]["status"] == "skipped"
+    assert status["after"]["error"].startswith("needs row 'broken', which failed")
+    assert status["later"]["status"] == "skipped" and status["later"]["error"].startswith("needs row 'after', "
+                                                                                         "which skipped")
+    assert status["fine2"]["status"] == "ok"
+    report = (out / "final_report.md").read_text(encoding="utf-8")
+    assert "## Skipped" in report and "- **after** (command): needs row 'broken', which failed" in report
+
+
+@pytest.mark.parametrize(("rows", "message"), [
+    ([_cmd("a", "true", ["nope"])], "row 1 'a': needs: 'nope' is not the name of a row of this plan"),
+    ([_cmd("a", "true", ["b"]), _cmd("b", "true", ["c"]), _cmd("c", "true", ["a"])],
+     "needs: the rows a -> b -> c -> a need each other in a cycle"),
+    ([_cmd("a", "true"), _cmd("b", "ls {rows.a.folder}")], "row 2 'b': options: {rows.a...} reads row 'a', which "
+                                                          "is not among this row's needs"),
+    ([_cmd("a", "true", ["a"])], "row 1 'a': needs: a row cannot need itself"),
+])  # fmt: skip
+def test_unknown_needs_cycles_and_unneeded_handoffs_refused_before_anything_runs(
+        write_plan: Any, capsys: pytest.CaptureFixture[str], rows: list[dict[str, Any]], message: str) -> None:
+    path = write_plan(rows, name="bad")
+    assert main(["batch", str(path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not (path.parent / "out" / "bad").exists()
+
+
+def test_command_row_declared_outputs_and_handoff(write_plan: Any) -> None:
+    path = write_plan([
+        _cmd("make", "sh -c 'echo 42 > {out_dir}/weights.txt'", outputs=["weights.txt"]),
+        _cmd("lazy", "true", outputs=["never.txt"]),
+        _cmd("use", "cp {rows.make.out_dir}/weights.txt {out_dir}/copy.txt", ["make"], outputs=["copy.txt"]),
+    ], name="cmd", executor="subprocess")  # fmt: skip
+    res = {r.name: r for r in run_plan(load_plan(path)).results}
+    assert res["make"].status == "ok" and res["use"].status == "ok", res
+    assert (path.parent / "out" / "cmd" / "use" / "copy.txt").read_text() == "42\n"
+    assert res["lazy"].status == "failed" and "did not write its declared output(s): never.txt" in (
+        res["lazy"].error or "")
