@@ -18,8 +18,10 @@ WORKERS=${LMMBENCH_TEST_WORKERS:-2}
 pytest_pass() {  # pytest_pass NAME ARGS...: fails on any failure and on "no tests collected"
   local name=$1; shift
   echo "== pytest: $name"
+  local t0=$SECONDS
   "$@"
   local rc=$?
+  echo "== $name: $((SECONDS - t0)) s"
   if [ "$rc" -eq 5 ]; then
     echo "pytest collected no tests ($name): failing" >&2
     exit 1
@@ -61,6 +63,7 @@ finish_docs() {  # wait for the docs leg, print its output, fail as pytest_pass 
   DOCS_PID=""
   echo "== leg: docs (every documented bash block, in order, in one fresh folder)"
   cat "$DOCS_LOG"
+  echo "== docs: $((SECONDS - DOCS_T0)) s (beside the version legs)"
   if [ "$rc" -eq 5 ]; then
     echo "pytest collected no tests (docs): failing" >&2
     exit 1
@@ -79,6 +82,7 @@ if [ "${SKIP_DOCS:-0}" != "1" ]; then
   set -m  # the docs leg in a process group of its own, so stop_docs reaches its servers too
   .venv/bin/python -m pytest -q -m docs -p no:cacheprovider -rs --durations=10 tests/docs > "$DOCS_LOG" 2>&1 &
   DOCS_PID=$!
+  DOCS_T0=$SECONDS
   set +m
 fi
 if [ "${SKIP_LEGS:-0}" = "1" ]; then
