@@ -7,8 +7,9 @@ import pytest
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     def blocks(kind: str) -> int:
-        return sum(1 for r in terminalreporter.stats.get(kind, [])
-                   if "test_block_runs_as_pasted" in getattr(r, "nodeid", "") and r.when in ("call", "setup"))  # fmt: skip
+        reports = terminalreporter.stats.get(kind, [])
+        return sum(1 for r in reports if "test_block_runs_as_pasted" in getattr(r, "nodeid", "")
+                   and getattr(r, "when", "") in ("call", "setup"))  # fmt: skip
 
     ran, skipped, failed = blocks("passed"), blocks("skipped"), blocks("failed") + blocks("error")
     if ran or skipped or failed:
