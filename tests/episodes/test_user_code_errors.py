@@ -92,8 +92,9 @@ def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _run(user_dir: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
     out = user_dir / f"out{len(list(user_dir.iterdir()))}"
+    # --num-steps-wait 0: the design's 10 warm-up steps would outlast --max-steps 6 and never call act()
     code = main(["run", "episodic-eval", "--num-tasks", "2", "--num-trials-per-task", "2", "--max-steps", "6",
-                 "--no-progress", "--out-dir", str(out), *args])  # fmt: skip
+                 "--num-steps-wait", "0", "--no-progress", "--out-dir", str(out), *args])  # fmt: skip
     return code, capsys.readouterr().err.strip().splitlines()
 
 

@@ -13,6 +13,7 @@ from lmmbench.profiling.trace_ranges import RANGE_PREFIX
 from lmmbench.reports import read_rows
 
 
+@pytest.mark.serial  # compares the profiled run's stage times with the measured ones: no second worker beside it
 def test_profile_trace_ranges_name_the_breakdown_stages(tmp_path: Path) -> None:
     assert main(["run", "ttft-breakdown", "--model", "tiny-vl", "--out-dir", str(tmp_path), "--repeats", "2",
                  "--warmup", "0", "--threads", "1", "--no-progress", "--limit", "1", "--profile",
