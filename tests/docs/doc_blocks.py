@@ -110,25 +110,35 @@ def _group_members(pgid: int) -> list[str]:
 
 
 def run_block(block: DocBlock, folder: Path, env: dict[str, str], timeout_s: float) -> BlockRun:
-    """Run ``block`` with ``bash -e -o pipefail`` in ``folder``, in its own process group; kill the group after."""
+    """Run ``block`` with ``bash -e -o pipefail`` in ``folder``, in its own process group; kill the group after.
+    Output goes to a file, not a pipe: a server the block left running holds a pipe open, and the block is over
+    when its shell exits, not when every child has closed its output."""
+    import tempfile
+
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        ["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=folder, env=env, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-        code = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        code = -9
-    left = _group_members(proc.pid)
-    if left:
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            ["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=folder, env=env, start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            time.sleep(1.0)
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return BlockRun(code, out.decode(errors="replace"), left, time.monotonic() - t0)
+            proc.wait()
+            code = -9
+        left = _group_members(proc.pid)
+        deadline = time.monotonic() + 5.0  # a server the block stopped as its last line may still be on its way out
+        while left and time.monotonic() < deadline:
+            time.sleep(0.2)
+            left = _group_members(proc.pid)
+        if left:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                time.sleep(1.0)
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        log.seek(0)
+        output = log.read().decode(errors="replace")
+    return BlockRun(code, output, left, time.monotonic() - t0)
