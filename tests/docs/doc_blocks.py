@@ -102,8 +102,9 @@ def _group_members(pgid: int) -> list[str]:
         try:
             stat = (entry / "stat").read_text()
             fields = stat.rsplit(")", 1)[1].split()
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                members.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+            if fields[0] != "Z" and int(fields[2]) == pgid and cmdline:  # empty: a process already exiting
+                members.append(cmdline)
         except (OSError, ValueError, IndexError):
             continue
     return members
