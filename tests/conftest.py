@@ -64,6 +64,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 free_port = free_loopback_port
 
 
+@pytest.fixture(autouse=True)
+def limits_restored() -> Iterator[None]:
+    """``main(["--limit", ...])`` sets ``LMMBENCH_LIMIT_*`` for its process and children, as it should for a user;
+    in-process tests would leak it into every later test of the worker: each test gets the variables back as
+    they were."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("LMMBENCH_LIMIT_")}
+    yield
+    for key in [k for k in os.environ if k.startswith("LMMBENCH_LIMIT_")]:
+        if key not in before:
+            del os.environ[key]
+    os.environ.update(before)
+
+
 @pytest.fixture
 def port() -> int:
     """A free loopback port chosen at run time."""
