@@ -10,20 +10,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from lmmbench.metrics.quality import wilson_interval  # the one Wilson interval (accuracy under load too)
+
 __all__ = ["cost_model_section", "episodic_findings", "success_summary", "wilson_interval"]
-
-Z95 = 1.959963984540054
-
-
-def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float] | None:
-    """The Wilson score interval of a success rate (95 % by default); None when ``n == 0``."""
-    if n <= 0:
-        return None
-    p = successes / n
-    denom = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _num(value: Any) -> float | None:
