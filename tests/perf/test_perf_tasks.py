@@ -210,17 +210,10 @@ def test_mcnemar_and_wilson_against_hand_computed_values() -> None:
 
 def _offline_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """HF_HOME under ``tmp_path``, offline, also in `datasets` / `huggingface_hub` (they read it at import)."""
-    import datasets
-    import huggingface_hub.constants
+    from lmmbench.testing.hf_datasets import use_offline_cache
 
     home = tmp_path / "hf"
-    for var, value in (("HF_HOME", str(home)), ("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1")):
-        monkeypatch.setenv(var, value)
-    monkeypatch.delenv("HF_DATASETS_CACHE", raising=False)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", home / "datasets")
-    for module in (datasets.config, huggingface_hub.constants):
-        monkeypatch.setattr(module, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    use_offline_cache(monkeypatch, home)
     return home
 
 

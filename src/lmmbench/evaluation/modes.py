@@ -230,6 +230,44 @@ def _with_options(cfg: EvalConfig, tasks: list[TaskConfig], catalogue: list[str]
     return tasks
 
 
+def _infer_all(cfg: EvalConfig, tasks: list[Any], lmms: list[str], backend: Any, run: EvalRun,
+               show_progress: bool) -> None:  # fmt: skip
+    """Answer every task's samples (lmmbench's tasks, then lmms-eval's benchmarks) into the run's predictions."""
+    for task in tasks:
+        stats = _infer_one(task, backend, run.run_dir, show_progress)
+        runlog.info("infer %s: %s", task.task, stats)
+        run.infer.append(stats.__dict__)
+    if lmms:
+        from lmmbench.evaluation.eval_options import GenSettings
+        from lmmbench.evaluation.lmms.run import run_lmms_infer
+
+        gen = GenSettings.from_config(cfg)
+        for lstats in run_lmms_infer(lmms, backend, run.run_dir, cfg.limit, gen, show_progress):
+            runlog.info("infer %s: %s", lstats.task, lstats)
+            run.infer.append(lstats.__dict__)
+
+
+def _evaluate_all(cfg: EvalConfig, tasks: list[Any], groups: Any, lmms: list[str], catalogue: list[str],
+                  backend: Any, run_dir: Path) -> list[TaskResult]:  # fmt: skip
+    """Score the predictions of every task and group; lm-eval catalogue tasks run (and score) through lm-eval."""
+    results: list[TaskResult] = []
+    for task in tasks:
+        pred = run_dir / "predictions" / f"{task.task}.jsonl"
+        results.append(evaluate_task(task, pred, run_dir / "results"))
+    results += group_results(groups, results, run_dir / "results")  # lm-eval group files
+    if lmms:
+        from lmmbench.evaluation.lmms.run import run_lmms_eval
+
+        results += run_lmms_eval(lmms, run_dir, cfg.limit)
+    if catalogue and backend is not None:  # lm-eval's own task objects, answered by lmmbench's backend
+        from lmmbench.core.quiet import stderr_to_file
+        from lmmbench.evaluation.lmeval_catalogue import run_catalogue
+
+        with stderr_to_file(run_dir / "logs" / "lm-eval.log"):  # lm-eval's bars, warnings, git's "fatal:"
+            results += run_catalogue(cfg, catalogue, backend, run_dir)
+    return results
+
+
 def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
     """Run ``cfg.mode`` on every task; returns the run folder and what was done."""
     from lmmbench.config.input_files import prepare_out_dir
@@ -273,34 +311,9 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
         run = EvalRun(run_dir=run_dir)
         run_log = _start_run_log(cfg, run_dir, env, [t.prompt_record for t in tasks if t.prompt_record])
         if backend is not None:
-            for task in tasks:
-                stats = _infer_one(task, backend, run_dir, show_progress)
-                runlog.info("infer %s: %s", task.task, stats)
-                run.infer.append(stats.__dict__)
-            if lmms:
-                from lmmbench.evaluation.eval_options import GenSettings
-                from lmmbench.evaluation.lmms.run import run_lmms_infer
-
-                gen = GenSettings.from_config(cfg)
-                for stats in run_lmms_infer(lmms, backend, run_dir, cfg.limit, gen, show_progress):
-                    runlog.info("infer %s: %s", stats.task, stats)
-                    run.infer.append(stats.__dict__)
+            _infer_all(cfg, tasks, lmms, backend, run, show_progress)
         if cfg.mode in ("all", "eval"):
-            results: list[TaskResult] = []
-            for task in tasks:
-                pred = run_dir / "predictions" / f"{task.task}.jsonl"
-                results.append(evaluate_task(task, pred, run_dir / "results"))
-            results += group_results(groups, results, run_dir / "results")  # lm-eval group files
-            if lmms:
-                from lmmbench.evaluation.lmms.run import run_lmms_eval
-
-                results += run_lmms_eval(lmms, run_dir, cfg.limit)
-            if catalogue and backend is not None:  # lm-eval's own task objects, answered by lmmbench's backend
-                from lmmbench.core.quiet import stderr_to_file
-                from lmmbench.evaluation.lmeval_catalogue import run_catalogue
-
-                with stderr_to_file(run_dir / "logs" / "lm-eval.log"):  # lm-eval's bars, warnings, git's "fatal:"
-                    results += run_catalogue(cfg, catalogue, backend, run_dir)
+            results = _evaluate_all(cfg, tasks, groups, lmms, catalogue, backend, run_dir)
             _log_truncation(results)
             write_summary(results, run_dir / "summary", title=f"lmmbench eval — {run_dir.name}")
             run.results = [r.to_json() for r in results]

@@ -162,7 +162,7 @@ def _job(
         row["prompt"] = chat_prompt(messages, len(images), len(audio))  # what the model sees, for the record
     row.update(references=r.references)
     payload = [r.context, images, audio, g.max_tokens, g.stop, messages]
-    if g.temperature > 0:  # sampled: the settings and the seed are part of what was asked
+    if g.temperature > 0:  # sampled: the settings and the sampling seed are part of what was asked
         payload += [g.temperature, g.top_p, g.top_k, gen.seed]
     return SampleJob(_key(key_base, payload), row, gen=gen)
 
