@@ -80,7 +80,7 @@ def upgrade_breakdown_row(row: Mapping[str, Any]) -> dict[str, Any]:
     if not any(k in out for k in LEGACY_PREFILL_PARTS):
         return out
     like = next((v for k, v in row.items() if k.endswith("_ms")), "")
-    moved = [_num(out.pop(old)) if old in out else 0.0 for old in LEGACY_PREFILL_PARTS]
+    moved = [_num(out.pop(old)) if old in out else None for old in LEGACY_PREFILL_PARTS]  # absent: unmeasured
     for new, value in zip(LEGACY_PREFILL_PARTS.values(), moved, strict=True):
         out[new] = _cell(value, like)
     extra = None if any(v is None for v in moved) else sum(v for v in moved if v is not None)
