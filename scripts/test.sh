@@ -4,8 +4,9 @@
 #  2. the tests not marked serial, on two pytest-xdist workers (tests/conftest.py says which are serial: those
 #     that time something against a ground truth);
 #  3. the serial ones, one at a time;
-#  4. the docs leg: every bash block of README.md and docs/*.md run as pasted, in order (tests/docs); its
-#     closing line counts the blocks run (passed), skipped by their marker and failed; SKIP_DOCS=1 skips it;
+#  4. the docs leg: every bash block of README.md and docs/*.md run as pasted, in order (tests/docs), as two
+#     shards by doc file side by side; each shard's closing line counts the blocks run (passed), skipped by
+#     their marker and failed; SKIP_DOCS=1 skips it;
 #  5. the version legs (scripts/setup.sh --dev creates their venvs; SKIP_LEGS=1 skips them): the install smoke
 #     (tests/install: every command's --help, perf, ttft-breakdown, eval, serve) and the in-process subset
 #     (breakdown, serve engine, eval scoring) on a stock GPU image's versions (.venv-gpuimage) and on the lowest
@@ -52,36 +53,49 @@ else
     -p no:cacheprovider --durations=15
   pytest_pass "serial" .venv/bin/python -m pytest -q -m "serial and not docs" -p no:cacheprovider --durations=15
 fi
-# The docs leg runs beside the version legs (neither times anything; together they use both cores): its output is
-# kept in a file and printed, with its verdict, once the version legs are done.
-DOCS_PID=""
-DOCS_LOG=$(mktemp)
-finish_docs() {  # wait for the docs leg, print its output, fail as pytest_pass does
-  [ -n "$DOCS_PID" ] || return 0
-  wait "$DOCS_PID"
-  local rc=$?
-  DOCS_PID=""
-  echo "== leg: docs (every documented bash block, in order, in one fresh folder)"
-  cat "$DOCS_LOG"
+# The docs leg runs beside the version legs (neither times anything), as two shards by doc file, each in its own
+# fresh folder and process group (tests/docs/doc_blocks.py: FIRST_SHARD_FILES): their output is kept in files and
+# printed, with their verdict, once the version legs are done.
+DOCS_PIDS=()
+DOCS_LOGS=()
+finish_docs() {  # wait for the docs shards, print their output, fail as pytest_pass does
+  [ "${#DOCS_PIDS[@]}" -gt 0 ] || return 0
+  local worst=0 i rc
+  for i in "${!DOCS_PIDS[@]}"; do
+    wait "${DOCS_PIDS[$i]}"
+    rc=$?
+    echo "== leg: docs, shard ${DOCS_SHARDS[$i]} (every documented bash block of its files, in order, in one fresh folder)"
+    cat "${DOCS_LOGS[$i]}"
+    echo "== docs shard ${DOCS_SHARDS[$i]}: exit $rc"
+    if [ "$rc" -eq 5 ]; then
+      echo "pytest collected no tests (docs shard ${DOCS_SHARDS[$i]}): failing" >&2
+      rc=1
+    fi
+    [ "$rc" -eq 0 ] || worst=$rc
+  done
+  DOCS_PIDS=()
   echo "== docs: $((SECONDS - DOCS_T0)) s (beside the version legs)"
-  if [ "$rc" -eq 5 ]; then
-    echo "pytest collected no tests (docs): failing" >&2
-    exit 1
-  fi
-  [ "$rc" -eq 0 ] || exit "$rc"
+  [ "$worst" -eq 0 ] || exit "$worst"
 }
-stop_docs() {  # a failing version leg ends the script: the docs leg's process group goes with it
-  if [ -n "$DOCS_PID" ]; then
-    kill -TERM -- "-$DOCS_PID" 2>/dev/null
-    wait "$DOCS_PID" 2>/dev/null
-  fi
-  rm -f "$DOCS_LOG"
+stop_docs() {  # a failing version leg ends the script: the docs shards' process groups go with them
+  local pid
+  for pid in "${DOCS_PIDS[@]}"; do
+    kill -TERM -- "-$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+  rm -f "${DOCS_LOGS[@]}"
 }
 trap stop_docs EXIT
+DOCS_SHARDS=(first rest)
 if [ "${SKIP_DOCS:-0}" != "1" ]; then
-  set -m  # the docs leg in a process group of its own, so stop_docs reaches its servers too
-  .venv/bin/python -m pytest -q -m docs -p no:cacheprovider -rs --durations=10 tests/docs > "$DOCS_LOG" 2>&1 &
-  DOCS_PID=$!
+  set -m  # each shard in a process group of its own, so stop_docs reaches its servers too
+  for shard in "${DOCS_SHARDS[@]}"; do
+    log=$(mktemp)
+    DOCS_LOGS+=("$log")
+    LMMBENCH_DOCS_SHARD=$shard .venv/bin/python -m pytest -q -m docs -p no:cacheprovider -rs --durations=10 \
+      tests/docs > "$log" 2>&1 &
+    DOCS_PIDS+=($!)
+  done
   DOCS_T0=$SECONDS
   set +m
 fi

@@ -7,8 +7,8 @@ minutes of benchmark) says so in its first line, visibly, as a shell comment::
 
 A block of any language preceded by ``<!-- example: NAME -->`` (the text around it says "save this as NAME") is
 written to ``NAME`` in the folder at its place in the document, so later blocks find it. Every other bash block is
-run as pasted: in one fresh folder shared by all blocks (so a block sees what earlier blocks
-wrote, as a reader pasting them in order would), each block in its own process group that is killed afterwards.
+run as pasted: in one fresh folder shared by all blocks of its shard (so a block sees what earlier
+blocks wrote, as a reader pasting them in order would), each block in its own process group that is killed afterwards.
 """
 
 from __future__ import annotations
@@ -82,6 +82,23 @@ def blocks_of(path: Path) -> list[DocBlock]:
 def all_blocks() -> list[DocBlock]:
     """Every bash block of the documentation, in document order."""
     return [b for path in doc_files() for b in blocks_of(path)]
+
+
+#: The docs leg runs as two shards side by side, each in its own fresh folder (every doc file reads only what its
+#: own blocks wrote): ``LMMBENCH_DOCS_SHARD=first`` runs these files, ``rest`` every other file (a new doc file
+#: lands there). The split balances the blocks' run times measured in CI (about 9 minutes each).
+FIRST_SHARD_FILES = ("README.md", "docs/perf.md", "docs/eval.md", "docs/shapes.md", "docs/serve.md",
+                     "docs/prompts.md")  # fmt: skip
+
+
+def shard_blocks(shard: str | None) -> list[DocBlock]:
+    """The blocks of one shard (``first`` / ``rest``), or every block when ``shard`` is None or empty."""
+    blocks = all_blocks()
+    if not shard:
+        return blocks
+    if shard not in ("first", "rest"):
+        raise ValueError(f"LMMBENCH_DOCS_SHARD={shard!r}: use 'first' or 'rest'")
+    return [b for b in blocks if (b.path in FIRST_SHARD_FILES) == (shard == "first")]
 
 
 @dataclass

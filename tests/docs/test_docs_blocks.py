@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from docs.doc_blocks import ROOT, DocBlock, all_blocks, blocks_of, run_block
+from docs.doc_blocks import FIRST_SHARD_FILES, ROOT, DocBlock, all_blocks, blocks_of, run_block, shard_blocks
 
 pytestmark = pytest.mark.docs
 
-BLOCKS = all_blocks()
+BLOCKS = shard_blocks(os.environ.get("LMMBENCH_DOCS_SHARD"))
 #: Longest a block may take (a few blocks run short benchmarks or evaluations on the tiny models).
 BLOCK_TIMEOUT_S = 420.0
 
@@ -63,9 +63,19 @@ def docs_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
 
 
 def test_blocks_are_found_with_their_markers() -> None:
-    assert len(BLOCKS) >= 40, len(BLOCKS)
-    assert BLOCKS[0].path == "README.md"
-    assert any(b.skip_reason for b in BLOCKS) and any(b.skip_reason is None for b in BLOCKS)
+    every = all_blocks()
+    assert len(every) >= 40, len(every)
+    assert every[0].path == "README.md"
+    assert any(b.skip_reason for b in every) and any(b.skip_reason is None for b in every)
+
+
+def test_the_two_shards_split_the_blocks_by_file() -> None:
+    first, rest = shard_blocks("first"), shard_blocks("rest")
+    assert {b.path for b in first} == set(FIRST_SHARD_FILES)  # every named file exists and has blocks
+    assert not {b.path for b in first} & {b.path for b in rest}
+    assert sorted(b.where for b in first + rest) == sorted(b.where for b in all_blocks())
+    with pytest.raises(ValueError, match="LMMBENCH_DOCS_SHARD"):
+        shard_blocks("second")
 
 
 def test_the_parser_reads_markers_and_indented_fences(tmp_path: Path) -> None:
