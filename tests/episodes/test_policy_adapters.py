@@ -39,7 +39,8 @@ def _example(name: str) -> str:
 def _commands(policy: str) -> list[str]:
     """The section's ``lmmbench run`` commands for ``--policy policy`` (continuation lines joined), as args."""
     lines = "\n".join(re.findall(r"```bash\n(.*?)```", _section(), re.S)).replace("\\\n", " ").splitlines()
-    found = [shlex.split(line)[1:] for line in lines if line.startswith("lmmbench run") and f"--policy {policy} " in line]
+    found = [shlex.split(line)[1:] for line in lines
+             if line.startswith("lmmbench run") and f"--policy {policy} " in line]
     assert found, f"no command for --policy {policy} in {SECTION!r}"
     return found
 
@@ -100,7 +101,9 @@ def test_infer_policy_is_recorded_as_batch_one(examples: Path) -> None:
     assert all(set(r["action_batch_sizes"].split()) == {"1"} for r in rows)
     speed = analysis["speedup_vs_serial"]
     assert speed["action_call_batch_size"] == 1 and "not a batching speed-up" in speed["compared"]
-    assert "faster than serial" not in analysis["finding"] and "wall ratio" in analysis["finding"]
+    # the ratio is called a wall ratio (or not measured when a loaded machine broke a pair), never "faster"
+    assert "faster than serial" not in analysis["finding"]
+    assert "wall ratio" in analysis["finding"] or speed["measurement_error"], analysis["finding"]
     assert analysis["equivalence"]["same_outcomes"]  # a deterministic policy: 4 slots equal 1 slot
     assert analysis["cost_model"]["prediction"]["design_formula"].get("predicted_speedup") is None
 

@@ -232,9 +232,10 @@ class EpisodicEvalSpec(Spec):
     def _policy_shape(policy: Any) -> dict[str, Any]:
         """How the policy is driven: ``lmmbench`` (its own act) or an ``episodes.adapters`` mode, whether its
         action calls are batched across slots, and (select_action) how many instances the run built."""
-        describe = getattr(policy, "describe", None)
-        if callable(describe):
-            return describe()  # type: ignore[no-any-return]
+        from lmmbench.episodes.adapters import AdaptedPolicy
+
+        if isinstance(policy, AdaptedPolicy):
+            return policy.describe()
         return {"mode": "lmmbench", "batched": getattr(policy, "batched_action", True),
                 "action_batch": "one act() per tick for every NEED_AE slot", "instances": None}
 
