@@ -260,3 +260,52 @@ def test_a_batch_of_the_wrong_size_is_refused() -> None:
     sched = _scheduler(policy, num_parallel=2, trials=1)
     with pytest.raises(UserError, match="dim 0 must be the batch"):
         list(sched.run())
+
+
+PUSHT_MODULE = '''
+import torch
+
+SEEN = []
+
+
+class Conv(torch.nn.Module):
+    """A tiny conv net over Push-T's camera: (B, 224, 224, 3) uint8 in, (B, 2) actions out."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 2, 8, stride=8)
+
+    def forward(self, obs):
+        SEEN.append((tuple(obs["image"].shape), list(obs["instruction"]), tuple(obs["state"].shape)))
+        x = obs["image"].permute(0, 3, 1, 2).float() / 255.0
+        return torch.tanh(self.conv(x).mean(dim=(2, 3)))
+'''
+
+
+def test_nn_module_on_push_t_with_images_and_instructions(tmp_path: Path) -> None:
+    pytest.importorskip("gym_pusht")
+    (tmp_path / "conv_pusht.py").write_text(PUSHT_MODULE, encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import conv_pusht
+
+        from lmmbench.episodes import EpisodeKey, EpisodeScheduler, PolicySettings, make_policy, resolve_suite
+
+        suite = resolve_suite("pusht")
+        probe = suite.make_env(0)  # as the spec does: the warm-up action is zeros of its action space
+        try:
+            policy: Any = make_policy("conv_pusht:Conv", PolicySettings(probe_env=probe))
+        finally:
+            probe.close()  # type: ignore[attr-defined]
+        sched = EpisodeScheduler(suite.make_env, policy, [EpisodeKey(0, 0), EpisodeKey(1, 0)], num_parallel=2,
+                                 num_steps_wait=2, max_steps=3, seed=0)
+        results = list(sched.run())
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("conv_pusht", None)
+    assert len(results) == 2 and all(r.steps == 3 and r.extra["warmup_steps"] == 2 for r in results)
+    assert sched.totals.action_batch_sizes == [2, 2, 2]  # both slots in every forward
+    shapes, instructions, states = zip(*conv_pusht.SEEN, strict=True)
+    assert set(shapes) == {(2, 224, 224, 3)} and set(states) == {(2, 2)}
+    assert all(len(i) == 2 and i[0] != i[1] for i in instructions)  # each slot's own task instruction, a list
