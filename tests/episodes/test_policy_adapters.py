@@ -89,6 +89,7 @@ def test_select_action_policy_runs_as_documented(examples: Path) -> None:
     shape = run["policy_shape"]
     assert shape["mode"] == "select_action" and shape["batched"] is False
     assert shape["instances"] == 4  # --num-tasks 4 -> 4 slots: one instance per slot, never more
+    assert "policy driven through select_action: one select_action per slot (batch 1)" in analysis["finding"]
     assert set(analysis["run"]["action_batch_histogram"]) == {"1"}
     assert all(set(r["action_batch_sizes"].split()) == {"1"} for r in rows)
     assert analysis["success"]["overall"]["successes"] >= 6  # per-instance queues: episodes do not mix
@@ -309,3 +310,19 @@ def test_nn_module_on_push_t_with_images_and_instructions(tmp_path: Path) -> Non
     shapes, instructions, states = zip(*conv_pusht.SEEN, strict=True)
     assert set(shapes) == {(2, 224, 224, 3)} and set(states) == {(2, 2)}
     assert all(len(i) == 2 and i[0] != i[1] for i in instructions)  # each slot's own task instruction, a list
+
+
+def test_forward_returning_a_chunk_under_actions_is_executed_whole() -> None:
+    import torch
+
+    from lmmbench.episodes.adapters import adapt_policy
+
+    class Chunky(torch.nn.Module):
+        def forward(self, obs: Any) -> Any:
+            return {"actions": torch.ones(obs["position"].shape[0], 3, 2)}  # (B, H=3, A=2): always (+1, +1)
+
+    policy = adapt_policy(Chunky(), "Chunky", "cpu", Chunky)
+    sched = _scheduler(policy, num_parallel=4, trials=1)
+    results = list(sched.run())
+    assert all(r.action_calls == -(-r.steps // 3) for r in results)  # one call per 3 executed actions
+    assert all(len(chunk) == 3 for r in results for chunk in r.trace)

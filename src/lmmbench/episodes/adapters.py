@@ -14,7 +14,7 @@ checked in this order:
 * ``forward`` of a ``torch.nn.Module``: ONE forward per tick with every NEED_AE slot's observations stacked
   on dim 0 (a tensor, or for dict observations a dict of stacked tensors, same keys; values that are not
   arrays, such as an instruction, become a list); it returns ``(B, A)`` (one action per slot) or
-  ``(B, H, A)`` (a chunk per slot). Mode ``forward``, batched.
+  ``(B, H, A)`` (a chunk per slot), or a dict with ``"actions"`` of that shape. Mode ``forward``, batched.
 
 A per-slot adapter sets ``batched_action = False``: the scheduler then makes (and times, and counts) one
 action call per slot, so histograms and speed-ups show batch 1 — never a batching lmmbench did not do.
@@ -179,7 +179,8 @@ class AdaptedPolicy:
     def _batched(self, observations: list[Any]) -> list[Any]:
         batch = _stack(observations, self.device)
         call = self.obj if self.mode == "forward" else self.obj.predict_action_chunk
-        out = _to_numpy(call(batch))
+        out = call(batch)
+        out = _to_numpy(out["actions"] if isinstance(out, dict) and "actions" in out else out)
         if out.ndim == 0 or out.shape[0] != len(observations):
             raise UserError(f"--policy {self.name}: {self.mode}() returned shape {tuple(out.shape)} for a batch "
                             f"of {len(observations)}: dim 0 must be the batch")

@@ -314,7 +314,9 @@ class EpisodicEvalSpec(Spec):
         equivalence = compare_runs(traces, self._serial) if self._serial is not None else None
         out = episodic_findings(rows, totals, self._serial_totals, equivalence, self._speedup, self._num_parallel)
         if self._policy is not None:
-            out["policy_shape"] = self._policy_shape(self._policy)
+            shape = out["policy_shape"] = self._policy_shape(self._policy)
+            if shape["mode"] != "lmmbench":
+                out["finding"] += f"; policy driven through {shape['mode']}: {shape['action_batch']}"
         if self._reference is not None:
             out["reference_equivalence"] = compare_runs(traces, self._reference)
         self._findings = out
