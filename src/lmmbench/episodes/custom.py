@@ -2,8 +2,10 @@
 
 ``--policy`` / ``--env`` take, besides a registered name or ``gym:<id>``, a class (or factory) named
 as ``package.module:Name`` (imported) or ``path/to/file.py:Name`` (loaded from the file). A policy
-class is called with the run's ``PolicySettings`` when it takes an argument, else with none; an
-environment class with the task index when it takes an argument, else with none. A
+class is called with the run's ``PolicySettings`` when its own ``__init__`` has a required positional
+parameter (or one named ``settings``), else with none (``torch.nn.Module``'s ``*args`` do not count); an
+environment class with the task index likewise (or one named ``task``). A policy without ``act`` is
+adapted by its shape (``episodes.adapters``: a torch module, LeRobot-style, openpi-style). A
 ``gymnasium.Env`` instance is wrapped in ``GymEnvAdapter``. ``SimplePolicy`` is a base class for a
 policy that only acts (no planning call). ``check_fit`` runs one probe step of the policy in the
 environment, so a policy and an environment that do not fit fail in one line before the run.
@@ -117,12 +119,32 @@ def _guard(obj: Any, methods: Sequence[str], option: str, ref: str) -> Any:
     return obj
 
 
-def _takes_argument(factory: Any) -> bool:
+def _own_init(cls: type) -> Any:
+    """The ``__init__`` a class really runs: the first one defined along its MRO; None when that is
+    ``object``'s or torch's (``nn.Module.__init__(*args, **kwargs)`` takes no settings of ours)."""
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass):
+            if klass is object or klass.__module__.split(".")[0] == "torch":
+                return None
+            return vars(klass)["__init__"]
+    return None
+
+
+def _takes_argument(factory: Any, name: str) -> bool:
+    """Whether ``factory`` is to be called with one argument (the settings / the task index): its own
+    ``__init__`` (a class) or its signature (a function) has a required positional parameter, or one
+    called ``name``. Defaults, ``*args`` and torch's ``nn.Module.__init__`` do not count."""
+    target = _own_init(factory) if inspect.isclass(factory) else factory
+    if target is None:
+        return False
     try:
-        params = inspect.signature(factory).parameters.values()
+        params = list(inspect.signature(target).parameters.values())
     except (TypeError, ValueError):
         return False
-    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
+    if inspect.isclass(factory) and params:
+        params = params[1:]  # self
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return any(p.default is p.empty or p.name == name for p in positional[:1])
 
 
 def _is_gymnasium_env(obj: Any) -> bool:
@@ -132,7 +154,7 @@ def _is_gymnasium_env(obj: Any) -> bool:
 def make_custom_env(ref: str) -> Callable[[int], Env]:
     """``make_env(task)`` for the class ``ref`` names (called with the task index when it takes one)."""
     factory = load_object(ref, "--env")
-    with_task = _takes_argument(factory)
+    with_task = _takes_argument(factory, "task")
 
     def make(task: int) -> Env:
         env = _build(factory, (task,) if with_task else (), "--env", ref)
@@ -152,10 +174,26 @@ _POLICY_API = ("new_episode", "dummy_action", "plan", "act", "needs_plan")
 _ENV_API = ("reset", "step", "render", "close")
 
 
+_ADAPTED_API = ("forward", "predict_action_chunk", "select_action", "infer", "reset", "dummy_action")
+
+
 def make_custom_policy(ref: str, settings: Any) -> Policy:
-    """The policy ``ref`` names, built with ``settings`` when its constructor takes an argument."""
+    """The policy ``ref`` names, built with ``settings`` when its constructor takes them (``_takes_argument``).
+    An lmmbench ``Policy`` (it has ``act``) runs as it is; a torch module, a LeRobot-style or an openpi-style
+    policy through ``episodes.adapters``; anything else is one line naming the methods a policy needs."""
     factory = load_object(ref, "--policy")
-    policy = _build(factory, (settings,) if _takes_argument(factory) else (), "--policy", ref)
+    args = (settings,) if _takes_argument(factory, "settings") else ()
+
+    def build() -> Any:
+        return _guard(_build(factory, args, "--policy", ref), _ADAPTED_API, "--policy", ref)
+
+    policy = _build(factory, args, "--policy", ref)
+    if not callable(getattr(policy, "act", None)):
+        from lmmbench.episodes.adapters import adapt_policy
+
+        space = getattr(getattr(settings, "probe_env", None), "action_space", None)
+        return adapt_policy(_guard(policy, _ADAPTED_API, "--policy", ref), ref, getattr(settings, "device", "cpu"),
+                            build, space)
     missing = [m for m in _POLICY_API if not callable(getattr(policy, m, None))]
     if missing:
         raise UserError(f"--policy {ref}: {type(policy).__name__} lacks {', '.join(missing)} (see "
@@ -207,6 +245,7 @@ def check_fit(policy: Policy, env: Env, policy_name: str, env_name: str, num_ste
     """One probe episode step (warm-up, plan, act, step) of ``policy`` in ``env``; any failure is one
     ``UserError`` line naming both."""
     space = getattr(env, "action_space", None)
+    memory: EpisodeMemory | None = None
     try:
         obs, info = env.reset(seed=0)
         memory = policy.new_episode(EpisodeKey(0, -1), 0)
@@ -230,6 +269,9 @@ def check_fit(policy: Policy, env: Env, policy_name: str, env_name: str, num_ste
         raise UserError(f"--policy {policy_name} does not fit --env {env_name}: a probe step failed "
                         f"({_describe(exc)}); pick a policy made for this environment") from None
     finally:
+        end = getattr(policy, "end_episode", None)
+        if callable(end) and memory is not None:
+            end(memory)
         close_env(env)
 
 

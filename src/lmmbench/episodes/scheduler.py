@@ -14,8 +14,11 @@ does not end with one slot working through a whole task alone. Every tick, in th
    ``max_steps`` is DONE;
 3. NEED_VLM slots plan: one call per slot, or one call for all of them when the policy's
    planning is batched;
-4. all NEED_AE slots share ONE action call (inputs stacked on dim 0 by the policy);
-5. DONE slots yield their result and start their next episode.
+4. all NEED_AE slots share ONE action call (inputs stacked on dim 0 by the policy); a policy with
+   ``batched_action = False`` (one observation per call: ``episodes.adapters``) gets one call per slot,
+   each timed and counted as a call of batch 1;
+5. DONE slots yield their result (calling the policy's optional ``end_episode(memory)``) and start their
+   next episode.
 
 ``totals`` keeps every call's time by batch size, every env step's time, the waypoints of every plan (a
 policy's ``plan`` may set ``memory.data["plan_size"]``) and every episode's step and replan counts: the terms
@@ -301,6 +304,13 @@ class EpisodeScheduler:
         ready = [s for s in self._slots if s.state is SlotState.NEED_AE]
         if not ready:
             return
+        if getattr(self.policy, "batched_action", True):
+            self._act_call(ready)
+        else:  # a policy that takes one observation per call: one call, timed and counted, per slot
+            for slot in ready:
+                self._act_call([slot])
+
+    def _act_call(self, ready: list[_Slot]) -> None:
         t0 = now_ns()
         chunks = self.policy.act([s.item() for s in ready])
         dt = now_ns() - t0
@@ -327,6 +337,9 @@ class EpisodeScheduler:
                 self.totals.episode_replans.append(slot.planning_calls)
                 if self.recorder is not None:
                     self.recorder.finish(slot.key)
+                end = getattr(self.policy, "end_episode", None)
+                if callable(end):
+                    end(slot.memory)
                 self.episodes_done += 1
                 slot.key = None
                 t_out = now_ns()

@@ -33,15 +33,22 @@ def interleaved_walls(run_serial: Callable[[], object], run_batched: Callable[[]
 
 
 def speedup_summary(serial_ms: list[float], batched_ms: list[float], num_parallel: int,
-                    episodes: int, env_workers: int = 0) -> dict[str, Any]:
+                    episodes: int, env_workers: int = 0, batched_action: bool = True) -> dict[str, Any]:
     """Median ratio serial / batched over the pairs with its min-max; None with ``measurement_error``
-    when a ratio exceeds ``num_parallel`` (batching N slots cannot beat serial by more than N)."""
+    when a ratio exceeds ``num_parallel`` (batching N slots cannot beat serial by more than N).
+    ``batched_action=False`` (a policy that takes one observation per call): every action call had batch 1
+    on both sides, which ``compared`` and ``action_call_batch_size`` (1) say; the ratio is no batching's."""
     ratios = [s / b if b > 0 else float("inf") for s, b in zip(serial_ms, batched_ms, strict=True)]
     above = [r for r in ratios if r > num_parallel]
     workers = f" with env steps in {env_workers} worker processes" if env_workers else ""
     compared = (f"batched on {num_parallel} slots{workers} vs serial on 1 slot, the same {episodes} episodes, "
                 f"{len(ratios)} interleaved pairs")
+    if not batched_action:
+        compared = (f"{num_parallel} slots{workers} vs 1 slot, the same {episodes} episodes, {len(ratios)} "
+                    "interleaved pairs; the policy takes one observation per call, so every action call had batch "
+                    "1 on both sides: not a batching speed-up")
     out: dict[str, Any] = {"compared": compared, "num_parallel": num_parallel, "pairs": len(ratios),
+                           "action_call_batch_size": None if batched_action else 1,
                            "serial_wall_ms": serial_ms, "batched_wall_ms": batched_ms, "ratios": ratios,
                            "median": None, "min": None, "max": None, "measurement_error": None}
     if not ratios:
@@ -60,5 +67,8 @@ def speedup_text(summary: dict[str, Any]) -> str:
         return f"speed-up not measured ({summary['measurement_error']})"
     if summary.get("median") is None:
         return "speed-up not measured"
+    if summary.get("action_call_batch_size") == 1:
+        return (f"wall ratio serial / {summary['num_parallel']} slots {summary['median']:.2f} (median; min "
+                f"{summary['min']:.2f}, max {summary['max']:.2f}; {summary['compared']})")
     return (f"{summary['median']:.2f}x faster than serial (median; min {summary['min']:.2f}x, max "
             f"{summary['max']:.2f}x; {summary['compared']})")

@@ -147,6 +147,7 @@ class EpisodicEvalSpec(Spec):
         self._findings: dict[str, Any] | None = None
         self._speedup: dict[str, Any] | None = None
         self._num_parallel = 1
+        self._policy: Any = None
 
     def setup(self, ctx: SpecContext) -> list[Case]:
         from lmmbench.core.errors import UserError
@@ -211,7 +212,8 @@ class EpisodicEvalSpec(Spec):
         if opts.compare_serial and todo:
             self._compare_serial(lambda: scheduler(todo, 1), lambda: scheduler(todo, num_parallel),
                                  opts.compare_repeats, num_parallel, len(todo),
-                                 opts.env_workers if num_parallel > 1 else 0)
+                                 opts.env_workers if num_parallel > 1 else 0,
+                                 getattr(policy, "batched_action", True))
         recorder = ReplayRecorder(ctx.spec_dir / "replay") if opts.record_replay else None
         self._scheduler = scheduler(todo, num_parallel, recorder)
         self._results = self._scheduler.run()
@@ -220,12 +222,25 @@ class EpisodicEvalSpec(Spec):
             "env": suite.name, "policy": policy.name, "device": device, "num_parallel": num_parallel,
             "max_steps": max_steps, "episodes": len(episodes), "episodes_this_run": len(todo),
             "batched_planning": policy.batched_planning, "env_workers": opts.env_workers,
-            "steal_trials": opts.steal_trials, "num_steps_wait": opts.num_steps_wait}
+            "steal_trials": opts.steal_trials, "num_steps_wait": opts.num_steps_wait,
+            "policy_shape": self._policy_shape(policy)}
+        self._policy = policy
         self._num_parallel = num_parallel
         return [Case(id=k.id, group=f"task{k.task}", extra={"task": k.task, "trial": k.trial}) for k in episodes]
 
+    @staticmethod
+    def _policy_shape(policy: Any) -> dict[str, Any]:
+        """How the policy is driven: ``lmmbench`` (its own act) or an ``episodes.adapters`` mode, whether its
+        action calls are batched across slots, and (select_action) how many instances the run built."""
+        from lmmbench.episodes.adapters import AdaptedPolicy
+
+        if isinstance(policy, AdaptedPolicy):
+            return policy.describe()
+        return {"mode": "lmmbench", "batched": getattr(policy, "batched_action", True),
+                "action_batch": "one act() per tick for every NEED_AE slot", "instances": None}
+
     def _compare_serial(self, serial: Any, batched: Any, repeats: int, num_parallel: int, episodes: int,
-                        env_workers: int) -> None:
+                        env_workers: int, batched_action: bool = True) -> None:
         """Interleaved serial / batched runs of the same episodes; the first serial run's outcomes are
         the reference of the equivalence check."""
         from lmmbench.episodes.compare import EpisodeOutcome
@@ -242,7 +257,7 @@ class EpisodicEvalSpec(Spec):
                 pass
 
         walls = interleaved_walls(run_serial, run_batched, repeats)
-        self._speedup = speedup_summary(*walls, num_parallel, episodes, env_workers)
+        self._speedup = speedup_summary(*walls, num_parallel, episodes, env_workers, batched_action)
 
     def _next_result(self) -> Any:
         assert self._results is not None and self._traces is not None
@@ -282,7 +297,8 @@ class EpisodicEvalSpec(Spec):
         }
 
     def teardown(self, ctx: SpecContext) -> None:
-        del ctx
+        if self._policy is not None and "episodic_eval" in ctx.environment:  # select_action: instances built
+            ctx.environment["episodic_eval"]["policy_shape"] = self._policy_shape(self._policy)
         if self._results is not None:  # a run stopped early still closes its environments
             self._results.close()  # type: ignore[attr-defined]
         if self._traces is not None:
@@ -297,6 +313,10 @@ class EpisodicEvalSpec(Spec):
         traces = read_traces(self._traces.path) if self._traces is not None else {}
         equivalence = compare_runs(traces, self._serial) if self._serial is not None else None
         out = episodic_findings(rows, totals, self._serial_totals, equivalence, self._speedup, self._num_parallel)
+        if self._policy is not None:
+            shape = out["policy_shape"] = self._policy_shape(self._policy)
+            if shape["mode"] != "lmmbench":
+                out["finding"] += f"; policy driven through {shape['mode']}: {shape['action_batch']}"
         if self._reference is not None:
             out["reference_equivalence"] = compare_runs(traces, self._reference)
         self._findings = out
