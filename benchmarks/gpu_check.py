@@ -451,7 +451,8 @@ def pi0_verdicts(rows: list[dict[str, Any]], graphs_reason: str | None) -> list[
         bound = "unknown bandwidth" if r["bound_ms"] is None else f"{r['bound_ms']:.3f} ms"
         out.append(verdict(check, "ms per AE call", None,
                            f"eager {_ms_spread(r['eager_ms'])}, graphed {_ms_spread(r['graphed_ms'])}, speed-up "
-                           f"{_x(r['speedup'], 2, 'x')}, graph capture {_x(r['graph_setup_ms'], 1, ' ms')} (not in the calls); "
+                           f"{_x(r['speedup'], 2, 'x')}, graph capture {_x(r['graph_setup_ms'], 1, ' ms')} "
+                           "(not in the calls); "
                            f"traffic bound {bound} (weights {r['weight_bytes'] / 1e9:.3f} GB + KV "
                            f"{r['kv_bytes'] / 1e9:.3f} GB): eager {_x(r['eager_ratio_to_bound'], 1, 'x')}, graphed "
                            f"{_x(r['graphed_ratio_to_bound'], 1, 'x')} the bound"))
