@@ -89,7 +89,7 @@ class EpisodicEvalOptions(RunOptions):
     cuda_graphs: Literal["off", "on", "auto"] = Field(
         "off", description="pi0 policies: replay each action-expert call (prefix + denoiser) from a CUDA graph "
         "captured per batch size on first use (capture time recorded apart from the timed calls); on: CUDA only "
-        "(refused elsewhere); auto: graphs on CUDA, eager elsewhere with the reason in run.json; off: eager.")
+        "(refused elsewhere); auto: graphs on CUDA, eager elsewhere with the reason in the run log; off: eager.")
     threads: int | None = Field(1, ge=1, description="torch CPU threads (default 1: the toy networks are many "
                                 "tiny ops, which more threads slow down).")
     steal_trials: bool = Field(DESIGN_DEFAULTS["steal_trials"], description="A slot with no task left takes a "
