@@ -7,6 +7,7 @@ the same on a GPU)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +147,61 @@ def test_cuda_graph_replay_equals_eager_and_captures_once_per_batch_size(dtype: 
     assert sorted(c.batch_size for c in captures) == sizes and all(c.capture_ms > 0 for c in captures)
     assert totals["policy_setup_ms"] > 0
     assert sum(c.replays for c in captures) == totals["action_calls"]
+
+
+class _ToyWithCaptureStandIn:
+    """The toy policy plus a stand-in for a CUDA-graph capture (a sleep of ``pause_s`` on the first call of each
+    batch size, reported through ``take_setup_ns`` as a capture is), named so: the capture cannot run here."""
+
+    def __init__(self, pause_s: float) -> None:
+        from lmmbench.episodes.toy_policy import ToyWaypointPolicy
+
+        self.inner, self.pause_s = ToyWaypointPolicy(), pause_s
+        self.seen: set[int] = set()
+        self.reported_ns = self._pending = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def act(self, items: Any) -> Any:
+        if len(items) not in self.seen:
+            self.seen.add(len(items))
+            t0 = time.perf_counter_ns()
+            time.sleep(self.pause_s)
+            self._pending += time.perf_counter_ns() - t0
+        return self.inner.act(items)
+
+    def take_setup_ns(self) -> int:
+        spent, self._pending = self._pending, 0
+        self.reported_ns += spent
+        return spent
+
+
+@pytest.mark.serial
+def test_capture_time_is_kept_out_of_the_timed_action_calls_and_the_wall() -> None:
+    """Setup a policy reports from inside ``act`` is counted as ``policy_setup_ms`` and left out of the action
+    and wall times: with 1 s per batch size injected, the action time stays below one injected pause."""
+    from lmmbench.episodes.toy_waypoints import ToyWaypointsEnv
+
+    torch.set_num_threads(1)
+    policy = _ToyWithCaptureStandIn(1.0)
+    keys = [EpisodeKey(t, 0) for t in range(3)]
+    sched = EpisodeScheduler(ToyWaypointsEnv, policy, keys, num_parallel=3, num_steps_wait=0, max_steps=6, seed=0)
+    rows = list(sched.run())
+    totals = sched.totals.as_dict()
+    assert policy.seen and totals["policy_setup_ms"] == pytest.approx(policy.reported_ns / 1e6)
+    assert totals["policy_setup_ms"] >= 1000.0 * len(policy.seen)
+    assert totals["action_ms"] < 1000.0 and totals["wall_ms"] < 1000.0 * len(policy.seen)
+    assert sum(r.action_ms for r in rows) < 1000.0
+
+
+def test_interleaved_walls_leave_out_the_setup_a_run_returns() -> None:
+    from lmmbench.episodes.speedup import interleaved_walls
+
+    def run() -> int:
+        t0 = time.perf_counter_ns()
+        time.sleep(0.3)
+        return time.perf_counter_ns() - t0  # all of it was "setup"
+
+    serial, batched = interleaved_walls(run, lambda: None, 1)
+    assert serial[0] < 100.0 and batched[0] < 100.0  # a 300 ms sleep, all reported: left out

@@ -268,15 +268,18 @@ class EpisodicEvalSpec(Spec):
         from lmmbench.episodes.compare import EpisodeOutcome
         from lmmbench.episodes.speedup import interleaved_walls, speedup_summary
 
-        def run_serial() -> None:
+        def run_serial() -> int:
             sched = serial()
             outcomes = {r.key.id: EpisodeOutcome(r.success, r.steps, r.trace) for r in sched.run()}
             if self._serial is None:
                 self._serial, self._serial_totals = outcomes, sched.totals.as_dict()
+            return int(sched.totals.setup_ns)  # CUDA-graph captures: not part of the wall compared
 
-        def run_batched() -> None:
-            for _ in batched().run():
+        def run_batched() -> int:
+            sched = batched()
+            for _ in sched.run():
                 pass
+            return int(sched.totals.setup_ns)
 
         walls = interleaved_walls(run_serial, run_batched, repeats)
         self._speedup = speedup_summary(*walls, num_parallel, episodes, env_workers)
