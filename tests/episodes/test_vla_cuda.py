@@ -205,3 +205,46 @@ def test_interleaved_walls_leave_out_the_setup_a_run_returns() -> None:
 
     serial, batched = interleaved_walls(run, lambda: None, 1)
     assert serial[0] < 100.0 and batched[0] < 100.0  # a 300 ms sleep, all reported: left out
+
+
+class _ReplayStandIn:
+    """Stands in for ``torch.cuda.CUDAGraph`` (no CUDA here), named so: ``replay`` recomputes the captured
+    function from the static buffers into the same output tensor, as a graph replay does."""
+
+    def __init__(self, fn: Any, out: torch.Tensor) -> None:
+        self.fn, self.out = fn, out
+
+    def replay(self) -> None:
+        self.out.copy_(self.fn())
+
+
+def test_graph_runner_bookkeeping_with_a_cpu_stand_in_for_cuda_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's own logic with the capture replaced by a CPU stand-in: one capture per batch size, on first
+    use; a later call with NEW inputs of a captured size gets their actions (the inputs are copied into the static
+    buffers); a returned output is not overwritten by the next replay; capture time is reported once."""
+    from lmmbench.models import vla_graphs
+    from lmmbench.models.vla import PI0_TINY, build_vla
+    from lmmbench.models.vla_bench import ae_call_inputs
+
+    def graph_of(fn: Any) -> tuple[Any, torch.Tensor, float]:
+        out = fn()
+        return _ReplayStandIn(fn, out), out, 0.0
+
+    monkeypatch.setattr(vla_graphs, "cuda_graph_of", graph_of)
+    torch.set_num_threads(1)
+    model = build_vla(PI0_TINY)
+    runner = AeCallRunner(model, "cuda-graphs")
+    eager = AeCallRunner(model, "eager")
+    cpu = torch.device("cpu")
+    a2 = ae_call_inputs(PI0_TINY, 2, 1, cpu, torch.float32, seed=0)
+    b2 = ae_call_inputs(PI0_TINY, 2, 1, cpu, torch.float32, seed=5)
+    a3 = ae_call_inputs(PI0_TINY, 3, 1, cpu, torch.float32, seed=0)
+    first = runner(*a2)
+    assert runner.take_setup_ns() > 0 and runner.take_setup_ns() == 0
+    second = runner(*b2)  # same size: replayed, no new capture
+    assert runner.take_setup_ns() == 0
+    assert torch.equal(second, eager(*b2)) and not torch.equal(second, first)
+    assert torch.equal(first, eager(*a2))  # the earlier output was a copy: the replay did not overwrite it
+    assert torch.equal(runner(*a3), eager(*a3))
+    assert [(c.batch_size, c.cameras, c.replays) for c in runner.captures] == [(2, 1, 2), (3, 1, 1)]
+    assert runner.report()["captures"][1]["batch_size"] == 3

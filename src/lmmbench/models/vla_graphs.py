@@ -17,12 +17,13 @@ fallback, with the reason recorded). ``resolve_graph_mode`` decides; ``AeCallRun
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-__all__ = ["GRAPH_MODES", "AeCallRunner", "GraphCapture", "resolve_graph_mode"]
+__all__ = ["GRAPH_MODES", "AeCallRunner", "GraphCapture", "cuda_graph_of", "resolve_graph_mode"]
 
 GRAPH_MODES = ("off", "on", "auto")
 WARMUP_CALLS = 3  # side-stream calls before a capture (the PyTorch CUDA-graph recipe's warm-up)
@@ -79,6 +80,26 @@ def _unflat(flat: list[torch.Tensor]) -> AeInputs:
     return images, tokens, mask, (start, end), duration, noise
 
 
+def cuda_graph_of(fn: Callable[[], torch.Tensor]) -> tuple[Any, torch.Tensor, float]:
+    """``fn`` (reading only static buffers) warmed up ``WARMUP_CALLS`` times on a side stream, then captured:
+    ``(graph, its static output, warm-up ms)``; ``graph.replay()`` recomputes the output in place."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter_ns()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(WARMUP_CALLS):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    warmup_ms = (time.perf_counter_ns() - t0) / 1e6
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        output = fn()
+    torch.cuda.synchronize()
+    return graph, output, warmup_ms
+
+
 @dataclass
 class AeCallRunner:
     """Runs ``model.sample_actions`` eagerly or from per-shape CUDA graphs (``mode`` from ``resolve_graph_mode``)."""
@@ -111,28 +132,16 @@ class AeCallRunner:
             return graph.output.clone()
 
     def _capture(self, flat: list[torch.Tensor]) -> _Graph:
-        """Static buffers, warm-up on a side stream, capture (each timed, outside any timed call)."""
+        """Static buffers, then warm-up and capture (``cuda_graph_of``), timed outside any timed call."""
         t0 = time.perf_counter_ns()
         with torch.inference_mode():
             static = [x.detach().clone() for x in flat]
-            torch.cuda.synchronize()
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(WARMUP_CALLS):
-                    self.model.sample_actions(*_unflat(static))
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
-            t1 = time.perf_counter_ns()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                output = self.model.sample_actions(*_unflat(static))
-            torch.cuda.synchronize()
-        t2 = time.perf_counter_ns()
-        self._setup_ns += t2 - t0
+            graph, output, warmup_ms = cuda_graph_of(lambda: self.model.sample_actions(*_unflat(static)))
+        spent = time.perf_counter_ns() - t0
+        self._setup_ns += spent
         images = static[0]
         record = GraphCapture(int(images.shape[0]), int(images.shape[1]) if images.dim() == 5 else 1,
-                              (t1 - t0) / 1e6, (t2 - t1) / 1e6)
+                              warmup_ms, spent / 1e6 - warmup_ms)
         return _Graph(graph, static, output, record)
 
     def take_setup_ns(self) -> int:
