@@ -4,14 +4,19 @@
     python benchmarks/gpu_check.py --cpu-smoke --out smoke    # the cheap subset on CPU, tiny models only
 
 Priority order (a check that runs out of the time budget is reported as SKIP, never silently dropped):
- 1. ttft-breakdown and token-scaling on tiny-omni, tiny-vl and shape:qwen2.5-omni-7b: media tokens in
+ 1. pi0 (about a minute): ms per action-expert call of the full `pi0` shape in bf16 at N = 1, 2, 4, 8, 16, eager
+    and replayed from CUDA graphs, the speed-up, graphed == eager, and the ratio to the call's memory-traffic
+    bound (``lmmbench.models.vla_bench``; the card's bandwidth from its table, or --bandwidth-tb-s);
+ 2. ttft-breakdown and token-scaling on tiny-omni, tiny-vl and shape:qwen2.5-omni-7b: media tokens in
     every media row, timer cuda_event, stage sums exact, unattributed <= 5 %, CV of the repeats; the
     visual-encoder fit (ms per visual token, R²);
- 2. `lmmbench serve` + `lmmbench perf` at concurrency 1, 16, 64 on shape:qwen2.5-7b against
+ 3. `lmmbench serve` + `lmmbench perf` at concurrency 1, 16, 64 on shape:qwen2.5-7b against
     `transformers serve --continuous-batching`: output tokens/s ratio;
- 3. oom-boundary on shape:qwen2.5-omni-7b with a 32 GB budget (sdpa, then the eager setting of the
+ 4. oom-boundary on shape:qwen2.5-omni-7b with a 32 GB budget (sdpa, then the eager setting of the
     Qwen2.5-Omni TTFT study);
- 4. eval and `reference compare` on tiny-llm (CUDA bf16 against a CPU fp32 reference).
+ 5. eval and `reference compare` on tiny-llm (CUDA bf16 against a CPU fp32 reference);
+ 6. model-bench on shape:qwen2.5-7b.
+``--only pi0,eval`` runs only those (names: pi0, breakdown, serve, oom, eval, model-bench).
 
 Every verdict line goes to stdout and ``<out>/verdicts.txt`` the moment it is known; each command's
 output goes to ``<out>/logs/``. Exit 2 without a CUDA device (unless --cpu-smoke), 1 when a check
@@ -74,6 +79,9 @@ class Settings:
     eval_dtype: str
     timer: str
     extra: dict[str, Any] = field(default_factory=dict)
+    pi0_shape: str = "pi0"
+    pi0_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    pi0_repeats: int = 10
 
 
 def settings(cpu_smoke: bool) -> Settings:
@@ -83,7 +91,8 @@ def settings(cpu_smoke: bool) -> Settings:
             device="cpu", dtype="float32", breakdown_models=["tiny-omni", "tiny-vl"], limit=2, repeats=2,
             scaling_args=["--frames", "2,4", "--image-sizes", "", "--audio-seconds", "", "--text-words", ""],
             perf_model="tiny-llm", concurrencies=[1, 4],
-            oom_args=[["--max-s", "8"]], oom_model="tiny-omni", eval_dtype="bfloat16", timer="perf_counter_ns")
+            oom_args=[["--max-s", "8"]], oom_model="tiny-omni", eval_dtype="bfloat16", timer="perf_counter_ns",
+            pi0_shape="pi0-tiny", pi0_sizes=[1, 2], pi0_repeats=2)
     budget = ["--memory-budget-gb", "32", "--frame-size", "448", "--video-fps", "2"]
     return Settings(
         device="cuda", dtype="bfloat16", breakdown_models=["tiny-omni", "tiny-vl", "shape:qwen2.5-omni-7b"],
@@ -420,16 +429,88 @@ def check_model_bench(rep: Reporter, out: Path, s: Settings) -> None:
         rep.add(verdict(f"model-bench:{model}", name, ok, "mean ms " + ", ".join(cells)))
 
 
-def plan(s: Settings) -> list[tuple[str, Callable[[Reporter, Path, Settings], None]]]:
-    """The checks, in priority order."""
-    steps: list[tuple[str, Callable[[Reporter, Path, Settings], None]]] = []
+PI0_DIFF_TOL = 1e-5  # graphed vs eager: the batched-vs-serial tolerance of episodic-eval (the same kernels replay)
+
+
+def _ms_spread(t: dict[str, Any]) -> str:
+    if t.get("median") is None:
+        return "not run"
+    return f"{t['median']:.2f} ms ({t['min']:.2f}–{t['max']:.2f})"
+
+
+def _x(value: float | None, digits: int = 2, unit: str = "") -> str:
+    return "null" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def pi0_verdicts(rows: list[dict[str, Any]], graphs_reason: str | None) -> list[Verdict]:
+    """One INFO line per batch size (eager and graphed ms with min–max, speed-up, ratios to the traffic bound)
+    and a PASS / FAIL for graphed == eager, or SKIP with ``graphs_reason`` when graphs were not run."""
+    out = []
+    for r in rows:
+        check = f"pi0:N={r['batch_size']}"
+        bound = "unknown bandwidth" if r["bound_ms"] is None else f"{r['bound_ms']:.3f} ms"
+        out.append(verdict(check, "ms per AE call", None,
+                           f"eager {_ms_spread(r['eager_ms'])}, graphed {_ms_spread(r['graphed_ms'])}, speed-up "
+                           f"{_x(r['speedup'], 2, 'x')}, graph capture {_x(r['graph_setup_ms'], 1, ' ms')} "
+                           "(not in the calls); "
+                           f"traffic bound {bound} (weights {r['weight_bytes'] / 1e9:.3f} GB + KV "
+                           f"{r['kv_bytes'] / 1e9:.3f} GB): eager {_x(r['eager_ratio_to_bound'], 1, 'x')}, graphed "
+                           f"{_x(r['graphed_ratio_to_bound'], 1, 'x')} the bound"))
+        if graphs_reason is not None:
+            out.append(Verdict(check, "graphed == eager", "SKIP", graphs_reason))
+        else:
+            diff = r["max_abs_diff"]
+            out.append(verdict(check, "graphed == eager", diff is not None and diff <= PI0_DIFF_TOL,
+                               f"max |graphed - eager| {diff:.3g} (tol {PI0_DIFF_TOL:g})"))
+    return out
+
+
+def check_pi0(rep: Reporter, out: Path, s: Settings) -> None:
+    """The action-expert call of ``s.pi0_shape`` at ``s.pi0_sizes``: eager, graphed (CUDA only), traffic bound."""
+    import torch
+
+    from lmmbench.models.vla import VLA_SHAPES
+    from lmmbench.models.vla_bench import CARD_BANDWIDTH_TB_S, card_bandwidth_tb_s, time_ae_calls
+
+    cuda = s.device == "cuda"
+    name = torch.cuda.get_device_name(0) if cuda else "cpu"
+    given = s.extra.get("bandwidth_tb_s")
+    bandwidth = given or card_bandwidth_tb_s(name)
+    source = ("--bandwidth-tb-s" if given else "table" if bandwidth else
+              f"not in the table ({', '.join(t[1] for t in CARD_BANDWIDTH_TB_S)}); pass --bandwidth-tb-s")
+    rep.add(verdict("pi0", "card bandwidth", None, f"{name}: {_x(bandwidth, 2, ' TB/s')} ({source})"))
+    if not cuda:
+        torch.set_num_threads(1)  # a shared CPU: one thread is steadier (FIELD-NOTES)
+    dtype = getattr(torch, s.dtype)
+    rows = time_ae_calls(VLA_SHAPES[s.pi0_shape], s.pi0_sizes, device=s.device, dtype=dtype, repeats=s.pi0_repeats,
+                         graphs=cuda, bandwidth_tb_s=bandwidth)
+    (out / "pi0_ae_calls.json").write_text(json.dumps({"shape": s.pi0_shape, "dtype": s.dtype, "device": name,
+                                                        "bandwidth_tb_s": bandwidth, "rows": rows}, indent=1))
+    for v in pi0_verdicts(rows, None if cuda else "CUDA graphs need a CUDA device (cpu-smoke: eager only)"):
+        rep.add(v)
+    if cuda:
+        torch.cuda.empty_cache()
+
+
+CHECK_GROUPS = ("pi0", "breakdown", "serve", "oom", "eval", "model-bench")
+
+
+def plan(s: Settings, only: set[str] | None = None) -> list[tuple[str, Callable[[Reporter, Path, Settings], None]]]:
+    """The checks, in priority order (``only``: these groups of ``CHECK_GROUPS``)."""
+    steps = _plan(s)
+    return [(label, step) for group, label, step in steps if only is None or group in only]
+
+
+def _plan(s: Settings) -> list[tuple[str, str, Callable[[Reporter, Path, Settings], None]]]:
+    steps: list[tuple[str, str, Callable[[Reporter, Path, Settings], None]]] = [
+        ("pi0", f"pi0 action-expert call ({s.pi0_shape}, {s.dtype})", check_pi0)]
     for model in s.breakdown_models:
-        steps.append((f"ttft-breakdown + token-scaling on {model}",
+        steps.append(("breakdown", f"ttft-breakdown + token-scaling on {model}",
                       lambda rep, out, st, m=model: check_breakdown(rep, out, st, m)))
-    steps.append((f"serve + perf on {s.perf_model}", check_serve_perf))
-    steps.append((f"oom-boundary on {s.oom_model}", check_oom))
-    steps.append(("eval + reference compare on tiny-llm", check_eval_reference))
-    steps.append((f"model-bench on {s.perf_model}", check_model_bench))
+    steps.append(("serve", f"serve + perf on {s.perf_model}", check_serve_perf))
+    steps.append(("oom", f"oom-boundary on {s.oom_model}", check_oom))
+    steps.append(("eval", "eval + reference compare on tiny-llm", check_eval_reference))
+    steps.append(("model-bench", f"model-bench on {s.perf_model}", check_model_bench))
     return steps
 
 
@@ -438,7 +519,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("gpu-check"), help="folder for verdicts.txt, logs, runs")
     parser.add_argument("--cpu-smoke", action="store_true", help="the cheap subset on CPU with tiny models")
     parser.add_argument("--budget-s", type=float, default=1200.0, help="stop starting checks after this long")
+    parser.add_argument("--only", default="", help=f"comma-separated checks to run, of {', '.join(CHECK_GROUPS)} "
+                        "(default: all)")
+    parser.add_argument("--bandwidth-tb-s", type=float, default=None, help="the card's memory bandwidth in TB/s "
+                        "for the pi0 traffic bound (default: from the table of known cards)")
     args = parser.parse_args(argv)
+    only = {g.strip() for g in args.only.split(",") if g.strip()} or None
+    if only and only - set(CHECK_GROUPS):
+        print(f"gpu_check: --only {args.only}: unknown check(s) {', '.join(sorted(only - set(CHECK_GROUPS)))}; "
+              f"use {', '.join(CHECK_GROUPS)}", file=sys.stderr)
+        return 2
+    if args.bandwidth_tb_s is not None and args.bandwidth_tb_s <= 0:
+        print(f"gpu_check: --bandwidth-tb-s {args.bandwidth_tb_s}: give a positive number", file=sys.stderr)
+        return 2
     sys.path.insert(0, str(ROOT / "src"))
     import torch
 
@@ -447,6 +540,7 @@ def main(argv: list[str] | None = None) -> int:
               "use --cpu-smoke for the CPU subset", file=sys.stderr)
         return 2
     s = settings(args.cpu_smoke)
+    s.extra["bandwidth_tb_s"] = args.bandwidth_tb_s
     args.out.mkdir(parents=True, exist_ok=True)
     rep = Reporter(args.out, args.budget_s)
     import transformers
@@ -454,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = torch.cuda.get_device_name(0) if s.device == "cuda" else "cpu"
     rep.add(verdict("setup", "machine", None, f"{dev}; torch {torch.__version__}; transformers "
                     f"{transformers.__version__}; mode {'cpu-smoke' if args.cpu_smoke else 'cuda'}"))
-    for label, step in plan(s):
+    for label, step in plan(s, only):
         if rep.left_s() < 30:
             rep.add(Verdict(label, "not run", "SKIP", f"time budget of {args.budget_s:.0f} s spent"))
             continue

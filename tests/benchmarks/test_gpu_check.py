@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -73,3 +74,58 @@ def test_without_cuda_it_refuses_with_exit_2(gpu_check: Any, tmp_path: Path,
     assert gpu_check.main(["--out", str(tmp_path / "out")]) == 2
     assert "no CUDA device" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_pi0_check_runs_on_cpu_with_the_tiny_shape_eager_only(gpu_check: Any, tmp_path: Path) -> None:
+    """The pi0 check's code path on CPU (pi0-tiny, float32, N = 1 and 2): eager ms per call with its spread, the
+    graphed half SKIPPED with its reason (no CUDA here), the traffic bound from the given bandwidth, the JSON."""
+    settings = gpu_check.settings(cpu_smoke=True)
+    settings.pi0_repeats = 2
+    settings.extra["bandwidth_tb_s"] = 0.05
+    rep = gpu_check.Reporter(tmp_path, 600.0)
+    gpu_check.check_pi0(rep, tmp_path, settings)
+    lines = (tmp_path / "verdicts.txt").read_text().splitlines()
+    assert any(line.startswith("INFO pi0 | card bandwidth: cpu: 0.05 TB/s (--bandwidth-tb-s)") for line in lines)
+    assert sum(line.startswith("SKIP pi0:N=") and "need a CUDA device" in line for line in lines) == 2
+    data = json.loads((tmp_path / "pi0_ae_calls.json").read_text())
+    assert data["shape"] == "pi0-tiny" and [r["batch_size"] for r in data["rows"]] == [1, 2]
+    for r in data["rows"]:
+        e = r["eager_ms"]
+        assert 0 < e["min"] <= e["median"] <= e["max"] and r["graphed_ms"]["median"] is None
+        assert r["speedup"] is None and r["max_abs_diff"] is None  # unmeasured is null, never 0
+        assert r["bound_ms"] == pytest.approx((r["weight_bytes"] + r["kv_bytes"]) / 0.05e12 * 1e3)
+        assert r["eager_ratio_to_bound"] == pytest.approx(e["median"] / r["bound_ms"])
+    assert rep.failed == 0
+
+
+def test_pi0_traffic_bound_counts_the_bytes_a_call_must_read() -> None:
+    """pi0-tiny in float32 at batch 2, one camera, counted by hand: the prefix cache has 64 image tokens
+    ((112 / 14)²) + 64 instruction + 3 = 131 tokens; keys and values (2) of 1 head of 16, 2 layers, read at each
+    of the 10 steps, 4 bytes: 2·2·1·131·16·2·10·4 B. Weights: every prefix parameter but the embedding table (its
+    2·64 rows of width 128 instead), plus the expert's parameters 10 times."""
+    from lmmbench.models.vla import PI0_TINY, build_vla
+    from lmmbench.models.vla_bench import ae_traffic_bytes
+
+    model = build_vla(PI0_TINY)
+    got = ae_traffic_bytes(model, batch=2, cameras=1, dtype_bytes=4)
+    assert got["kv"] == 2 * 2 * 1 * 131 * 16 * 2 * 10 * 4
+    named = dict(model.named_parameters())
+    prefix = sum(p.numel() for n, p in named.items() if n.startswith("prefix.") and n != "prefix.embed.weight")
+    expert = sum(p.numel() for n, p in named.items() if n.startswith("action_expert."))
+    assert got["weights"] == 4 * (prefix + 2 * 64 * 128 + 10 * expert)
+
+
+def test_card_bandwidth_table_and_pi0_verdicts(gpu_check: Any) -> None:
+    from lmmbench.models.vla_bench import card_bandwidth_tb_s
+
+    assert card_bandwidth_tb_s("NVIDIA H200") == 4.8
+    assert card_bandwidth_tb_s("NVIDIA H100 80GB HBM3") == 3.35
+    assert card_bandwidth_tb_s("NVIDIA A100-SXM4-80GB") == 2.0
+    assert card_bandwidth_tb_s("NVIDIA H100 PCIe") is None and card_bandwidth_tb_s("Tesla T4") is None
+    row = {"batch_size": 1, "eager_ms": {"median": 100.0, "min": 96.0, "max": 184.0},
+           "graphed_ms": {"median": 10.0, "min": 9.0, "max": 11.0}, "graph_setup_ms": 500.0, "speedup": 10.0,
+           "max_abs_diff": 0.0, "weight_bytes": 11e9, "kv_bytes": 6e7, "bound_ms": 2.3,
+           "eager_ratio_to_bound": 43.5, "graphed_ratio_to_bound": 4.35}
+    assert [v.status for v in gpu_check.pi0_verdicts([row], None)] == ["INFO", "PASS"]
+    assert [v.status for v in gpu_check.pi0_verdicts([{**row, "max_abs_diff": 1e-3}], None)] == ["INFO", "FAIL"]
+    assert [v.status for v in gpu_check.pi0_verdicts([row], "no CUDA")] == ["INFO", "SKIP"]

@@ -21,14 +21,15 @@ __all__ = ["interleaved_walls", "speedup_summary", "speedup_text"]
 
 def interleaved_walls(run_serial: Callable[[], object], run_batched: Callable[[], object],
                       repeats: int) -> tuple[list[float], list[float]]:
-    """Wall ms of ``repeats`` serial and batched runs, interleaved (serial first in each pair)."""
+    """Wall ms of ``repeats`` serial and batched runs, interleaved (serial first in each pair); a run that
+    returns an int has spent that many ns on one-off setup (CUDA-graph captures), left out of its wall."""
     serial: list[float] = []
     batched: list[float] = []
     for _ in range(repeats):
         for run, walls in ((run_serial, serial), (run_batched, batched)):
             t0 = now_ns()
-            run()
-            walls.append(ns_to_ms(now_ns() - t0))
+            setup = run()
+            walls.append(ns_to_ms(now_ns() - t0 - (setup if isinstance(setup, int) else 0)))
     return serial, batched
 
 

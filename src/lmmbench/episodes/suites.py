@@ -32,6 +32,8 @@ class PolicySettings:
     batched_planning: bool = False  # plan every NEED_VLM slot of a tick in one batch (the pi0 policies' planner)
     model: str = "tiny-llm"
     probe_env: Env | None = None  # an instance of the suite's environment (the gym adapter's action space)
+    dtype: str = "float32"  # the pi0 policies' weights and inputs (float32, bfloat16, float16)
+    cuda_graphs: str = "off"  # the pi0 policies' action-expert call: off, on (CUDA only), auto (models.vla_graphs)
 
 
 SUITES: Registry[EnvSuite] = Registry("episode_suites")
@@ -101,8 +103,11 @@ def _vla(settings: PolicySettings, shape: str) -> Policy:
     if settings.execute_steps != 1:
         raise UserError(f"--execute-steps {settings.execute_steps}: --policy {shape} executes each action chunk for "
                         "its waypoint pair's duration (the episodic design); remove --execute-steps")
+    import torch
+
     return VlaPolicy(shape, device=settings.device, weight_seed=settings.weight_seed,
-                     batched_planning=settings.batched_planning)
+                     batched_planning=settings.batched_planning, dtype=getattr(torch, settings.dtype),
+                     cuda_graphs=settings.cuda_graphs)
 
 
 def _vla_factory(shape: str) -> Callable[[PolicySettings], Policy]:

@@ -14,6 +14,11 @@ call per waypoint pair, each computing its prefix from the slot's current observ
   proprioception for the first pair) to waypoint ``i``; its chunk (32 actions) executes the steps the pair's
   duration covers, then the next pair; after the last pair the slot replans.
 
+On CUDA the policy runs in ``dtype`` (bfloat16 by default there: ``--dtype``); ``cuda_graphs`` (``off`` / ``on``
+/ ``auto``) replays each action-expert call from a CUDA graph captured per batch size (``models.vla_graphs``:
+``auto`` falls back to eager off CUDA and records why; ``on`` is refused there). A capture's time is reported by
+``take_setup_ns`` so the scheduler keeps it out of the timed action calls.
+
 Observations are dicts with the camera images (every key ending in ``image`` unless ``cameras`` names them:
 ``(H, W, 3)`` uint8), ``state`` and ``instruction`` (``episodes.pusht`` makes them); the environment maps
 normalized actions to its own units. Each episode's trace holds its raw action chunks (what the batched-vs-serial
@@ -31,6 +36,7 @@ import torch
 
 from lmmbench.episodes.protocols import ActItem, EpisodeKey, EpisodeMemory
 from lmmbench.models.vla import VLA_SHAPES, VlaConfig, build_vla
+from lmmbench.models.vla_graphs import AeCallRunner, resolve_graph_mode
 from lmmbench.models.vla_planner import Waypoint, build_planner, decode_waypoints, planner_config
 
 __all__ = ["CONTROL_PERIOD_S", "VlaPolicy", "instruction_tokens"]
@@ -57,16 +63,24 @@ class VlaPolicy:
 
     def __init__(self, shape: str = "pi0-tiny", *, device: str = "cpu", weight_seed: int = 0,
                  planner_seed: int | None = None, num_layers: int | None = None,
-                 cameras: Sequence[str] | None = None, batched_planning: bool = False) -> None:
+                 cameras: Sequence[str] | None = None, batched_planning: bool = False,
+                 dtype: torch.dtype = torch.float32, cuda_graphs: str = "off") -> None:
         cfg = VLA_SHAPES[shape].with_layers(num_layers)
         self.cfg, self.name = cfg, cfg.name
-        self.device = torch.device(device)
-        self.model = build_vla(cfg, device=device, seed=weight_seed)
+        self.device, self.dtype = torch.device(device), dtype
+        mode, reason = resolve_graph_mode(cuda_graphs, self.device)  # before the weights: a refusal costs nothing
+        self.model = build_vla(cfg, device=device, dtype=dtype, seed=weight_seed)
+        self.ae_call = AeCallRunner(self.model, mode, reason)
         self.planner_cfg = planner_config(cfg)
         self.planner = build_planner(self.planner_cfg, device=device,
-                                     seed=weight_seed + 1 if planner_seed is None else planner_seed)
+                                     seed=weight_seed + 1 if planner_seed is None else planner_seed).to(dtype)
         self.cameras = tuple(cameras) if cameras else None
         self.batched_planning = batched_planning
+
+    def take_setup_ns(self) -> int:
+        """One-off setup time spent inside ``act`` since the last call (CUDA-graph captures), for the scheduler
+        to keep out of the timed action calls."""
+        return self.ae_call.take_setup_ns()
 
     def new_episode(self, key: EpisodeKey, seed: int) -> EpisodeMemory:
         """Memory with the episode's own noise generator."""
@@ -98,7 +112,7 @@ class VlaPolicy:
             if x.shape[-1] != size or x.shape[-2] != size:
                 x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
             per_camera.append(x)
-        return torch.stack(per_camera, dim=1)
+        return torch.stack(per_camera, dim=1).to(self.dtype)
 
     def _proprio(self, item: ActItem) -> np.ndarray:
         return _state(item.observation.get("state", ()), self.cfg.state_dim)
@@ -107,7 +121,7 @@ class VlaPolicy:
         """The planner on these slots' current observations (one call; one slot unless ``batched_planning``)."""
         cfg = self.cfg
         prompts = [instruction_tokens(str(it.observation.get("instruction", "")), cfg) for it in items]
-        state = torch.from_numpy(np.stack([self._proprio(it) for it in items])).to(self.device)
+        state = torch.from_numpy(np.stack([self._proprio(it) for it in items])).to(self.device, self.dtype)
         with torch.inference_mode():
             ids = self.planner.generate(self._images(items), [t[:n] for t, n in prompts], state,
                                         [it.memory.generator for it in items])
@@ -135,14 +149,14 @@ class VlaPolicy:
         tokens = torch.tensor([t for t, _ in toks], device=self.device)
         mask = torch.arange(cfg.instruction_tokens, device=self.device)[None] < torch.tensor(
             [n for _, n in toks], device=self.device)[:, None]
-        start = torch.from_numpy(np.stack([s for s, _ in pairs])).to(self.device)
-        end = torch.from_numpy(np.stack([w.state for _, w in pairs])).to(self.device)
-        duration = torch.tensor([w.steps * CONTROL_PERIOD_S for _, w in pairs], device=self.device)
+        start = torch.from_numpy(np.stack([s for s, _ in pairs])).to(self.device, self.dtype)
+        end = torch.from_numpy(np.stack([w.state for _, w in pairs])).to(self.device, self.dtype)
+        duration = torch.tensor([w.steps * CONTROL_PERIOD_S for _, w in pairs], device=self.device,
+                                dtype=self.dtype)
         noise = torch.stack([torch.randn(cfg.horizon, cfg.action_dim, generator=it.memory.generator,
-                                         device=self.device) for it in items])
-        with torch.inference_mode():
-            actions = self.model.sample_actions(self._images(items), tokens, mask, (start, end), duration,
-                                                noise).float().cpu().numpy()
+                                         device=self.device) for it in items]).to(self.dtype)
+        actions = self.ae_call(self._images(items), tokens, mask, (start, end), duration,
+                               noise).float().cpu().numpy()
         chunks: list[list[Any]] = []
         for i, (it, (_, wp)) in enumerate(zip(items, pairs, strict=True)):
             it.memory.trace.append(actions[i])

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -86,6 +86,10 @@ class EpisodicEvalOptions(RunOptions):
     batched_planning: bool = Field(False, description="pi0 policies: plan every NEED_VLM slot of a tick in ONE "
                                    "left-padded planner call (the design's next optimisation); default off: batch "
                                    "1, one slot after another, as the episodic design.")
+    cuda_graphs: Literal["off", "on", "auto"] = Field(
+        "off", description="pi0 policies: replay each action-expert call (prefix + denoiser) from a CUDA graph "
+        "captured per batch size on first use (capture time recorded apart from the timed calls); on: CUDA only "
+        "(refused elsewhere); auto: graphs on CUDA, eager elsewhere with the reason in the run log; off: eager.")
     threads: int | None = Field(1, ge=1, description="torch CPU threads (default 1: the toy networks are many "
                                 "tiny ops, which more threads slow down).")
     steal_trials: bool = Field(DESIGN_DEFAULTS["steal_trials"], description="A slot with no task left takes a "
@@ -104,11 +108,38 @@ class EpisodicEvalOptions(RunOptions):
 
 
 def _device(name: str) -> str:
-    if name != "auto":
-        return name
+    """``--device`` resolved; CUDA asked for on a machine without it is refused in one line."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    from lmmbench.core.errors import UserError
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"--device {name}: CUDA is not available on this machine; use --device cpu or auto")
+    return name
+
+
+def _policy_dtype_and_graphs(opts: EpisodicEvalOptions, policy: str, device: str, vla: bool) -> tuple[str, str]:
+    """(dtype, CUDA-graph mode) of the policy: ``--dtype`` auto is bfloat16 on CUDA, float32 elsewhere; both
+    options act on the pi0 policies only and are refused, by name, for any other policy."""
+    from lmmbench.core.errors import UserError
+    from lmmbench.models.vla_graphs import resolve_graph_mode
+
+    if not vla and opts.dtype != "auto":
+        raise UserError(f"--dtype {opts.dtype}: --policy {policy} runs in its own dtype; --dtype applies to the "
+                        "pi0 policies; remove it")
+    if not vla and opts.cuda_graphs != "off":
+        raise UserError(f"--cuda-graphs {opts.cuda_graphs}: --policy {policy} has no action-expert call to capture;"
+                        " it applies to the pi0 policies; remove it")
+    import torch
+
+    try:
+        resolve_graph_mode(opts.cuda_graphs, torch.device(device))
+    except ValueError as exc:
+        raise UserError(f"--cuda-graphs {opts.cuda_graphs}: {exc}") from None
+    dtype = opts.dtype if opts.dtype != "auto" else "bfloat16" if device.startswith("cuda") else "float32"
+    return dtype, opts.cuda_graphs
 
 
 def _done_ids(path: Path) -> set[str]:
@@ -174,10 +205,13 @@ class EpisodicEvalSpec(Spec):
 
             torch.set_num_threads(opts.threads)
         device = _device(opts.device)
-        settings = PolicySettings(device=device, weight_seed=opts.seed, execute_steps=opts.execute_steps,
-                                  batched_planning=opts.batched_planning, model=opts.model, probe_env=suite.make_env(0))
         policy_name = opts.policy or suite.default_policy
         from lmmbench.episodes.suites import VLA_POLICIES
+
+        dtype, graphs = _policy_dtype_and_graphs(opts, policy_name, device, policy_name in VLA_POLICIES)
+        settings = PolicySettings(device=device, weight_seed=opts.seed, execute_steps=opts.execute_steps,
+                                  batched_planning=opts.batched_planning, model=opts.model, probe_env=suite.make_env(0),
+                                  dtype=dtype, cuda_graphs=graphs)
 
         if opts.batched_planning and policy_name not in VLA_POLICIES:
             close_env(settings.probe_env)
@@ -223,9 +257,9 @@ class EpisodicEvalSpec(Spec):
             "max_steps": max_steps, "episodes": len(episodes), "episodes_this_run": len(todo),
             "batched_planning": policy.batched_planning, "env_workers": opts.env_workers,
             "steal_trials": opts.steal_trials, "num_steps_wait": opts.num_steps_wait,
-            "policy_shape": self._policy_shape(policy)}
-        self._policy = policy
+            "policy_shape": self._policy_shape(policy), "dtype": dtype if policy_name in VLA_POLICIES else None}
         self._num_parallel = num_parallel
+        self._policy = policy
         return [Case(id=k.id, group=f"task{k.task}", extra={"task": k.task, "trial": k.trial}) for k in episodes]
 
     @staticmethod
@@ -246,15 +280,18 @@ class EpisodicEvalSpec(Spec):
         from lmmbench.episodes.compare import EpisodeOutcome
         from lmmbench.episodes.speedup import interleaved_walls, speedup_summary
 
-        def run_serial() -> None:
+        def run_serial() -> int:
             sched = serial()
             outcomes = {r.key.id: EpisodeOutcome(r.success, r.steps, r.trace) for r in sched.run()}
             if self._serial is None:
                 self._serial, self._serial_totals = outcomes, sched.totals.as_dict()
+            return int(sched.totals.setup_ns)  # CUDA-graph captures: not part of the wall compared
 
-        def run_batched() -> None:
-            for _ in batched().run():
+        def run_batched() -> int:
+            sched = batched()
+            for _ in sched.run():
                 pass
+            return int(sched.totals.setup_ns)
 
         walls = interleaved_walls(run_serial, run_batched, repeats)
         self._speedup = speedup_summary(*walls, num_parallel, episodes, env_workers, batched_action)
@@ -299,6 +336,9 @@ class EpisodicEvalSpec(Spec):
     def teardown(self, ctx: SpecContext) -> None:
         if self._policy is not None and "episodic_eval" in ctx.environment:  # select_action: instances built
             ctx.environment["episodic_eval"]["policy_shape"] = self._policy_shape(self._policy)
+        ae_call = getattr(self._policy, "ae_call", None)
+        if ae_call is not None and "episodic_eval" in ctx.environment:  # the captures are known only now
+            ctx.environment["episodic_eval"]["ae_call"] = ae_call.report()
         if self._results is not None:  # a run stopped early still closes its environments
             self._results.close()  # type: ignore[attr-defined]
         if self._traces is not None:
