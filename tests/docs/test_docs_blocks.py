@@ -89,6 +89,7 @@ def test_the_parser_reads_markers_and_indented_fences(tmp_path: Path) -> None:
     assert found[1].text == "echo hi\n" and found[2].text == "X = 1\n"
 
 
+@pytest.mark.timeout(BLOCK_TIMEOUT_S + 60)  # the block's own limit decides, not pytest-timeout's default
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.where for b in BLOCKS])
 def test_block_runs_as_pasted(block: DocBlock, docs_folder: tuple[Path, dict[str, str]]) -> None:
     if block.skip_reason is not None:
