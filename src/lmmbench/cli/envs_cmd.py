@@ -16,7 +16,9 @@ from lmmbench.config.envs import EnvsListConfig, EnvsPruneConfig
 __all__ = ["register"]
 
 
-def _size(n: int) -> str:
+def _size(n: int | None) -> str:
+    if n is None:
+        return ""
     return f"{n / 1024**2:.1f} MiB" if n < 1024**3 else f"{n / 1024**3:.2f} GiB"
 
 

@@ -16,6 +16,7 @@ Layout of ``$LMMBENCH_HOME/venvs`` (``executors.venvs`` builds it):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 __all__ = ["MARKER", "PruneResult", "VenvEntry", "VenvLease", "choose_removals", "list_venvs", "lock_file",
-           "prune_venvs", "take_lease", "venvs_dir"]  # fmt: skip
+           "prune_venvs", "take_lease", "venv_usage", "venvs_dir"]  # fmt: skip
 
 MARKER = "lmmbench-venv.json"
 _SUFFIXES = (".lock", ".use", ".log")
@@ -100,7 +101,8 @@ class VenvEntry:
     in_use: bool  # a row holds it, or it is being built or removed
     last_used_s: float  # wall-clock seconds since the epoch: the marker's mtime (no marker: the newest file's)
     size_bytes: int  # disk usage as ``du`` counts it (each inode once), its build log included
-    frees_bytes: int  # what removing it frees: files with no hard link outside it (uv links from its cache)
+    frees_bytes: int | None  # what removing it frees: files with no hard link outside it (uv links from its
+    # cache); None when not measured now (``size_bytes`` is then the size recorded when it was built)
     requirements: list[str] = field(default_factory=list)
     python: str | None = None
     isolation: str | None = None
@@ -153,7 +155,17 @@ def _probe(path: Path) -> bool:
     return False
 
 
-def _entry(venvs: Path, key: str) -> VenvEntry:
+def _paths(venvs: Path, key: str) -> list[Path]:
+    return [venvs / key, *(venvs / f"{key}{s}" for s in _SUFFIXES)]
+
+
+def venv_usage(venvs: Path, key: str) -> tuple[int, int]:
+    """(du bytes, bytes removing it frees) of one environment: its folder, lock and log files."""
+    du, frees, _ = _usage(_paths(venvs, key))
+    return du, frees
+
+
+def _entry(venvs: Path, key: str, measure: bool) -> VenvEntry:
     root = venvs / key
     meta: dict[str, Any] = {}
     marker = root / MARKER
@@ -162,7 +174,11 @@ def _entry(venvs: Path, key: str) -> VenvEntry:
         last_used: float | None = marker.stat().st_mtime
     except (OSError, ValueError):
         last_used = None
-    du, frees, newest = _usage([root, *(venvs / f"{key}{s}" for s in _SUFFIXES)])
+    recorded = meta.get("size_bytes")
+    if measure or last_used is None or not isinstance(recorded, int):
+        du, frees, newest = _usage(_paths(venvs, key))
+    else:  # the size recorded at its build: walking every venv after every row would cost seconds
+        du, frees, newest = recorded, None, last_used
     in_use = _probe(venvs / f"{key}.lock") or _probe(venvs / f"{key}.use")
     setup = meta.get("setup_s")
     return VenvEntry(key=key, path=root, complete=last_used is not None, in_use=in_use,
@@ -172,9 +188,9 @@ def _entry(venvs: Path, key: str) -> VenvEntry:
                      setup_s=float(setup) if isinstance(setup, (int, float)) else None)  # fmt: skip
 
 
-def list_venvs(home: Path) -> list[VenvEntry]:
+def list_venvs(home: Path, measure: bool = True) -> list[VenvEntry]:
     """Every environment under ``home/venvs`` (a venv folder, or the lock / log files of one), most recently
-    used first."""
+    used first; sizes measured now, or with ``measure`` false the sizes recorded when each was built."""
     venvs = venvs_dir(home)
     if not venvs.is_dir():
         return []
@@ -185,7 +201,7 @@ def list_venvs(home: Path) -> list[VenvEntry]:
             name = name.removesuffix(suffix)
         if not name.startswith("."):
             keys.add(name)
-    entries = [_entry(venvs, k) for k in sorted(keys)]
+    entries = [_entry(venvs, k, measure) for k in sorted(keys)]
     return sorted(entries, key=lambda e: e.last_used_s, reverse=True)
 
 
@@ -208,27 +224,34 @@ def choose_removals(entries: list[VenvEntry], keep: int, max_bytes: int, older_t
     return remove
 
 
-def _remove(venvs: Path, entry: VenvEntry) -> bool:
-    """Remove one environment if no process holds it and it was not used since it was listed."""
+def _measured(venvs: Path, entry: VenvEntry) -> VenvEntry:
+    du, frees = venv_usage(venvs, entry.key)
+    return dataclasses.replace(entry, size_bytes=du, frees_bytes=frees)
+
+
+def _remove(venvs: Path, entry: VenvEntry) -> VenvEntry | None:
+    """Remove one environment if no process holds it and it was not used since it was listed; returns it as
+    measured just before (None: not removed)."""
     lock = lock_file(venvs / f"{entry.key}.lock", exclusive=True, wait=False)
     if lock is None:
-        return False
+        return None
     with lock:
         use = lock_file(venvs / f"{entry.key}.use", exclusive=True, wait=False)
         if use is None:
-            return False
+            return None
         with use:
             marker = entry.path / MARKER
             try:
                 if marker.stat().st_mtime > entry.last_used_s:  # used since it was listed: no longer the LRU
-                    return False
+                    return None
+                entry = _measured(venvs, entry)
                 marker.unlink()  # first: a removal cut short leaves an unfinished venv, rebuilt on its next use
             except FileNotFoundError:
                 pass
             shutil.rmtree(entry.path, ignore_errors=True)
             for suffix in (".log", ".use", ".lock"):  # the lock files last, while they are held
                 (venvs / f"{entry.key}{suffix}").unlink(missing_ok=True)
-    return True
+    return entry
 
 
 @dataclass
@@ -243,18 +266,21 @@ class PruneResult:
     dry_run: bool = False
 
 
-def prune_venvs(home: Path, keep: int | None = None, older_than_s: float | None = None,
-                dry_run: bool = False) -> PruneResult:  # fmt: skip
+def prune_venvs(home: Path, keep: int | None = None, older_than_s: float | None = None, dry_run: bool = False,
+                measure: bool = True) -> PruneResult:  # fmt: skip
     """Remove the environments :func:`choose_removals` picks: ``keep`` defaults to the limit ``venvs_kept``, the
-    size bound is ``venvs_bytes``; a venv in use is never removed (nor one used since it was listed)."""
+    size bound is ``venvs_bytes`` (sizes measured now, or with ``measure`` false as recorded at each build); a venv
+    in use is never removed (nor one used since it was listed). The bytes freed are measured just before."""
     from lmmbench.config.limits import limit_value
 
     keep = limit_value("venvs_kept") if keep is None else keep
     max_bytes = limit_value("venvs_bytes")
-    entries = list_venvs(home)
+    venvs = venvs_dir(home)
+    entries = list_venvs(home, measure)
     chosen = choose_removals(entries, keep, max_bytes, older_than_s, time.time())
-    removed = chosen if dry_run else [e for e in chosen if _remove(venvs_dir(home), e)]
+    done = [_measured(venvs, e) if dry_run else _remove(venvs, e) for e in chosen]
+    removed = [e for e in done if e is not None]
     gone = {e.key for e in removed}
-    return PruneResult(removed=removed, freed_bytes=sum(e.frees_bytes for e in removed),
+    return PruneResult(removed=removed, freed_bytes=sum(e.frees_bytes or 0 for e in removed),
                        kept=[e for e in entries if e.key not in gone], keep=keep, max_bytes=max_bytes,
                        dry_run=dry_run)  # fmt: skip

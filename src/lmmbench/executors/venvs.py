@@ -43,9 +43,10 @@ from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
 from lmmbench.executors.jobs import Job, RowResult
 from lmmbench.executors.local import worker_argv
 from lmmbench.executors.pool import Slot, WorkerPool
-from lmmbench.executors.venv_cache import MARKER, VenvLease, lock_file, prune_venvs, take_lease
+from lmmbench.executors.venv_cache import MARKER, VenvLease, lock_file, prune_venvs, take_lease, venv_usage
 
-__all__ = ["PreparedVenv", "VenvExecutor", "default_constraints", "ensure_venv", "isolation_of", "venv_key"]
+__all__ = ["PreparedVenv", "VenvExecutor", "default_constraints", "enforce_bound", "ensure_venv", "isolation_of",
+           "venv_key"]
 
 MIN_PYTHON = (3, 10)  # pyproject's requires-python
 _LOCK = threading.Lock()
@@ -239,9 +240,10 @@ def _link_driver(site: Path) -> None:
 
 
 def ensure_venv(requirements: list[str], python: str | None, constraints: Path, home: Path,
-                isolation: str = "shared") -> PreparedVenv:  # fmt: skip
+                isolation: str = "shared", bound: bool = True) -> PreparedVenv:  # fmt: skip
     """The venv for ``requirements`` under ``home/venvs``: reused when built before, else built now; held for the
-    caller (``PreparedVenv.lease``); then the least recently used venvs beyond the bounds are removed."""
+    caller (``PreparedVenv.lease``); then, after a build (or always with ``bound``), the least recently used venvs
+    beyond the bounds are removed."""
     t0 = time.perf_counter_ns()
     root = home / "venvs" / venv_key(requirements, python, constraints, isolation)
     root.parent.mkdir(parents=True, exist_ok=True)
@@ -254,7 +256,8 @@ def ensure_venv(requirements: list[str], python: str | None, constraints: Path, 
             built_s = _build(root, requirements, python, constraints, isolation, t0) if created else None
             lease = take_lease(root)
     setup_s = built_s if built_s is not None else (time.perf_counter_ns() - t0) / 1e9
-    _enforce_bound(home)
+    if created or bound:
+        enforce_bound(home)
     return PreparedVenv(root / "bin" / "python", created, setup_s, isolation, lease)
 
 
@@ -266,15 +269,17 @@ def _build(root: Path, requirements: list[str], python: str | None, constraints:
     log.unlink(missing_ok=True)
     _create(root, requirements, python, constraints, log, isolation)
     setup_s = (time.perf_counter_ns() - t0) / 1e9
+    size_bytes, _ = venv_usage(root.parent, root.name)  # what the automatic bound counts (docs/plans.md)
     (root / MARKER).write_text(json.dumps({"requirements": requirements, "python": _python_version(python),
                                            "constraints": str(constraints), "isolation": isolation,
-                                           "setup_s": setup_s}, indent=2))  # fmt: skip
+                                           "setup_s": setup_s, "size_bytes": size_bytes}, indent=2))  # fmt: skip
     return setup_s
 
 
-def _enforce_bound(home: Path) -> None:
-    """The least recently used venvs beyond ``venvs_kept`` / ``venvs_bytes`` removed (those in use stay)."""
-    result = prune_venvs(home)
+def enforce_bound(home: Path) -> None:
+    """The least recently used venvs beyond ``venvs_kept`` / ``venvs_bytes`` removed (those in use stay), each
+    counted at the size recorded when it was built."""
+    result = prune_venvs(home, measure=False)
     if result.removed:
         print(f"note: removed {len(result.removed)} least recently used venv(s) beyond venvs_kept={result.keep} / "
               f"venvs_bytes={result.max_bytes} ({', '.join(e.key for e in result.removed)}; "
@@ -315,10 +320,12 @@ class VenvExecutor:
         for job in jobs:
             try:
                 self.venvs[job.name] = ensure_venv(job.requirements, job.python, constraints, lmmbench_home(),
-                                                   isolation_of(job))  # fmt: skip
+                                                   isolation_of(job), bound=False)  # fmt: skip
                 ready.append(job)
             except UserError as exc:
                 done(_failed(job, str(exc)))
+        if ready:  # the bound once for the rows' venvs reused (each build applied it already)
+            enforce_bound(lmmbench_home())
         return ready
 
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
