@@ -177,6 +177,38 @@ def test_a_plan_row_holds_its_venv_while_it_runs_and_the_bound_applies_after_the
         in capsys.readouterr().err
 
 
+def test_a_build_in_progress_is_kept_and_a_crashed_one_removed_then_rebuilt(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A venv folder without its marker: while another process holds its build lock (as ``ensure_venv`` does while
+    building) prune keeps it; once that process is gone it is a crashed build, and prune removes it; the next use
+    builds it again."""
+    constraints = _constraints(tmp_path, 0)
+    key = venv_key([], None, constraints)
+    venvs = home / "venvs"
+    (venvs / key / "bin").mkdir(parents=True)  # what a build cut short leaves
+    code = ("import sys; from pathlib import Path; from lmmbench.executors.venv_cache import lock_file; "
+            f"h = lock_file(Path({str(venvs / (key + '.lock'))!r}), True, True); print('held', flush=True); "
+            "sys.stdin.read()")  # fmt: skip
+    builder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert builder.stdout is not None and builder.stdout.readline().strip() == "held"
+        assert main(["envs", "prune", "--keep", "0"]) == 0
+        out = capsys.readouterr().out
+        assert _keys(home) == {key} and "removed 0 venv(s)" in out, out
+        assert main(["envs", "list", "--json"]) == 0
+        [entry] = json.loads(capsys.readouterr().out)
+        assert entry["complete"] is False and entry["in_use"] is True
+    finally:
+        assert builder.stdin is not None
+        builder.stdin.close()
+        builder.wait(timeout=30)
+    assert main(["envs", "prune"]) == 0  # the default bounds: an unfinished build goes whatever they are
+    assert not _keys(home) and f"removed {key}" in capsys.readouterr().out
+    again = ensure_venv([], None, constraints, home)
+    assert again.created and (venvs / key / MARKER).is_file()
+
+
 @pytest.mark.parametrize(("argv", "names"), [
     (["envs", "prune", "--keep", "-1"], "keep"),
     (["envs", "prune", "--older-than", "3 fortnights"], "older_than"),
