@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from lmmbench.cli.main import main
+from lmmbench.core.errors import UserError
 from lmmbench.executors.venv_cache import MARKER
 from lmmbench.executors.venvs import ensure_venv, venv_key
 
@@ -207,6 +208,25 @@ def test_a_build_in_progress_is_kept_and_a_crashed_one_removed_then_rebuilt(
     assert not _keys(home) and f"removed {key}" in capsys.readouterr().out
     again = ensure_venv([], None, constraints, home)
     assert again.created and (venvs / key / MARKER).is_file()
+
+
+def test_the_automatic_bound_keeps_a_failed_builds_log_which_prune_removes(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row whose requirements fail to install names its build log: the bound applied when the next venv is built
+    ranks that failed build as the others (it is recent: kept); `envs prune` removes what a failed build left."""
+    missing = str(tmp_path / "no-such-package")
+    constraints = _constraints(tmp_path, 0)
+    with pytest.raises(UserError, match="venv setup failed"):
+        ensure_venv([missing], None, constraints, home)
+    failed = venv_key([missing], None, constraints)
+    log = home / "venvs" / f"{failed}.log"
+    assert log.is_file()
+    built = _build(home, tmp_path, 1)
+    assert log.is_file()
+    assert main(["envs", "prune"]) == 0
+    assert f"removed {failed}" in capsys.readouterr().out
+    assert not log.exists() and _keys(home) == {built}
 
 
 @pytest.mark.parametrize(("argv", "names"), [

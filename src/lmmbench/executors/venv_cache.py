@@ -206,10 +206,11 @@ def list_venvs(home: Path, measure: bool = True) -> list[VenvEntry]:
 
 
 def choose_removals(entries: list[VenvEntry], keep: int, max_bytes: int, older_than_s: float | None,
-                    now_s: float) -> list[VenvEntry]:  # fmt: skip
-    """The entries to remove, least recently used last: every unfinished build not in use, then, among the complete
-    ones not in use, those used longer than ``older_than_s`` ago and those beyond ``keep`` venvs or ``max_bytes``
-    bytes once the venvs in use (which stay) and the more recently used ones are counted."""
+                    now_s: float, keep_unfinished: bool = False) -> list[VenvEntry]:  # fmt: skip
+    """The entries to remove, least recently used last: every unfinished build not in use (with
+    ``keep_unfinished``, those are ranked as the others are), then, among the others not in use, those used longer
+    than ``older_than_s`` ago and those beyond ``keep`` venvs or ``max_bytes`` bytes once the venvs in use (which
+    stay) and the more recently used ones are counted."""
     in_use = [e for e in entries if e.in_use]
     kept_n, kept_bytes = len(in_use), sum(e.size_bytes for e in in_use)
     remove: list[VenvEntry] = []
@@ -217,7 +218,8 @@ def choose_removals(entries: list[VenvEntry], keep: int, max_bytes: int, older_t
         if e.in_use:
             continue
         too_old = older_than_s is not None and now_s - e.last_used_s > older_than_s
-        if not e.complete or too_old or kept_n + 1 > keep or kept_bytes + e.size_bytes > max_bytes:
+        if (not e.complete and not keep_unfinished) or too_old or kept_n + 1 > keep \
+                or kept_bytes + e.size_bytes > max_bytes:
             remove.append(e)
         else:
             kept_n, kept_bytes = kept_n + 1, kept_bytes + e.size_bytes
@@ -267,17 +269,18 @@ class PruneResult:
 
 
 def prune_venvs(home: Path, keep: int | None = None, older_than_s: float | None = None, dry_run: bool = False,
-                measure: bool = True) -> PruneResult:  # fmt: skip
+                measure: bool = True, keep_unfinished: bool = False) -> PruneResult:  # fmt: skip
     """Remove the environments :func:`choose_removals` picks: ``keep`` defaults to the limit ``venvs_kept``, the
     size bound is ``venvs_bytes`` (sizes measured now, or with ``measure`` false as recorded at each build); a venv
-    in use is never removed (nor one used since it was listed). The bytes freed are measured just before."""
+    in use is never removed (nor one used since it was listed). The bytes freed are measured just before.
+    ``keep_unfinished``: a failed build (whose log a row's error names) is ranked as the others are."""
     from lmmbench.config.limits import limit_value
 
     keep = limit_value("venvs_kept") if keep is None else keep
     max_bytes = limit_value("venvs_bytes")
     venvs = venvs_dir(home)
     entries = list_venvs(home, measure)
-    chosen = choose_removals(entries, keep, max_bytes, older_than_s, time.time())
+    chosen = choose_removals(entries, keep, max_bytes, older_than_s, time.time(), keep_unfinished)
     done = [_measured(venvs, e) if dry_run else _remove(venvs, e) for e in chosen]
     removed = [e for e in done if e is not None]
     gone = {e.key for e in removed}

@@ -278,8 +278,9 @@ def _build(root: Path, requirements: list[str], python: str | None, constraints:
 
 def enforce_bound(home: Path) -> None:
     """The least recently used venvs beyond ``venvs_kept`` / ``venvs_bytes`` removed (those in use stay), each
-    counted at the size recorded when it was built."""
-    result = prune_venvs(home, measure=False)
+    counted at the size recorded when it was built; a failed build is ranked as the others are (its log, which
+    the row's error names, stays while it is recent)."""
+    result = prune_venvs(home, measure=False, keep_unfinished=True)
     if result.removed:
         print(f"note: removed {len(result.removed)} least recently used venv(s) beyond venvs_kept={result.keep} / "
               f"venvs_bytes={result.max_bytes} ({', '.join(e.key for e in result.removed)}; "
