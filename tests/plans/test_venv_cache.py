@@ -101,6 +101,31 @@ def test_prune_removes_the_least_recently_used_beyond_keep_and_keeps_one_in_use(
     assert not list(venvs.glob(f"{b}*")) and not list(venvs.glob(f"{c}*"))  # its lock and log files too
 
 
+def test_a_worker_running_in_a_venv_holds_it_itself(home: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """A row's worker runs on the venv's interpreter and holds the venv too (``hold_running_venv``, what the worker
+    entry point calls first): with the driver's hold let go (a driver killed), prune still keeps it."""
+    constraints = _constraints(tmp_path, 0)
+    venv = ensure_venv([], None, constraints, home)
+    assert venv.lease is not None
+    venv.lease.release()
+    key = venv_key([], None, constraints)
+    code = ("import sys; from lmmbench.executors.venv_cache import hold_running_venv; "
+            "lease = hold_running_venv(); print('held' if lease else 'none', flush=True); sys.stdin.read()")
+    worker = subprocess.Popen([str(venv.python), "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    try:
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "held"
+        assert main(["envs", "prune", "--keep", "0"]) == 0
+        assert _keys(home) == {key} and f"in use, kept whatever the bound: {key}" in capsys.readouterr().out
+    finally:
+        assert worker.stdin is not None
+        worker.stdin.close()
+        worker.wait(timeout=30)
+    assert main(["envs", "prune", "--keep", "0"]) == 0
+    assert not _keys(home)
+
+
 def test_older_than_removes_what_was_not_used_since(home: Path, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     old = _build(home, tmp_path, 0, 3 * 86_400)

@@ -22,13 +22,14 @@ import json
 import os
 import shutil
 import stat
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["MARKER", "PruneResult", "VenvEntry", "VenvLease", "choose_removals", "list_venvs", "lock_file",
-           "prune_venvs", "take_lease", "venv_usage", "venvs_dir"]  # fmt: skip
+__all__ = ["MARKER", "PruneResult", "VenvEntry", "VenvLease", "choose_removals", "hold_running_venv", "list_venvs",
+           "lock_file", "prune_venvs", "take_lease", "venv_usage", "venvs_dir"]  # fmt: skip
 
 MARKER = "lmmbench-venv.json"
 _SUFFIXES = (".lock", ".use", ".log")
@@ -89,6 +90,15 @@ def take_lease(root: Path) -> VenvLease:
     handle = lock_file(root.parent / f"{root.name}.use", exclusive=False, wait=True)
     assert handle is not None  # a waiting lock always comes back
     return VenvLease(root, handle)
+
+
+def hold_running_venv() -> VenvLease | None:
+    """In a process whose interpreter is a venv of the cache (a venv row's worker): hold that venv until the process
+    exits, so a driver killed without letting go of its rows' venvs leaves them held while its workers run on."""
+    prefix = Path(sys.prefix)
+    if prefix.parent.name != "venvs" or not (prefix / MARKER).is_file():
+        return None
+    return take_lease(prefix)
 
 
 @dataclass(frozen=True)
