@@ -178,6 +178,22 @@ def test_building_past_the_bound_removes_the_least_recently_used(home: Path, tmp
     assert _keys(home) == {fourth}
 
 
+def test_a_venv_built_before_sizes_were_recorded_gets_its_size_once_and_keeps_its_last_use(
+    home: Path, tmp_path: Path
+) -> None:
+    old = _build(home, tmp_path, 0, 500)
+    marker = home / "venvs" / old / MARKER
+    meta = json.loads(marker.read_text())
+    assert meta["size_bytes"] > 0  # recorded at the build
+    del meta["size_bytes"]  # as a venv of an earlier lmmbench has it
+    marker.write_text(json.dumps(meta))
+    t = time.time() - 500
+    os.utime(marker, (t, t))
+    _build(home, tmp_path, 1)  # the bound, counting recorded sizes, measures the old one and records it
+    assert json.loads(marker.read_text())["size_bytes"] == _du_bytes(list((home / "venvs").glob(f"{old}*")))
+    assert abs(marker.stat().st_mtime - t) < 1e-3
+
+
 def test_a_plan_row_holds_its_venv_while_it_runs_and_the_bound_applies_after_the_build(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -175,6 +175,23 @@ def venv_usage(venvs: Path, key: str) -> tuple[int, int]:
     return du, frees
 
 
+def _record_size(venvs: Path, key: str, meta: dict[str, Any], du: int) -> None:
+    """Add ``size_bytes`` to a venv's marker, keeping its mtime (the last use); skipped while it is locked."""
+    lock = lock_file(venvs / f"{key}.lock", exclusive=True, wait=False)
+    if lock is None:
+        return
+    with lock:
+        marker = venvs / key / MARKER
+        tmp = marker.with_name(f"{MARKER}.tmp")
+        try:
+            tmp.write_text(json.dumps({**meta, "size_bytes": du}, indent=2), encoding="utf-8")
+            mtime = marker.stat().st_mtime
+            os.utime(tmp, (mtime, mtime))
+            os.replace(tmp, marker)  # readers see the old marker or the new one, never a part
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+
 def _entry(venvs: Path, key: str, measure: bool) -> VenvEntry:
     root = venvs / key
     meta: dict[str, Any] = {}
@@ -187,6 +204,8 @@ def _entry(venvs: Path, key: str, measure: bool) -> VenvEntry:
     recorded = meta.get("size_bytes")
     if measure or last_used is None or not isinstance(recorded, int):
         du, frees, newest = _usage(_paths(venvs, key))
+        if not measure and last_used is not None:  # a venv built before sizes were recorded: record it once
+            _record_size(venvs, key, meta, du)
     else:  # the size recorded at its build: walking every venv after every row would cost seconds
         du, frees, newest = recorded, None, last_used
     in_use = _probe(venvs / f"{key}.lock") or _probe(venvs / f"{key}.use")
