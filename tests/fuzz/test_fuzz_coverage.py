@@ -76,6 +76,7 @@ INPUT_KINDS: dict[str, list[str]] = {
     "--result-format": ["not a path: the format of the result file written under --result-dir"],
     "--attn-implementation": ["not a path: an attention implementation name, validated by the model's loader"],
     "--json-output": ["not a path: a switch printing the run as JSON"],
+    "--json": ["not a path: envs list's switch printing the venvs as JSON (alias of --json-output)"],
     "action": ["not a path: perf's action (run, search, recover), a choice"],
     "--models": ["not a path: NAME=URL pairs or model names, each checked as --url / --model are"],
     "--answers": ["tests/perf/test_perf_tasks.py::test_score_reports_the_accuracy_drop_under_load_and_mcnemar_"

@@ -38,6 +38,7 @@ COMMAND_MODULES = [
     "lmmbench.cli.runs_cmd",
     "lmmbench.cli.batch_cmd",
     "lmmbench.cli.bench_cmd",
+    "lmmbench.cli.envs_cmd",
 ]
 
 

@@ -58,6 +58,10 @@ LIMITS: dict[str, Limit] = {
         Limit("include_depth", 100, "files in one chain of `include:`s of an lm-eval task file"),
         Limit("stop_grace_s", 10, "seconds a plan's workers and servers (and perf --server-cmd's) get after "
               "SIGTERM / SIGINT to write what they measured, before SIGKILL"),
+        Limit("venvs_kept", 20, "venvs of plan rows kept under $LMMBENCH_HOME/venvs; beyond it the least recently "
+              "used are removed after a venv is built or used (`lmmbench envs prune`)"),
+        Limit("venvs_bytes", 100 * 1024**3, "bytes (du) of the venvs kept under $LMMBENCH_HOME/venvs, removed "
+              "least recently used first as for venvs_kept"),
     )
 }
 

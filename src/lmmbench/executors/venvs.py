@@ -19,11 +19,14 @@ does; a driver installed from a wheel gets its package copied and its core requi
 it has lmmbench's base package (the load-testing client) plus the row's requirements; a requirement
 ``lmmbench[EXTRA,...]`` installs those extras of that same tree (``lmmbench[models]`` for in-process
 models).
+
+What is kept is bounded (``executors.venv_cache``): a row holds its venv while it runs (nothing removes a venv in
+use), and after a venv is built or taken the least recently used ones beyond the limits ``venvs_kept`` and
+``venvs_bytes`` are removed; ``lmmbench envs list|prune`` shows and prunes them by hand.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import shutil
@@ -32,7 +35,7 @@ import sys
 import sysconfig
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmmbench.core.errors import UserError
@@ -40,22 +43,25 @@ from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
 from lmmbench.executors.jobs import Job, RowResult
 from lmmbench.executors.local import worker_argv
 from lmmbench.executors.pool import Slot, WorkerPool
+from lmmbench.executors.venv_cache import MARKER, VenvLease, lock_file, prune_venvs, take_lease, venv_usage
 
-__all__ = ["PreparedVenv", "VenvExecutor", "default_constraints", "ensure_venv", "isolation_of", "venv_key"]
+__all__ = ["PreparedVenv", "VenvExecutor", "default_constraints", "enforce_bound", "ensure_venv", "isolation_of",
+           "venv_key"]
 
-MARKER = "lmmbench-venv.json"
 MIN_PYTHON = (3, 10)  # pyproject's requires-python
 _LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
 class PreparedVenv:
-    """A ready venv: its interpreter, whether this call created it, and how long that took."""
+    """A ready venv: its interpreter, whether this call created it, how long that took, and the row's hold on it
+    (released when the row ends; nothing removes the venv before)."""
 
     python: Path
     created: bool
     setup_s: float
     isolation: str = "shared"
+    lease: VenvLease | None = field(default=None, compare=False, repr=False)
 
 
 def default_constraints() -> Path:
@@ -234,24 +240,51 @@ def _link_driver(site: Path) -> None:
 
 
 def ensure_venv(requirements: list[str], python: str | None, constraints: Path, home: Path,
-                isolation: str = "shared") -> PreparedVenv:  # fmt: skip
-    """The venv for ``requirements`` under ``home/venvs``: reused when built before, else built now."""
+                isolation: str = "shared", bound: bool = True) -> PreparedVenv:  # fmt: skip
+    """The venv for ``requirements`` under ``home/venvs``: reused when built before, else built now; held for the
+    caller (``PreparedVenv.lease``); then, after a build (or always with ``bound``), the least recently used venvs
+    beyond the bounds are removed."""
     t0 = time.perf_counter_ns()
     root = home / "venvs" / venv_key(requirements, python, constraints, isolation)
     root.parent.mkdir(parents=True, exist_ok=True)
-    with _LOCK, (root.parent / f"{root.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two plans building one venv: the second waits, then reuses
-        if (root / MARKER).is_file():
-            return PreparedVenv(root / "bin" / "python", False, (time.perf_counter_ns() - t0) / 1e9, isolation)
-        shutil.rmtree(root, ignore_errors=True)  # a half-built one from a crash
-        log = root.parent / f"{root.name}.log"
-        log.unlink(missing_ok=True)
-        _create(root, requirements, python, constraints, log, isolation)
-        setup_s = (time.perf_counter_ns() - t0) / 1e9
-        (root / MARKER).write_text(json.dumps({"requirements": requirements, "python": _python_version(python),
-                                               "constraints": str(constraints), "isolation": isolation,
-                                               "setup_s": setup_s}, indent=2))  # fmt: skip
-        return PreparedVenv(root / "bin" / "python", True, setup_s, isolation)
+    with _LOCK:
+        # two plans building one venv: the second waits, then reuses (a prune holds it while removing it)
+        lock = lock_file(root.parent / f"{root.name}.lock", exclusive=True, wait=True)
+        assert lock is not None
+        with lock:
+            created = not (root / MARKER).is_file()
+            built_s = _build(root, requirements, python, constraints, isolation, t0) if created else None
+            lease = take_lease(root)
+    setup_s = built_s if built_s is not None else (time.perf_counter_ns() - t0) / 1e9
+    if created or bound:
+        enforce_bound(home)
+    return PreparedVenv(root / "bin" / "python", created, setup_s, isolation, lease)
+
+
+def _build(root: Path, requirements: list[str], python: str | None, constraints: Path, isolation: str,
+           t0: int) -> float:  # fmt: skip
+    """Build the venv at ``root`` (the caller holds its lock); returns the seconds since ``t0``."""
+    shutil.rmtree(root, ignore_errors=True)  # a half-built one from a crash
+    log = root.parent / f"{root.name}.log"
+    log.unlink(missing_ok=True)
+    _create(root, requirements, python, constraints, log, isolation)
+    setup_s = (time.perf_counter_ns() - t0) / 1e9
+    size_bytes, _ = venv_usage(root.parent, root.name)  # what the automatic bound counts (docs/plans.md)
+    (root / MARKER).write_text(json.dumps({"requirements": requirements, "python": _python_version(python),
+                                           "constraints": str(constraints), "isolation": isolation,
+                                           "setup_s": setup_s, "size_bytes": size_bytes}, indent=2))  # fmt: skip
+    return setup_s
+
+
+def enforce_bound(home: Path) -> None:
+    """The least recently used venvs beyond ``venvs_kept`` / ``venvs_bytes`` removed (those in use stay), each
+    counted at the size recorded when it was built; a failed build is ranked as the others are (its log, which
+    the row's error names, stays while it is recent)."""
+    result = prune_venvs(home, measure=False, keep_unfinished=True)
+    if result.removed:
+        print(f"note: removed {len(result.removed)} least recently used venv(s) beyond venvs_kept={result.keep} / "
+              f"venvs_bytes={result.max_bytes} ({', '.join(e.key for e in result.removed)}; "
+              f"{result.freed_bytes} bytes freed)", file=sys.stderr)
 
 
 def _failed(job: Job, error: str) -> RowResult:
@@ -288,14 +321,17 @@ class VenvExecutor:
         for job in jobs:
             try:
                 self.venvs[job.name] = ensure_venv(job.requirements, job.python, constraints, lmmbench_home(),
-                                                   isolation_of(job))  # fmt: skip
+                                                   isolation_of(job), bound=False)  # fmt: skip
                 ready.append(job)
             except UserError as exc:
                 done(_failed(job, str(exc)))
+        if ready:  # the bound once for the rows' venvs reused (each build applied it already)
+            enforce_bound(lmmbench_home())
         return ready
 
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
-        """Run the rows in their venvs through the pool (``prepare`` first when it was not called)."""
+        """Run the rows in their venvs through the pool (``prepare`` first when it was not called); each venv is
+        held from ``prepare`` until its rows end."""
         ready = [j for j in jobs if j.name in self.venvs]
         ready += self.prepare([j for j in jobs if j.name not in self.venvs], done)
 
@@ -305,7 +341,13 @@ class VenvExecutor:
                                                        "venv_setup_s": v.setup_s,
                                                        "venv_isolation": v.isolation}}))  # fmt: skip
 
-        WorkerPool(self.settings, self._launch).run(ready, with_venv)
+        try:
+            WorkerPool(self.settings, self._launch).run(ready, with_venv)
+        finally:  # the rows ended: their venvs may be pruned from now on (the last use recorded)
+            for job in jobs:
+                venv = self.venvs.get(job.name)
+                if venv is not None and venv.lease is not None:
+                    venv.lease.release()
 
 
 EXECUTORS.add("venv", VenvExecutor)

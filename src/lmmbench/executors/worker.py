@@ -39,6 +39,9 @@ def main(argv: list[str]) -> int:
     from lmmbench.core.signals import install_main_only
 
     install_main_only(signal.SIGTERM, _on_sigterm)
+    from lmmbench.executors.venv_cache import hold_running_venv
+
+    lease = hold_running_venv()  # a venv row: its venv is not pruned while this worker runs
     job_path = Path(argv[0]).resolve()
     job = Job.model_validate(json.loads(job_path.read_text(encoding="utf-8")))
     if not Path(job.row_dir).is_absolute():
@@ -46,6 +49,8 @@ def main(argv: list[str]) -> int:
     (job_path.parent / f"worker-{os.getpid()}.pid").write_text(str(os.getpid()), encoding="utf-8")
     result = execute_job(job)
     write_result(result, job_path.parent / RESULT_NAME)
+    if lease is not None:
+        lease.release()
     return 0
 
 
