@@ -101,3 +101,15 @@ def test_libero_refuses_unknown_task_with_one_line(libero: Any) -> None:
         libero.LiberoEnv("libero-goal", 10)
     with pytest.raises(UserError, match="not a LIBERO suite"):
         libero.LiberoEnv("libero-100", 0)
+
+
+def test_libero_with_env_workers_is_refused_in_one_line_not_hung(libero: Any, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Workers are forked after the probe scene rendered, and Mesa's renderer hangs in such a child: refused."""
+    from lmmbench.cli.main import main
+
+    argv = ["run", "episodic-eval", "--env", "libero-object", "--policy", "pi0-tiny", "--num-tasks", "2",
+            "--num-trials-per-task", "1", "--num-parallel", "2", "--env-workers", "2", "--num-steps-wait", "1",
+            "--max-steps", "2", "--threads", "1", "--out-dir", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 2
+    assert "run without --env-workers" in capsys.readouterr().err

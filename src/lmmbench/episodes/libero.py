@@ -19,8 +19,9 @@ LIBERO's OSC_POSE controller. Success is LIBERO's own check (the task's BDDL goa
 
 Building a scene costs seconds (MuJoCo compiles the meshes, the renderer uploads the textures), so a closed
 environment's scene is kept for the next environment of the same task in this process (at most
-``IDLE_SCENES``), as openpi keeps one environment per task across its trials: ``reset`` sets the whole
-simulator state from the initial state either way.
+``IDLE_SCENES``), as openpi keeps one environment per task across its
+trials: ``reset`` sets the whole simulator state from the initial state either way. ``--env-workers`` is refused:
+its workers are forked after the parent rendered, and Mesa's renderer hangs in such a child.
 """
 
 from __future__ import annotations
@@ -42,6 +43,16 @@ CONTROL_PERIOD_S = 0.05  # LIBERO's control frequency: 20 Hz
 RENDER_SIZE = 256  # openpi's LIBERO_ENV_RESOLUTION
 IDLE_SCENES = 4
 _IDLE: OrderedDict[tuple[str, int, int], list[Any]] = OrderedDict()
+_RENDERED = {"here": False, "before_fork": False}  # did this process (or its parent before forking) build a scene
+
+
+def _after_fork_in_child() -> None:
+    """A forked process (``--env-workers``) must not touch its parent's renderer: Mesa's EGL / OSMesa hang there."""
+    _RENDERED["before_fork"] = _RENDERED["before_fork"] or _RENDERED["here"]
+    _IDLE.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def axis_angle(quat: Any) -> np.ndarray:
@@ -80,7 +91,11 @@ def _scene(suite: str, bddl: str, task: int) -> Any:
         if not idle:
             del _IDLE[key]
         return env
+    if _RENDERED["before_fork"]:
+        raise UserError(f"--env {suite} with --env-workers: LIBERO's renderer hangs in a process forked after it "
+                        "rendered (Mesa's EGL / OSMesa); run without --env-workers")
     make = _import_libero(suite)
+    _RENDERED["here"] = True
     try:
         return make(bddl_file_name=bddl, camera_heights=RENDER_SIZE, camera_widths=RENDER_SIZE, hard_reset=False)
     except (AttributeError, RuntimeError, OSError) as exc:  # no EGL / OSMesa library, no GL context
