@@ -32,13 +32,16 @@ def libero() -> Iterator[Any]:
 
 
 def test_libero_object_runs_two_episodes_headless_with_two_cameras_and_pi0_tiny(libero: Any, tmp_path: Path) -> None:
-    """Two LIBERO-Object tasks, one episode each on two slots: the action-expert calls batch both."""
+    """Two LIBERO-Object tasks, one episode each on two slots: the action-expert calls batch both; the replay
+    records the agent view."""
     from lmmbench.cli.main import main
 
     argv = ["run", "episodic-eval", "--env", "libero-object", "--policy", "pi0-tiny", "--num-tasks", "2",
             "--num-trials-per-task", "1", "--num-parallel", "2", "--num-steps-wait", "1", "--max-steps", "3",
-            "--threads", "1", "--out-dir", str(tmp_path)]  # fmt: skip
+            "--threads", "1", "--record-replay", "--out-dir", str(tmp_path)]  # fmt: skip
     assert main(argv) == 0
+    replays = sorted(p.name for p in (tmp_path / "episodic-eval" / "replay").glob("*.mp4"))
+    assert replays == ["task0_trial0.mp4", "task1_trial0.mp4"]  # the agent view, one frame per step
     rows = list(csv.DictReader((tmp_path / "episodic-eval" / "episodic-eval_results.csv").open()))
     assert sorted(r["sample_id"] for r in rows) == ["task0_trial0", "task1_trial0"]
     assert all(r["status"] == "ok" and r["success"] in ("0", "1") for r in rows)  # LIBERO's check, never empty
