@@ -73,12 +73,20 @@ def _benchmark(name: str) -> Any:
     return benchmark.get_benchmark_dict()[name]()
 
 
+def _render_error(suite: str, exc: BaseException) -> UserError:
+    return UserError(f"--env {suite}: LIBERO could not render headless with MUJOCO_GL={os.environ.get('MUJOCO_GL')} "
+                     f"({type(exc).__name__}: {exc}); install Debian's libegl1, libegl-mesa0 and libgl1-mesa-dri "
+                     "(or libosmesa6 and set MUJOCO_GL=osmesa)")
+
+
 def _import_libero(suite: str) -> Any:
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless; robosuite picks its EGL context from it
     try:
         from libero.libero.envs import OffScreenRenderEnv
     except ImportError as exc:
         raise UserError(f"--env {suite} needs LIBERO ({exc}): pip install 'lmmbench[libero]'") from None
+    except (AttributeError, RuntimeError, OSError) as exc:  # PyOpenGL without the GL library MUJOCO_GL names
+        raise _render_error(suite, exc) from None
     return OffScreenRenderEnv
 
 
@@ -99,9 +107,7 @@ def _scene(suite: str, bddl: str, task: int) -> Any:
     try:
         return make(bddl_file_name=bddl, camera_heights=RENDER_SIZE, camera_widths=RENDER_SIZE, hard_reset=False)
     except (AttributeError, RuntimeError, OSError) as exc:  # no EGL / OSMesa library, no GL context
-        raise UserError(f"--env {suite}: LIBERO's scene could not be rendered headless with MUJOCO_GL="
-                        f"{os.environ.get('MUJOCO_GL')} ({type(exc).__name__}: {exc}); install Debian's libegl1 and "
-                        "libgl1-mesa-dri (or libosmesa6 and set MUJOCO_GL=osmesa)") from None
+        raise _render_error(suite, exc) from None
 
 
 def _keep_idle(key: tuple[str, int, int], env: Any) -> None:
