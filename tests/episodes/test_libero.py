@@ -61,6 +61,15 @@ def test_libero_observation_has_both_cameras_at_224_and_the_task_of_libero(liber
         assert obs[key].shape == (224, 224, 3) and obs[key].dtype == np.uint8 and obs[key].std() > 10  # a scene
     assert np.abs(obs["image"].astype(int) - obs["wrist_image"].astype(int)).mean() > 10  # two different views
     assert obs["state"].shape == (8,)
+    from lmmbench.episodes.protocols import ActItem, EpisodeKey
+    from lmmbench.episodes.vla_policy import VlaPolicy
+
+    policy = VlaPolicy("pi0-tiny")
+    assert policy.camera_keys(obs) == ("image", "wrist_image")  # the VLA-shaped policy reads both cameras
+    item = ActItem(policy.new_episode(EpisodeKey(0, 0), 53), obs, info)
+    policy.plan([item])
+    (chunk,) = policy.act([item])
+    assert len(chunk) >= 1 and np.asarray(chunk[0]).shape == (32,)  # openpi's width; LIBERO takes the first 7
     from robosuite.utils.transform_utils import quat2axisangle  # robosuite's own, which openpi's example copies
 
     for quat in ([0.0, 0.0, 0.0, 1.0], [0.1, -0.7, 0.2, 0.678], [0.3, 0.1, -0.2, -0.927]):
