@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up .venv for the main job: lmmbench with the in-process models extra, torch pinned by constraints.txt.
 #   bash scripts/setup.sh          the main job (README command 1): `lmmbench run ttft-breakdown` and friends
-#   bash scripts/setup.sh --dev    + every extra, the dev tools, the version legs' venvs and Chromium: what
-#                                  scripts/test.sh needs (README command 2, .ci/run); SKIP_LEGS=1 skips the legs' venvs
+#   bash scripts/setup.sh --dev    + every extra (and `libero`, outside `all` for its 1.5 GB), the dev tools, the
+#                                  version legs' venvs, Chromium and EGL: what scripts/test.sh needs (README
+#                                  command 2, .ci/run); SKIP_LEGS=1 skips the legs' venvs
 # The version legs (scripts/test.sh runs the install smoke and the in-process subset on each):
 #   .venv-gpuimage    a stock CUDA image's versions (scripts/gpu-image-versions.txt: typer 0.27.2, transformers 5.17.0, ...)
 #   .venv-floor       the lowest versions pyproject admits (uv --resolution lowest-direct): base + models, serve, eval
@@ -29,7 +30,7 @@ uv_install() {  # uv_install PYTHON SPEC...
 }
 
 if [ "$DEV" = 1 ]; then
-  uv_install .venv/bin/python -e ".[all,dev]"
+  uv_install .venv/bin/python -e ".[all,dev,libero]"
 else
   uv_install .venv/bin/python -e ".[models]"
 fi
@@ -68,4 +69,16 @@ elif command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
 else
   echo "setup: chromium is not installed and apt-get (as root) is not available; install chromium with your" \
        "package manager to run the report-page test." >&2
+fi
+
+# EGL (Mesa's software rasterizer) for LIBERO's headless rendering (tests/episodes/test_libero.py); stock Debian
+# images of this kind have it.
+if ! ldconfig -p 2>/dev/null | grep "libEGL_mesa.so.0" >/dev/null; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian's EGL and Mesa (LIBERO renders headless with EGL)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libegl1 libegl-mesa0 libgl1-mesa-dri >/dev/null; } ||
+      echo "setup: could not install libegl1 with apt-get; the LIBERO tests will fail under CI" >&2
+  else
+    echo "setup: Mesa's EGL is missing; install libegl1, libegl-mesa0 and libgl1-mesa-dri to run LIBERO's suites" >&2
+  fi
 fi

@@ -20,7 +20,7 @@ THIRD_PARTY = {
     "typer", "click", "rich", "pydantic", "yaml", "tokenizers", "transformers", "torch", "accelerate", "av", "PIL",
     "soundfile", "numpy", "matplotlib", "fastapi", "uvicorn", "starlette", "jinja2", "sacrebleu", "pandas", "pyarrow",
     "datasets", "huggingface_hub", "lm_eval", "aiohttp", "httpx", "ray", "sqlalchemy", "gymnasium", "gym_pusht",
-    "mlflow", "wandb", "pynvml", "uvloop", "evaluate", "tqdm",
+    "libero", "robosuite", "mujoco", "mlflow", "wandb", "pynvml", "uvloop", "evaluate", "tqdm",
 }  # fmt: skip
 
 

@@ -1,7 +1,8 @@
 """The registries of environment suites and policies, and how ``--env`` / ``--policy`` resolve.
 
 Built in: the ``toy-waypoints`` suite (policies ``toy``, ``toy-prefix-cache``), the ``chat``
-suite (policy ``chat``, tiny-llm through ``BatchEngine``), the ``pusht`` physics suite (gym-pusht) and the
+suite (policy ``chat``, tiny-llm through ``BatchEngine``), the ``pusht`` physics suite (gym-pusht), LIBERO's
+suites ``libero-spatial`` / ``-object`` / ``-goal`` / ``-10`` / ``-90`` (``episodes.libero``) and the
 VLA-shaped policies ``pi0`` / ``pi0-small`` / ``pi0-tiny`` (``models.vla``); ``gym:<id>`` wraps any gymnasium
 environment (policy ``random``); ``module:Class`` and ``path/to/file.py:Class`` name the user's own
 environment or policy (``episodes.custom``). Third-party packages add suites and policies through the entry-point groups
@@ -19,7 +20,7 @@ from lmmbench.core.registry import Registry
 from lmmbench.episodes.custom import close_env, is_object_ref, make_custom_env, make_custom_policy
 from lmmbench.episodes.protocols import Env, EnvSuite, Policy
 
-__all__ = ["POLICIES", "SUITES", "VLA_POLICIES", "PolicySettings", "make_policy", "resolve_suite"]
+__all__ = ["LIBERO_SUITES", "POLICIES", "SUITES", "VLA_POLICIES", "PolicySettings", "make_policy", "resolve_suite"]
 
 
 @dataclass
@@ -64,6 +65,28 @@ SUITES.add("toy-waypoints", EnvSuite(
 SUITES.add("pusht", EnvSuite(
     "pusht", lambda task: _pusht_env(task), None, "pi0-tiny", 60,
     "gym-pusht's Push-T (pymunk physics, headless pygame rendering at 224 px); tasks differ by instruction"))
+
+
+def _libero_env(suite: str, task: int) -> Env:
+    from lmmbench.episodes.libero import LiberoEnv
+
+    return LiberoEnv(suite, task)
+
+
+def _libero_maker(suite: str) -> Callable[[int], Env]:
+    return lambda task: _libero_env(suite, task)
+
+
+#: LIBERO's suites: lmmbench's name -> (LIBERO's benchmark name, openpi's max_steps for it, number of tasks)
+LIBERO_SUITES: dict[str, tuple[str, int, int]] = {
+    "libero-spatial": ("libero_spatial", 220, 10), "libero-object": ("libero_object", 280, 10),
+    "libero-goal": ("libero_goal", 300, 10), "libero-10": ("libero_10", 520, 10), "libero-90": ("libero_90", 400, 90),
+}
+for _suite, (_bench, _max_steps, _tasks) in LIBERO_SUITES.items():
+    SUITES.add(_suite, EnvSuite(
+        _suite, _libero_maker(_suite), _tasks, "pi0-tiny", _max_steps,
+        f"LIBERO's {_bench} (robosuite/MuJoCo, headless EGL): agent-view and wrist cameras at 224 px, "
+        "LIBERO's initial states and success check"))
 SUITES.add("chat", EnvSuite(
     "chat", _chat_env, None, "chat", 8,
     "multi-turn conversations with a scripted user (2-4 turns; success: the reply says the keyword)"))

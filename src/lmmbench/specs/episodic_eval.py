@@ -63,7 +63,8 @@ class EpisodicEvalOptions(RunOptions):
     model: str = Field("tiny-llm", description="Chat model of --env chat (built-in name or local directory).")
     repeats: int = Field(1, ge=1, le=1, description="Always 1: episodes repeat through --num-trials-per-task.")
     warmup: int = Field(1, ge=0, description="Unrecorded warm-up episodes (task 0, serial) before the measured ones.")
-    env: str = Field("toy-waypoints", description="Environment suite: toy-waypoints, chat, gym:<id> "
+    env: str = Field("toy-waypoints", description="Environment suite: toy-waypoints, chat, pusht, libero-spatial / "
+                     "libero-object / libero-goal / libero-10 / libero-90 (LIBERO; lmmbench[libero]), gym:<id> "
                      "(any gymnasium environment; needs lmmbench[episodes]), or your own class as "
                      "module:Class or path/to/file.py:Class.")
     policy: str | None = Field(None, description="Policy: toy, toy-prefix-cache, chat, random, pi0 / pi0-small / "
