@@ -146,7 +146,8 @@ def run_block(block: DocBlock, folder: Path, env: dict[str, str], timeout_s: flo
             proc.wait()
             code = -9
         left = _group_members(proc.pid)
-        deadline = time.monotonic() + 5.0  # a server the block stopped as its last line may still be on its way out
+        deadline = time.monotonic() + 20.0  # a server the block stopped as its last line may still be on its way out
+        # (seen at 5 s: a loaded machine took longer to finish `lmmbench serve` after its `kill`)
         while left and time.monotonic() < deadline:
             time.sleep(0.2)
             left = _group_members(proc.pid)
