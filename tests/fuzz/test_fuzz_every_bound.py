@@ -79,6 +79,7 @@ CASES: dict[str, list[str]] = {  # bound -> argv at B + 1 ({f:name} a file of _f
     "episode_steps": ["run", "episodic-eval", "--num-tasks", "1", "--num-trials-per-task", "1", "--max-steps", N],
     "body_bytes": [],  # a server's bound: answered with HTTP 413, below
     "stop_grace_s": [],  # a time bound, not an input's: tests/reliability/test_plan_interrupt.py kills past it
+    "built_images": [],  # a plan's container rows: tests/plans/test_container.py builds one past it
 }
 SECONDS: dict[str, float] = {}  # every bound within 5 s (an eval renders its first prompt before the model loads)
 LOWERED = {"image_side": 31}  # media synth refuses sides under 28 pixels before the bound: 31 and 32 here

@@ -169,6 +169,14 @@ def _prepare(executors: dict[str, Any], jobs: list[Job], finish: Callable[[RowRe
     return ready
 
 
+def _cleanup(executors: dict[str, Any]) -> None:
+    """Each executor's ``cleanup`` (the container executor removes the images the plan built)."""
+    for executor in executors.values():
+        cleanup = getattr(executor, "cleanup", None)
+        if cleanup is not None:
+            cleanup()
+
+
 def _by_executor(jobs: list[Job]) -> dict[str, list[Job]]:
     groups: dict[str, list[Job]] = {}
     for job in jobs:
@@ -284,6 +292,7 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, re
         run.interrupted = True
     finally:
         _stop_servers(servers, rows, t0, run.interrupted, finish)
+        _cleanup(executors)
         for name, err in server_errors.items():
             finish(RowResult(name=name, kind="serve", status="failed", executor="background", error=err))
     if run.interrupted:
