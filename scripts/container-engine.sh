@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A container engine and a local test image for the container executor's tests (tests/plans/test_container_engine.py).
-#   bash scripts/container-engine.sh [--no-install] [--venv DIR] [--src DIR]
+#   bash scripts/container-engine.sh [--no-install] [--mounts] [--venv DIR] [--src DIR]
 # 1. podman (with runc and debootstrap) from the system's apt sources when it is missing and this runs as root
 #    (--no-install: never install; the engine must be there);
 # 2. /etc/containers/containers.conf when the machine has none: runc (crun refuses hybrid cgroup v1/v2 hosts),
@@ -10,22 +10,29 @@
 #    ~/.cache/lmmbench-containers/rootfs-<suite>.tar) with a venv at /opt/lmmbench layered on the venv DIR (default
 #    .venv) and the sources DIR (default src): its python sees their packages once they are mounted read-only at
 #    the same paths (the tests do), and installs requirements into its own writable site-packages. uv is on its
-#    PATH when DIR has it. Rebuilt only when missing (a lock keeps parallel callers to one build).
-# The last line printed is the image's name. Exit 3 with one line on stderr when no engine can run here.
+#    PATH when DIR has it. Rebuilt only when missing (a lock keeps parallel callers, and the background build of
+#    scripts/setup.sh --dev, to one build).
+# The last line printed is the image's name; with --mounts, the host folders a row of that image mounts read-only
+# (the venv, the sources, the base interpreter, the folders on their sys.path), one per line, instead.
+# Exit 3 with one line on stderr when no engine can run here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-INSTALL=1 VENV=.venv SRC=src SUITE=bookworm
+INSTALL=1 VENV=.venv SRC=src SUITE=bookworm PRINT_MOUNTS=0
 while [ $# -gt 0 ]; do
   case $1 in
     --no-install) INSTALL=0; shift ;;
+    --mounts) PRINT_MOUNTS=1; shift ;;
     --venv) VENV=$2; shift 2 ;;
     --src) SRC=$2; shift 2 ;;
     *) echo "container-engine: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 fail() { echo "container-engine: $*" >&2; exit 3; }
-HOME_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/lmmbench-containers  # not $LMMBENCH_HOME: each test session has its own
+# Not under $HOME or $LMMBENCH_HOME: each test session and the docs leg have their own.
+HOME_DIR=${LMMBENCH_CONTAINER_CACHE:-/var/tmp/lmmbench-containers-$(id -u)}
 mkdir -p "$HOME_DIR"
+exec 9>"$HOME_DIR/build.lock"
+flock 9  # held to the end: a caller waits for a build (or an install) under way
 
 if ! command -v podman >/dev/null 2>&1; then
   [ "$INSTALL" = 1 ] || fail "podman is not installed (bash scripts/container-engine.sh installs it as root)"
@@ -58,8 +65,20 @@ BASE=$("$VENV/bin/python" -c 'import sys; print(sys.base_prefix)')
 PYDIR=$("$VENV/bin/python" -c 'import sys; print(f"python{sys.version_info[0]}.{sys.version_info[1]}")')
 TAG=localhost/lmmbench-test:$(printf '%s\n' "$VENV" "$SRC" "$BASE" "$SUITE" | sha256sum | cut -c1-12)
 
-exec 9>"$HOME_DIR/build.lock"
-flock 9
+MOUNTS=$("$VENV/bin/python" - "$VENV" "$SRC" "$BASE" <<'PY'
+import os, sys
+found = [os.path.realpath(p) for p in sys.argv[1:] + [p for p in sys.path if p and os.path.isdir(p)]]
+keep: list = []
+for p in sorted(set(found), key=len):  # a folder inside one already mounted is not mounted again
+    if p != "/usr" and not p.startswith("/usr/") and not any(p == k or p.startswith(k + "/") for k in keep):
+        keep.append(p)
+print("\n".join(keep))
+PY
+)
+if [ "$PRINT_MOUNTS" = 1 ]; then
+  echo "$MOUNTS"
+  exit 0
+fi
 if podman image exists "$TAG"; then
   echo "$TAG"
   exit 0
@@ -86,7 +105,8 @@ mkdir -p "$LAYER/opt/lmmbench/bin" "$LAYER/opt/lmmbench/lib/$PYDIR/site-packages
 printf 'home = %s/bin\ninclude-system-site-packages = false\n' "$BASE" > "$LAYER/opt/lmmbench/pyvenv.cfg"
 ln -s "$(realpath "$VENV/bin/python")" "$LAYER/opt/lmmbench/bin/python"
 [ -x "$VENV/bin/uv" ] && ln -s "$VENV/bin/uv" "$LAYER/opt/lmmbench/bin/uv"
-printf '%s\n' "$SRC" "$VENV/lib/$PYDIR/site-packages" > "$LAYER/opt/lmmbench/lib/$PYDIR/site-packages/host.pth"
+printf '%s\nimport site; site.addsitedir(%s)\n' "$SRC" "'$VENV/lib/$PYDIR/site-packages'" \
+  > "$LAYER/opt/lmmbench/lib/$PYDIR/site-packages/host.pth"
 cp "$ROOTFS_TAR" "$LAYER/image.tar" && tar -C "$LAYER" -rf "$LAYER/image.tar" ./opt/lmmbench
 podman import -q --change "ENV PATH=/opt/lmmbench/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
   --change "LABEL lmmbench.venv=$VENV" --change "LABEL lmmbench.src=$SRC" --change "LABEL lmmbench.base=$BASE" \

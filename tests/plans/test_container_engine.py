@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,20 +27,22 @@ SRC = Path(lmmbench.__file__).resolve().parents[1]
 VENV = Path(sys.prefix).resolve()
 
 
+def _script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(ROOT / "scripts" / "container-engine.sh"), "--no-install", "--venv", str(VENV),
+                           "--src", str(SRC), *args], capture_output=True, text=True, timeout=1200)  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def test_image() -> tuple[str, list[str]]:
-    """The test image and the mounts that put this run's lmmbench into it; skipped when no engine runs here."""
-    if shutil.which("podman") is None:
-        pytest.skip("no container engine: podman is not installed (as root, `bash scripts/container-engine.sh` "
-                    "installs it with apt-get)")
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "container-engine.sh"), "--no-install", "--venv", str(VENV),
-                           "--src", str(SRC)], capture_output=True, text=True, timeout=1200)  # fmt: skip
+    """The test image and the mounts that put this run's lmmbench into it; skipped, with the reason, when no
+    engine can run here (the script waits for a build under way, e.g. scripts/setup.sh's in the background)."""
+    proc = _script()
     if proc.returncode == 3:
         pytest.skip(f"no container engine: {proc.stderr.strip().splitlines()[-1]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    base = Path(sys.base_prefix).resolve()
-    mounts = [f"{p}:ro" for p in (VENV, SRC, *([base] if base != Path("/usr") else []))]
-    return proc.stdout.strip().splitlines()[-1], mounts
+    mounts = _script("--mounts")
+    assert mounts.returncode == 0, mounts.stderr[-2000:]
+    return proc.stdout.strip().splitlines()[-1], [f"{p}:ro" for p in mounts.stdout.split()]
 
 
 @pytest.fixture
