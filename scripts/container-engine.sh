@@ -83,6 +83,11 @@ if podman image exists "$TAG"; then
   echo "$TAG"
   exit 0
 fi
+# Test images of venvs that are gone (a docs leg's, a deleted checkout's) are removed before another is built.
+for old in $(podman images -q --filter reference=localhost/lmmbench-test); do
+  venv=$(podman image inspect --format '{{index .Labels "lmmbench.venv"}}' "$old" 2>/dev/null || true)
+  if [ -n "$venv" ] && [ ! -d "$venv" ]; then podman rmi -f "$old" >/dev/null 2>&1 || true; fi
+done
 ROOTFS_TAR=$HOME_DIR/rootfs-$SUITE.tar
 if [ ! -s "$ROOTFS_TAR" ]; then
   command -v debootstrap >/dev/null 2>&1 || fail "debootstrap is not installed (apt-get install debootstrap)"

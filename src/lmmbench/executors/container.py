@@ -83,8 +83,10 @@ class ContainerExecutor:
     def _fixed(self, job: Job) -> list[Mount]:
         from lmmbench.models.tiny import lmmbench_home
 
-        return [Mount(Path(job.row_dir).absolute(), RUN_MOUNT, False), Mount(lmmbench_home().absolute(),
-                HOME_MOUNT, False), *check_mounts(job.mounts)]  # fmt: skip
+        home = lmmbench_home().absolute()
+        home.mkdir(parents=True, exist_ok=True)  # an engine refuses to mount a missing folder
+        return [Mount(Path(job.row_dir).absolute(), RUN_MOUNT, False), Mount(home, HOME_MOUNT, False),
+                *check_mounts(job.mounts)]  # fmt: skip
 
     def _in_container(self, job: Job) -> Job:
         """``job`` with its host paths rewritten to the container's; its mounts kept for the launch."""
