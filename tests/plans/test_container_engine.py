@@ -25,6 +25,8 @@ from lmmbench.executors.runner import run_plan
 ROOT = Path(__file__).resolve().parents[2]
 SRC = Path(lmmbench.__file__).resolve().parents[1]
 VENV = Path(sys.prefix).resolve()
+PROBE = ("import importlib.metadata as m, lmmbench_probe; "
+         "print(lmmbench_probe.WHERE, 'installer=' + m.distribution('lmmbench-probe').read_text('INSTALLER').strip())")
 
 
 def _script(*args: str) -> subprocess.CompletedProcess[str]:
@@ -108,14 +110,28 @@ def test_requirements_are_installed_in_a_built_image_removed_at_the_end_podman(
     wheel = _tiny_wheel(tmp_path)
     before = _built_images()
     rows = [{"name": f"r{i}", "kind": "command", "image": image, "mounts": mounts, "requirements": [str(wheel)],
-             "options": {"command": "python -c \"import lmmbench_probe; print(lmmbench_probe.WHERE)\""}}
+             "options": {"command": f"python -c \"{PROBE}\""}}
             for i in range(2)]  # fmt: skip
     run = run_plan(load_plan(write_plan(rows, executor="container")), constraints=_empty(tmp_path))
     assert [r.status for r in run.results] == ["ok", "ok"], [r.error for r in run.results]
     log = (run.plan_dir / "r1" / "command.log").read_text()
-    assert "/opt/lmmbench/lib/" in log  # installed into the image's venv by uv (the test image has uv)
+    assert "/opt/lmmbench/lib/" in log and "installer=uv" in log  # into the image's venv, by uv (the image has it)
     assert _built_images() == before  # the image the plan built (once, for both rows) is gone
     assert subprocess.run(["podman", "image", "exists", image], check=False).returncode == 0  # the row's stays
+
+
+def test_the_install_falls_back_to_pip_without_uv_podman(test_image: tuple[str, list[str]], tmp_path: Path) -> None:
+    from lmmbench.executors.container_images import install_line
+    from lmmbench.executors.container_mounts import parse_mount
+
+    image, mounts = test_image
+    wheel = _tiny_wheel(tmp_path)
+    line = f"rm /opt/lmmbench/bin/uv && {install_line([str(wheel)], '/dev/null')} && python -c \"{PROBE}\""
+    volumes = [a for m in [*mounts, f"{wheel}:ro"] for a in ("-v", parse_mount(m).flag())]
+    proc = subprocess.run(["podman", "run", "--rm", *volumes, image, "sh", "-c", line], capture_output=True,
+                          text=True, timeout=300, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "installer=pip" in proc.stdout and "/opt/lmmbench/lib/" in proc.stdout
 
 
 def test_a_failed_install_fails_its_rows_before_they_run_podman(

@@ -31,7 +31,7 @@ __all__ = ["ContainerExecutor", "engine_command"]
 
 RUN_MOUNT = "/lmmbench/run"
 HOME_MOUNT = "/lmmbench/home"
-_NAMED_PATHS = {"model", "tokenizer", "tasks", "requirements"}  # text fields that may name a host path
+_NAMED_PATHS = {"model", "tokenizer", "tasks"}  # text fields that may name a host path
 
 
 def engine_command() -> list[str]:

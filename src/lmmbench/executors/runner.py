@@ -260,7 +260,11 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, re
 
     settings = ExecutorSettings(plan_dir, plan.workers, plan.max_retries, ray_address, constraints)
     executors = {name: EXECUTORS.get(name)(settings) for name in {j.executor for j in pending}}
-    pending = _prepare(executors, pending, finish)
+    try:
+        pending = _prepare(executors, pending, finish)
+    except BaseException:  # stopped while a venv or an image was being built: what was built goes
+        _cleanup(executors)
+        raise
     needed = {s for j in pending if (s := rows[j.name].server)}
     server_errors: dict[str, str] = {}
     servers: dict[str, RunningServer] = {}
