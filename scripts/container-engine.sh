@@ -67,12 +67,13 @@ TAG=localhost/lmmbench-test:$(printf '%s\n' "$VENV" "$SRC" "$BASE" "$SUITE" | sh
 
 MOUNTS=$("$VENV/bin/python" - "$VENV" "$SRC" "$BASE" <<'PY'
 import os, sys
-found = [os.path.realpath(p) for p in sys.argv[1:] + [p for p in sys.path if p and os.path.isdir(p)]]
+# Each folder at the path Python names it by (a .pth line may go through a symlink), from its real place.
+found = {os.path.abspath(p): os.path.realpath(p) for p in sys.argv[1:] + [p for p in sys.path if p and os.path.isdir(p)]}
 keep: list = []
-for p in sorted(set(found), key=len):  # a folder inside one already mounted is not mounted again
+for p in sorted(found, key=len):  # a folder inside one already mounted is not mounted again
     if p != "/usr" and not p.startswith("/usr/") and not any(p == k or p.startswith(k + "/") for k in keep):
         keep.append(p)
-print("\n".join(keep))
+print("\n".join(p if found[p] == p else f"{found[p]}:{p}" for p in keep))
 PY
 )
 if [ "$PRINT_MOUNTS" = 1 ]; then
