@@ -2,7 +2,7 @@
 on the host with the container paths of `-v` / `-w` / `-e` mapped back to host paths. It records
 every argv in $FAKE_ENGINE_LOG. With FAKE_ENGINE_DOWN=1 `info` fails like an unreachable daemon. An install
 container (`run --name lmmbench-build-...`) runs nothing (it would install into the host's Python): it succeeds, or
-fails with FAKE_ENGINE_INSTALL_FAIL=1; `commit`, `rm`, `rmi` succeed."""
+fails with FAKE_ENGINE_INSTALL_FAIL=1; `commit`, `rm`, `rmi`, `image inspect` succeed."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
             print("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.", file=sys.stderr)
             return 1
         return 0
-    if argv[0] in ("commit", "rm", "rmi"):
+    if argv[0] in ("commit", "rm", "rmi", "image"):
         return 0
     assert argv[0] == "run", argv
     if "--name" in argv and argv[argv.index("--name") + 1].startswith("lmmbench-build-"):

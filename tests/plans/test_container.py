@@ -34,8 +34,8 @@ def test_container_row_runs_with_its_folder_mounted_fake_engine(write_plan: Any,
     assert load.status == "ok" and load.executor == "container", load.error
     assert load.metrics["ok"] == 5
     calls = [json.loads(line) for line in log.read_text().splitlines()]
-    assert calls[0] == ["info"]
-    run_argv = calls[1]
+    assert calls[:2] == [["info"], ["image", "inspect", "lmmbench:test"]]  # the image is here (else pulled)
+    run_argv = calls[2]
     row = str(tmp_path / "out" / "p" / "load")
     assert run_argv[:4] == ["run", "--rm", "--network", "host"] and f"{row}:/lmmbench/run" in run_argv
     assert "LMMBENCH_HOME=/lmmbench/home" in run_argv and "lmmbench:test" in run_argv

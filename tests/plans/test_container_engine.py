@@ -145,6 +145,14 @@ def test_a_failed_install_fails_its_rows_before_they_run_podman(
     assert not (tmp_path / "out" / "p" / "r" / "command.log").exists()  # never started
 
 
+def test_an_image_the_engine_cannot_get_fails_its_row_once_podman(
+        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
+    rows = [{"name": "r", "kind": "command", "image": "localhost:1/lmmbench-absent:1", "options": {"command": "true"}}]
+    row = run_plan(load_plan(write_plan(rows, executor="container"))).results[0]
+    assert row.status == "failed" and row.attempts == 1, row
+    assert "image localhost:1/lmmbench-absent:1 is not here and could not be pulled" in (row.error or "")
+
+
 def test_a_missing_mount_is_one_line_exit_2(write_plan: Any, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     plan = write_plan([{"name": "c", "kind": "command", "image": "any", "mounts": [f"{tmp_path}/absent:/data"],

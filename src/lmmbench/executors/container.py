@@ -109,6 +109,7 @@ class ContainerExecutor:
         """The image ``job`` runs: its own, or (with requirements) one built from it with them installed."""
         from lmmbench.executors.venvs import default_constraints
 
+        self.images.present(job.image or "")
         if not job.requirements:
             self.run_image[job.name] = job.image or ""
             return

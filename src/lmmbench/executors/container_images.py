@@ -46,6 +46,7 @@ class ImageBuilder:
         self.engine = engine
         self.built: dict[str, str] = {}  # key -> tag of an image this plan built
         self.failed: dict[str, str] = {}  # key -> why its build failed
+        self.checked: set[str] = set()  # images found here (or pulled)
 
     @staticmethod
     def key(image: str, requirements: list[str], constraints: Path) -> str:
@@ -82,6 +83,19 @@ class ImageBuilder:
             raise UserError(self.failed[key])
         self.built[key] = tag
         return tag
+
+    def present(self, image: str) -> None:
+        """``image`` is here, or pulled now; ``UserError`` with the engine's last line when neither (a row never
+        starts, and is never retried, on an image the engine cannot get)."""
+        if image in self.checked:
+            return
+        proc = subprocess.run([*self.engine, "image", "inspect", image], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            proc = subprocess.run([*self.engine, "pull", image], capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise UserError(f"container executor: image {image} is not here and could not be pulled: "
+                                f"{_tail(proc)}")
+        self.checked.add(image)
 
     def cleanup(self) -> list[str]:
         """Remove every image this plan built; returns the lines of those that could not be removed."""
