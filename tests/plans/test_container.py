@@ -50,13 +50,13 @@ def test_container_builds_an_image_with_the_requirements_once_and_removes_it_fak
     monkeypatch.setenv("FAKE_ENGINE_LOG", str(log))
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("torch==2.13.0\n")
-    rows = [{"name": f"e{i}", "kind": "command", "image": "img:1", "requirements": ["pkg-a>=1"],
-             "options": {"command": "true"}} for i in range(2)]  # fmt: skip
+    rows = [{"name": f"e{i}", "kind": "command", "image": "img:1", "requirements": ["pkg-a>=1" if i < 2 else "pkg-b"],
+             "options": {"command": "true"}} for i in range(3)]  # fmt: skip
     run = run_plan(load_plan(write_plan(rows, executor="container")), constraints=constraints)
-    assert [r.status for r in run.results] == ["ok", "ok"], [r.error for r in run.results]
+    assert [r.status for r in run.results] == ["ok", "ok", "ok"], [r.error for r in run.results]
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     install = [c for c in calls if c[0] == "run" and "--name" in c]
-    assert len(install) == 1  # one image for the two rows
+    assert len(install) == 2  # one image for the two rows with pkg-a, one for pkg-b
     assert f"{constraints.absolute()}:/lmmbench/constraints.txt:ro" in install[0] and "img:1" in install[0]
     line = install[0][-1]
     assert line.startswith("if command -v uv >/dev/null 2>&1; then uv pip install -q --python")
@@ -65,9 +65,10 @@ def test_container_builds_an_image_with_the_requirements_once_and_removes_it_fak
     tag = commit[-1]
     assert tag.startswith("localhost/lmmbench-built:") and "LABEL lmmbench.built=1" in commit
     rows_run = [c for c in calls if c[0] == "run" and "--name" not in c]
-    assert len(rows_run) == 2 and all(tag in c and "img:1" not in c for c in rows_run)  # no install per row
-    assert ["rmi", "-f", tag] in calls and not any(c[0] == "rmi" and "img:1" in c for c in calls)
-    assert calls.index(["rmi", "-f", tag]) > calls.index(rows_run[-1])  # removed at the plan's end
+    assert len(rows_run) == 3 and all(tag in c for c in rows_run[:2]) and tag not in rows_run[2]  # no install per row
+    assert not any(c[0] == "rmi" and "img:1" in c for c in calls)  # the row's own image stays
+    assert calls.index(rows_run[1]) < calls.index(["rmi", "-f", tag]) < calls.index(rows_run[2])  # gone after its rows
+    assert sum(c[0] == "rmi" for c in calls) == 2
 
 
 def test_a_failed_install_and_the_built_images_bound_fail_rows_alone_fake_engine(

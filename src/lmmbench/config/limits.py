@@ -59,7 +59,7 @@ LIMITS: dict[str, Limit] = {
         Limit("stop_grace_s", 10, "seconds a plan's workers and servers (and perf --server-cmd's) get after "
               "SIGTERM / SIGINT to write what they measured, before SIGKILL"),
         Limit("built_images", 64, "images one plan builds for its container rows' requirements (each removed "
-              "at the plan's end)"),
+              "once its rows ended)"),
     )
 }
 

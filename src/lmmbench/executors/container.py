@@ -7,7 +7,7 @@ read-only, every host path its options name, rewritten to where the container se
 (they bind 127.0.0.1) and any server the host reaches. The image must hold lmmbench with ``python`` on
 its PATH (e.g. ``pip install -c constraints.txt 'lmmbench[all]'``). A row with ``requirements`` runs
 in an image built from its own with them installed (``executors.container_images``: ``uv pip`` when the
-image has uv, else pip), removed at the plan's end. A GPU slot adds ``--gpus device=N``. The engine
+image has uv, else pip), removed once its last row ended. A GPU slot adds ``--gpus device=N``. The engine
 command is ``$LMMBENCH_CONTAINER_ENGINE`` (default ``docker``; ``podman`` works alike). When no engine
 answers ``info``, the container rows fail with one line.
 """
@@ -18,6 +18,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from lmmbench.core.errors import UserError
@@ -161,7 +162,21 @@ class ContainerExecutor:
                 ready.append(self._in_container(job))
             except UserError as exc:
                 done(_failed(job, str(exc)))
-        WorkerPool(self.settings, self._launch).run(ready, done)
+        users: dict[str, int] = {}
+        for job in ready:
+            users[self.run_image[job.name]] = users.get(self.run_image[job.name], 0) + 1
+        lock = threading.Lock()
+
+        def finished(result: RowResult) -> None:  # a built image goes when the last row that runs from it ends
+            done(result)
+            with lock:
+                tag = self.run_image.get(result.name, "")
+                users[tag] = users.get(tag, 1) - 1
+                line = self.images.remove(tag) if users[tag] == 0 else None
+            if line is not None:
+                print(f"warning: {line}", file=sys.stderr)
+
+        WorkerPool(self.settings, self._launch).run(ready, finished)
 
     def cleanup(self) -> None:
         """The orchestration design's ``cleanup()``: remove the images this plan built (said on stderr when

@@ -5,8 +5,9 @@ installed: a container of the image installs them (``uv pip`` when the image has
 ``python -m pip``; the constraints file mounted read-only), and is committed as
 ``localhost/lmmbench-built:<hash of image, requirements and constraints>``, labelled ``lmmbench.built=1``.
 Rows with the same image and requirements share it; every attempt of a row runs from it (a retry
-installs nothing again); a failed install fails the rows that need it before anything runs. At the
-plan's end (``cleanup``) every image the plan built is removed; the images rows name are never removed.
+installs nothing again); a failed install fails the rows that need it before anything runs. A built image
+is removed when the last row that runs from it ends, and at the plan's end (``cleanup``) whatever is left
+(rows that never ran: a stop); the images rows name are never removed.
 A plan may build at most ``built_images`` images (the limits table): images are kept while the plan runs.
 """
 
@@ -97,12 +98,16 @@ class ImageBuilder:
                                 f"{_tail(proc)}")
         self.checked.add(image)
 
+    def remove(self, tag: str) -> str | None:
+        """Remove the built image ``tag`` now (its last row ended); the line saying why it could not be, or None."""
+        key = next((k for k, t in self.built.items() if t == tag), None)
+        if key is None:
+            return None
+        del self.built[key]
+        proc = subprocess.run([*self.engine, "rmi", "-f", tag], capture_output=True, text=True, check=False)
+        return None if proc.returncode == 0 else f"container executor: could not remove the built image {tag}: " \
+                                                 f"{_tail(proc)}"  # fmt: skip
+
     def cleanup(self) -> list[str]:
-        """Remove every image this plan built; returns the lines of those that could not be removed."""
-        errors = []
-        for tag in self.built.values():
-            proc = subprocess.run([*self.engine, "rmi", "-f", tag], capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                errors.append(f"container executor: could not remove the built image {tag}: {_tail(proc)}")
-        self.built.clear()
-        return errors
+        """Remove every image this plan built that is still here; returns the lines of those that could not be."""
+        return [line for tag in list(self.built.values()) if (line := self.remove(tag)) is not None]
