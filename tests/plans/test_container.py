@@ -160,3 +160,16 @@ def test_mounts_parse_and_are_refused_on_other_executors(tmp_path: Path) -> None
     with pytest.raises(UserError, match="mounts: only the container executor"):
         resolve_plan(plan.model_copy(update={"rows": [plan.rows[0].model_copy(update={"image": None})]}),
                      executor="subprocess")
+    serve = plan.rows[0].model_copy(update={"kind": "serve", "image": None, "options": {"command": "testserver"}})
+    with pytest.raises(UserError, match="'c': mounts: a serve row is started by the plan"):
+        resolve_plan(plan.model_copy(update={"rows": [serve]}))
+
+
+def test_gpu_flags_of_docker_and_podman() -> None:
+    from lmmbench.executors.container import gpu_flags
+
+    assert gpu_flags(["docker"], []) == []
+    assert gpu_flags(["docker"], [3]) == ["--gpus", "device=3"]
+    assert gpu_flags(["/usr/bin/docker"], [0, 1]) == ["--gpus", '"device=0,1"']
+    assert gpu_flags(["podman", "--runtime", "runc"], [0, 1]) == ["--device", "nvidia.com/gpu=0", "--device",
+                                                                 "nvidia.com/gpu=1"]

@@ -7,7 +7,7 @@ read-only, every host path its options name, rewritten to where the container se
 (they bind 127.0.0.1) and any server the host reaches. The image must hold lmmbench with ``python`` on
 its PATH (e.g. ``pip install -c constraints.txt 'lmmbench[all]'``). A row with ``requirements`` runs
 in an image built from its own with them installed (``executors.container_images``: ``uv pip`` when the
-image has uv, else pip), removed once its last row ended. A GPU slot adds ``--gpus device=N``. The engine
+image has uv, else pip), removed once its last row ended. A row's GPUs are given with ``gpu_flags``. The engine
 command is ``$LMMBENCH_CONTAINER_ENGINE`` (default ``docker``; ``podman`` works alike). When no engine
 answers ``info``, the container rows fail with one line.
 """
@@ -51,6 +51,17 @@ def check_engine(engine: list[str]) -> None:
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise UserError(f"container executor: no container engine reachable (`{' '.join(engine)} info`: "
                         f"{last[0]}); start Docker or pick another executor")
+
+
+def gpu_flags(engine: list[str], gpus: list[int]) -> list[str]:
+    """The flags that give a container ``gpus``: docker's ``--gpus device=N[,M]``; podman's CDI devices
+    (``--device nvidia.com/gpu=N``, from the NVIDIA container toolkit's CDI spec; podman 4 has no ``--gpus``)."""
+    if not gpus:
+        return []
+    if Path(engine[0]).name == "podman":
+        return [a for g in gpus for a in ("--device", f"nvidia.com/gpu={g}")]
+    devices = ",".join(map(str, gpus))
+    return ["--gpus", f"device={devices}" if len(gpus) == 1 else f'"device={devices}"']  # docker's CSV quoting
 
 
 def path_fields(job: Job) -> set[str]:
@@ -101,8 +112,7 @@ class ContainerExecutor:
                 f"{self._fixed(job)[1].host}:{HOME_MOUNT}", "-e", f"LMMBENCH_HOME={HOME_MOUNT}", "-w", RUN_MOUNT]
         for mount in self.mounts.get(job.name, []):
             argv += ["-v", mount.flag()]
-        if slot.gpu is not None:
-            argv += ["--gpus", f"device={slot.gpu.index}"]
+        argv += gpu_flags(self.engine, [g.index for g in (slot.gpu, *slot.more) if g is not None])
         inner = f"python -m lmmbench.executors.worker {RUN_MOUNT}/{job_path.name}"
         return [*argv, self.run_image.get(job.name) or job.image or "", "sh", "-c", inner], {}
 
