@@ -63,7 +63,7 @@ VENV=$(realpath "$VENV") SRC=$(realpath "$SRC")
 [ -x "$VENV/bin/python" ] || fail "$VENV/bin/python does not exist"
 BASE=$("$VENV/bin/python" -c 'import sys; print(sys.base_prefix)')
 PYDIR=$("$VENV/bin/python" -c 'import sys; print(f"python{sys.version_info[0]}.{sys.version_info[1]}")')
-TAG=localhost/lmmbench-test:$(printf '%s\n' "$VENV" "$SRC" "$BASE" "$SUITE" | sha256sum | cut -c1-12)
+TAG=localhost/lmmbench-test:$({ printf '%s\n' "$VENV" "$SRC" "$BASE" "$SUITE"; cat "$0"; } | sha256sum | cut -c1-12)  # this script: its image
 
 MOUNTS=$("$VENV/bin/python" - "$VENV" "$SRC" "$BASE" <<'PY'
 import os, sys
@@ -84,10 +84,15 @@ if podman image exists "$TAG"; then
   echo "$TAG"
   exit 0
 fi
-# Test images of venvs that are gone (a docs leg's, a deleted checkout's) are removed before another is built.
+# Before another is built, the test images of venvs that are gone (a docs leg's, a deleted checkout's) and the
+# older ones of this venv and sources (an earlier version of this script) are removed.
 for old in $(podman images -q --filter reference=localhost/lmmbench-test); do
-  venv=$(podman image inspect --format '{{index .Labels "lmmbench.venv"}}' "$old" 2>/dev/null || true)
-  if [ -n "$venv" ] && [ ! -d "$venv" ]; then podman rmi -f "$old" >/dev/null 2>&1 || true; fi
+  labels=$(podman image inspect --format '{{index .Labels "lmmbench.venv"}} {{index .Labels "lmmbench.src"}}' "$old" \
+           2>/dev/null || true)
+  venv=${labels% *}
+  if [ -n "$venv" ] && { [ ! -d "$venv" ] || [ "$labels" = "$VENV $SRC" ]; }; then
+    podman rmi -f "$old" >/dev/null 2>&1 || true
+  fi
 done
 ROOTFS_TAR=$HOME_DIR/rootfs-$SUITE.tar
 if [ ! -s "$ROOTFS_TAR" ]; then
