@@ -22,6 +22,9 @@ from lmmbench.cli.main import main
 from lmmbench.executors import load_plan
 from lmmbench.executors.runner import run_plan
 
+# The first test waits for the image (debootstrap: one to four minutes here, more while setup's background build
+# also installs podman), past the suite's 300 s.
+pytestmark = pytest.mark.timeout(1500)
 ROOT = Path(__file__).resolve().parents[2]
 SRC = Path(lmmbench.__file__).resolve().parents[1]
 VENV = Path(sys.prefix).resolve()
