@@ -108,8 +108,9 @@ def test_host_paths_of_the_options_are_mounted_and_rewritten(tmp_path: Path, mon
     assert out["include_path"] == [f"/lmmbench/host{tmp_path}/d"]
     assert out["reference"] == "/lmmbench/run/x"  # under the row folder: through its mount
     assert (out["run_name"], out["model"], out["url"]) == ("d", "tiny-llm", str(tmp_path))  # not paths
-    assert {(m.host, m.read_only) for m in added} == {(tmp_path / "d" / "a.jsonl", True), (tmp_path / "tok", True),
-                                                       (tmp_path / "d", True)}
+    # a file is mounted with its folder (d), which also holds the include_path
+    assert {(m.host, m.read_only) for m in added} == {(tmp_path / "d", True), (tmp_path / "tok", True)}
+    assert all(m.container == f"/lmmbench/host{m.host}" for m in added)
 
 
 def test_no_container_engine_fails_the_container_rows_with_one_line_fake_engine(

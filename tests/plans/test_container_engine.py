@@ -107,6 +107,25 @@ def test_container_perf_row_reaches_a_serve_row_with_its_dataset_mounted_podman(
     assert len([r for r in records if json.loads(r).get("ok", True)]) >= 4
 
 
+def test_container_eval_row_reads_its_task_file_and_data_beside_it_as_inprocess_podman(
+        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
+    image, mounts = test_image
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    rows = [{"q": f"Question {i}?", "choices": ["yes", "no", "maybe"], "answer": i % 3} for i in range(6)]
+    (tasks / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tasks / "t.yaml").write_text("task: t\nkind: multiple_choice\ndata:\n  path: data.jsonl\n"
+                                  "doc_to_text: \"{{q}}\\nAnswer:\"\ndoc_to_choice: choices\ndoc_to_target: answer\n")
+    row = {"name": "mc", "kind": "eval", "model": "tiny-llm", "options": {"tasks": [str(tasks / "t.yaml")]}}
+    here = run_plan(load_plan(write_plan([row], name="here", executor="inprocess"))).results[0]
+    boxed = run_plan(load_plan(write_plan([{**row, "image": image, "mounts": mounts}], name="boxed",
+                                          executor="container"))).results[0]  # fmt: skip
+    assert here.status == "ok" and boxed.status == "ok", (here.error, boxed.error)
+    assert boxed.metrics["t.n_samples"] == 6 and boxed.metrics == here.metrics  # the same task, data and scores
+    job = json.loads((tmp_path / "out" / "boxed" / "mc" / "job.json").read_text())
+    assert job["config"]["tasks"] == [f"/lmmbench/host{tasks}/t.yaml"]
+
+
 def test_requirements_are_installed_in_a_built_image_removed_at_the_end_podman(
         test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
     image, mounts = test_image

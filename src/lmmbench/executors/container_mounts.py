@@ -5,8 +5,9 @@ paths its options name.
   folder) at ``CONTAINER`` (default: the same path), read-only unless ``:rw``. A missing host path, a relative
   container path or a mode other than ``ro`` / ``rw`` is refused when the plan is validated.
 - Every option value (also inside lists and mappings) that names an existing host file or folder — an
-  absolute path, one with a ``/``, or any existing name in a field typed as a path — is mounted read-only at
-  ``/lmmbench/host<absolute host path>`` and the option rewritten to that path. A path under the row folder,
+  absolute path, one with a ``/``, or any existing name in a field typed as a path — is rewritten to
+  ``/lmmbench/host<absolute host path>``, where the folder (a file's folder: the data and includes a task
+  file names beside it) is mounted read-only. A path under the row folder,
   ``$LMMBENCH_HOME`` or a ``mounts`` entry is rewritten to where that mount is instead. A ``command`` row's
   command line is text: paths in it are not rewritten (mount them with ``mounts``).
 """
@@ -105,10 +106,11 @@ def container_paths(config: dict[str, Any], fixed: list[Mount], path_fields: set
         if not isinstance(value, str) or (path := _as_host_path(value, typed)) is None:
             return value
         inside = _inside(path, [*fixed, *added])
-        if inside is None:
-            mount = Mount(path, HOST_MOUNT + str(path))
-            added.append(mount)
-            inside = mount.container
+        if inside is None:  # a file goes with its folder: a task's data file, an include, beside it
+            folder = path.parent if path.is_file() and path.parent != Path(path.anchor) else path
+            added[:] = [m for m in added if not (m.host == folder or folder in m.host.parents)]  # now inside it
+            added.append(Mount(folder, HOST_MOUNT + str(folder)))
+            inside = HOST_MOUNT + str(path)
         return inside
 
     out = {k: v if k in _TEXT_FIELDS else rewrite(v, k in path_fields) for k, v in config.items()}
