@@ -82,3 +82,14 @@ if ! ldconfig -p 2>/dev/null | grep "libEGL_mesa.so.0" >/dev/null; then
     echo "setup: Mesa's EGL is missing; install libegl1, libegl-mesa0 and libgl1-mesa-dri to run LIBERO's suites" >&2
   fi
 fi
+
+# A container engine (podman, installed as root with apt-get) and the container executor's test image, built
+# without a registry (scripts/container-engine.sh: debootstrap, about a minute the first time, seconds after). It
+# runs in the background; tests/plans/test_container_engine.py and the docs leg wait for it (the script's lock).
+# Where no engine can run, those tests are skipped with the reason and pytest -rs lists it.
+if [ "${SKIP_CONTAINER:-0}" != "1" ]; then
+  mkdir -p "${LMMBENCH_CONTAINER_CACHE:-/var/tmp/lmmbench-containers-$(id -u)}"
+  log="${LMMBENCH_CONTAINER_CACHE:-/var/tmp/lmmbench-containers-$(id -u)}/setup.log"
+  nohup bash scripts/container-engine.sh > "$log" 2>&1 < /dev/null &
+  echo "setup: container engine and test image building in the background (log: $log)"
+fi

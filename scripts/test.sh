@@ -49,7 +49,7 @@ if [ "$#" -gt 0 ]; then
   pytest_pass "selected" .venv/bin/python -m pytest -q "$@"
 else
   echo "== leg: main ($(versions .venv))"
-  pytest_pass "parallel ($WORKERS workers)" .venv/bin/python -m pytest -q -n "$WORKERS" -m "not serial and not docs" \
+  pytest_pass "parallel ($WORKERS workers)" .venv/bin/python -m pytest -q -rs -n "$WORKERS" -m "not serial and not docs" \
     -p no:cacheprovider --durations=15
   pytest_pass "serial" .venv/bin/python -m pytest -q -m "serial and not docs" -p no:cacheprovider --durations=15
 fi

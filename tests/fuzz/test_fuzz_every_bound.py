@@ -81,6 +81,7 @@ CASES: dict[str, list[str]] = {  # bound -> argv at B + 1 ({f:name} a file of _f
     "stop_grace_s": [],  # a time bound, not an input's: tests/reliability/test_plan_interrupt.py kills past it
     "venvs_kept": [],  # bounds of a cache, not an input's: tests/plans/test_venv_cache.py builds and prunes past
     "venvs_bytes": [],  # them, and refuses a bad value in one line (test_bad_options_are_one_line_and_exit_2)
+    "built_images": [],  # a plan's container rows: tests/plans/test_container.py builds one past it
 }
 SECONDS: dict[str, float] = {}  # every bound within 5 s (an eval renders its first prompt before the model loads)
 LOWERED = {"image_side": 31}  # media synth refuses sides under 28 pixels before the bound: 31 and 32 here

@@ -1,6 +1,8 @@
 """A fake container engine (no Docker daemon runs here): answers `info`, and runs `run` commands
 on the host with the container paths of `-v` / `-w` / `-e` mapped back to host paths. It records
-every argv in $FAKE_ENGINE_LOG. With FAKE_ENGINE_DOWN=1 `info` fails like an unreachable daemon."""
+every argv in $FAKE_ENGINE_LOG. With FAKE_ENGINE_DOWN=1 `info` fails like an unreachable daemon. An install
+container (`run --name lmmbench-build-...`) runs nothing (it would install into the host's Python): it succeeds, or
+fails with FAKE_ENGINE_INSTALL_FAIL=1; `commit`, `rm`, `rmi`, `image inspect` succeed."""
 
 from __future__ import annotations
 
@@ -18,14 +20,21 @@ def main(argv: list[str]) -> int:
             print("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.", file=sys.stderr)
             return 1
         return 0
+    if argv[0] in ("commit", "rm", "rmi", "image"):
+        return 0
     assert argv[0] == "run", argv
+    if "--name" in argv and argv[argv.index("--name") + 1].startswith("lmmbench-build-"):
+        if os.environ.get("FAKE_ENGINE_INSTALL_FAIL"):
+            print("ERROR: No matching distribution found for pkg-a>=1", file=sys.stderr)
+            return 1
+        return 0
     mounts: dict[str, str] = {}
     env: dict[str, str] = {}
     workdir = None
     i = 1
     while argv[i].startswith("-"):
         flag = argv[i]
-        if flag == "--rm":
+        if flag in ("--rm",):
             i += 1
             continue
         value = argv[i + 1]

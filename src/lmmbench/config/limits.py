@@ -62,6 +62,8 @@ LIMITS: dict[str, Limit] = {
               "used are removed after a venv is built or used (`lmmbench envs prune`)"),
         Limit("venvs_bytes", 100 * 1024**3, "bytes (du) of the venvs kept under $LMMBENCH_HOME/venvs, removed "
               "least recently used first as for venvs_kept"),
+        Limit("built_images", 64, "images one plan builds for its container rows' requirements (each removed "
+              "once its rows ended)"),
     )
 }
 

@@ -1,11 +1,15 @@
-"""The ``container`` executor: each row runs in a container through the docker CLI.
+"""The ``container`` executor: each row runs in a container through the docker CLI (or podman's).
 
-``docker run --rm`` with the row folder mounted at ``/lmmbench/run`` (the job file and the results)
-and ``$LMMBENCH_HOME`` at ``/lmmbench/home`` (built tiny models, media). The image must hold
-lmmbench (e.g. ``pip install -c constraints.txt 'lmmbench[all]'``); a row's requirements are installed
-just in time inside the container, with the project's constraints file mounted read-only. A GPU
-slot adds ``--gpus device=N``. The engine command is ``$LMMBENCH_CONTAINER_ENGINE`` (default
-``docker``; ``podman`` works alike). When no engine answers ``info``, the plan stops with one line.
+``run --rm --network host`` with the row folder mounted at ``/lmmbench/run`` (the job file and the
+results), ``$LMMBENCH_HOME`` at ``/lmmbench/home`` (built tiny models, media), the row's ``mounts`` and,
+read-only, every host path its options name, rewritten to where the container sees it
+(``executors.container_mounts``). The host network lets a container row reach the plan's serve rows
+(they bind 127.0.0.1) and any server the host reaches. The image must hold lmmbench with ``python`` on
+its PATH (e.g. ``pip install -c constraints.txt 'lmmbench[all]'``). A row with ``requirements`` runs
+in an image built from its own with them installed (``executors.container_images``: ``uv pip`` when the
+image has uv, else pip), removed once its last row ended. A row's GPUs are given with ``gpu_flags``. The engine
+command is ``$LMMBENCH_CONTAINER_ENGINE`` (default ``docker``; ``podman`` works alike). When no engine
+answers ``info``, the container rows fail with one line.
 """
 
 from __future__ import annotations
@@ -13,10 +17,14 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import sys
+import threading
 from pathlib import Path
 
 from lmmbench.core.errors import UserError
 from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
+from lmmbench.executors.container_images import ImageBuilder
+from lmmbench.executors.container_mounts import Mount, check_mounts, container_paths
 from lmmbench.executors.jobs import Job, RowResult
 from lmmbench.executors.pool import Slot, WorkerPool
 
@@ -24,7 +32,7 @@ __all__ = ["ContainerExecutor", "engine_command"]
 
 RUN_MOUNT = "/lmmbench/run"
 HOME_MOUNT = "/lmmbench/home"
-CONSTRAINTS_MOUNT = "/lmmbench/constraints.txt"
+_NAMED_PATHS = {"model", "tokenizer", "tasks"}  # text fields that may name a host path
 
 
 def engine_command() -> list[str]:
@@ -45,6 +53,34 @@ def check_engine(engine: list[str]) -> None:
                         f"{last[0]}); start Docker or pick another executor")
 
 
+def gpu_flags(engine: list[str], gpus: list[int]) -> list[str]:
+    """The flags that give a container ``gpus``: docker's ``--gpus device=N[,M]``; podman's CDI devices
+    (``--device nvidia.com/gpu=N``, from the NVIDIA container toolkit's CDI spec; podman 4 has no ``--gpus``)."""
+    if not gpus:
+        return []
+    if Path(engine[0]).name == "podman":
+        return [a for g in gpus for a in ("--device", f"nvidia.com/gpu={g}")]
+    devices = ",".join(map(str, gpus))
+    return ["--gpus", f"device={devices}" if len(gpus) == 1 else f'"device={devices}"']  # docker's CSV quoting
+
+
+def path_fields(job: Job) -> set[str]:
+    """The option fields of ``job``'s kind typed as paths, and the text fields that may name one."""
+    from lmmbench.executors.jobs import config_model
+
+    try:
+        model = config_model(job.kind, job.spec)
+    except Exception:  # a plugin spec installed inside the container: only the named fields
+        return set(_NAMED_PATHS)
+    typed = {name for name, f in model.model_fields.items() if "Path" in str(f.annotation)}
+    return typed | _NAMED_PATHS
+
+
+def _failed(job: Job, error: str) -> RowResult:
+    return RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model,
+                     error=error)
+
+
 class ContainerExecutor:
     """Runs every row in a container of its ``image`` through the worker pool."""
 
@@ -52,44 +88,73 @@ class ContainerExecutor:
         self.settings = settings
         self.engine = engine_command()
         self.engine_checked = False
+        self.images = ImageBuilder(self.engine)
+        self.run_image: dict[str, str] = {}  # row -> the image it runs (its own, or the one built for it)
+        self.mounts: dict[str, list[Mount]] = {}  # row -> every mount beside the row folder and home
 
-    def _launch(self, job: Job, job_path: Path, slot: Slot) -> tuple[list[str], dict[str, str]]:
+    def _fixed(self, job: Job) -> list[Mount]:
         from lmmbench.models.tiny import lmmbench_home
 
-        argv = [*self.engine, "run", "--rm", "-v", f"{job_path.parent}:{RUN_MOUNT}", "-v",
-                f"{lmmbench_home()}:{HOME_MOUNT}", "-e", f"LMMBENCH_HOME={HOME_MOUNT}", "-w", RUN_MOUNT]  # fmt: skip
-        if slot.gpu is not None:
-            argv += ["--gpus", f"device={slot.gpu.index}"]
-        inner = f"python -m lmmbench.executors.worker {RUN_MOUNT}/{job_path.name}"
-        if job.requirements:
-            from lmmbench.executors.venvs import default_constraints
+        home = lmmbench_home().absolute()
+        home.mkdir(parents=True, exist_ok=True)  # an engine refuses to mount a missing folder
+        return [Mount(Path(job.row_dir).absolute(), RUN_MOUNT, False), Mount(home, HOME_MOUNT, False),
+                *check_mounts(job.mounts)]  # fmt: skip
 
-            constraints = self.settings.constraints or default_constraints()
-            argv += ["-v", f"{constraints}:{CONSTRAINTS_MOUNT}:ro"]
-            pip = shlex.join(["python", "-m", "pip", "install", "-q", "-c", CONSTRAINTS_MOUNT, *job.requirements])
-            inner = f"{pip} && {inner}"
-        return [*argv, job.image or "", "sh", "-c", inner], {}
+    def _in_container(self, job: Job) -> Job:
+        """``job`` with its host paths rewritten to the container's; its mounts kept for the launch."""
+        fixed = self._fixed(job)
+        config, added = container_paths(job.config, fixed, path_fields(job))
+        self.mounts[job.name] = [*fixed[2:], *added]
+        return job.model_copy(update={"config": config})
+
+    def _launch(self, job: Job, job_path: Path, slot: Slot) -> tuple[list[str], dict[str, str]]:
+        argv = [*self.engine, "run", "--rm", "--network", "host", "-v", f"{job_path.parent}:{RUN_MOUNT}", "-v",
+                f"{self._fixed(job)[1].host}:{HOME_MOUNT}", "-e", f"LMMBENCH_HOME={HOME_MOUNT}", "-w", RUN_MOUNT]
+        for mount in self.mounts.get(job.name, []):
+            argv += ["-v", mount.flag()]
+        argv += gpu_flags(self.engine, [g.index for g in (slot.gpu, *slot.more) if g is not None])
+        inner = f"python -m lmmbench.executors.worker {RUN_MOUNT}/{job_path.name}"
+        return [*argv, self.run_image.get(job.name) or job.image or "", "sh", "-c", inner], {}
+
+    def _setup(self, job: Job) -> None:
+        """The image ``job`` runs: its own, or (with requirements) one built from it with them installed."""
+        from lmmbench.executors.venvs import default_constraints
+
+        self.images.present(job.image or "")
+        if not job.requirements:
+            self.run_image[job.name] = job.image or ""
+            return
+        reqs, added = container_paths({"requirements": job.requirements}, [], set())
+        constraints = (self.settings.constraints or default_constraints()).absolute()
+        mounts = [m.flag() for m in (*check_mounts(job.mounts), *added)]  # the row's environment, its wheels
+        self.run_image[job.name] = self.images.build(job.image or "", reqs["requirements"], constraints, mounts)
 
     def prepare(self, jobs: list[Job], done: DoneCallback) -> list[Job]:
         """Before any row of the plan runs: a row without an image fails alone; with no engine reachable
-        every container row fails with that cause (the plan's other rows still run)."""
+        every container row fails with that cause (the plan's other rows still run); the images rows with
+        requirements need are built (a failed install fails the rows that need it)."""
         ready = []
         for job in jobs:
             if job.image:
                 ready.append(job)
             else:
-                done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
-                               model=job.model, error="container executor: the row names no image (column 'image')"))
+                done(_failed(job, "container executor: the row names no image (column 'image')"))
         try:
             if ready:
                 check_engine(self.engine)
                 self.engine_checked = True
         except UserError as exc:
             for job in ready:
-                done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
-                               model=job.model, error=str(exc)))
+                done(_failed(job, str(exc)))
             return []
-        return ready
+        built = []
+        for job in ready:
+            try:
+                self._setup(job)
+                built.append(job)
+            except UserError as exc:
+                done(_failed(job, str(exc)))
+        return built
 
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
         """Check the engine once, then run the rows; a row without an image is an error."""
@@ -98,7 +163,36 @@ class ContainerExecutor:
             raise UserError(f"container executor: rows {', '.join(missing)} name no image (column 'image')")
         if not self.engine_checked:
             check_engine(self.engine)
-        WorkerPool(self.settings, self._launch).run(jobs, done)
+            self.engine_checked = True
+        ready = []
+        for job in jobs:
+            try:
+                if job.name not in self.run_image:
+                    self._setup(job)
+                ready.append(self._in_container(job))
+            except UserError as exc:
+                done(_failed(job, str(exc)))
+        users: dict[str, int] = {}
+        for job in ready:
+            users[self.run_image[job.name]] = users.get(self.run_image[job.name], 0) + 1
+        lock = threading.Lock()
+
+        def finished(result: RowResult) -> None:  # a built image goes when the last row that runs from it ends
+            done(result)
+            with lock:
+                tag = self.run_image.get(result.name, "")
+                users[tag] = users.get(tag, 1) - 1
+                line = self.images.remove(tag) if users[tag] == 0 else None
+            if line is not None:
+                print(f"warning: {line}", file=sys.stderr)
+
+        WorkerPool(self.settings, self._launch).run(ready, finished)
+
+    def cleanup(self) -> None:
+        """The orchestration design's ``cleanup()``: remove the images this plan built (said on stderr when
+        one cannot be removed; the plan's results stand)."""
+        for line in self.images.cleanup():
+            print(f"warning: {line}", file=sys.stderr)
 
 
 EXECUTORS.add("container", ContainerExecutor)

@@ -48,6 +48,7 @@ class Job(BaseModel):
     num_gpus: float = 0.0
     needs: list[str] = Field(default_factory=list)
     isolation: Literal["isolated", "shared"] | None = None
+    mounts: list[str] = Field(default_factory=list)
 
 
 class RowResult(BaseModel):
@@ -144,7 +145,8 @@ def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | No
         config.pop("out_dir", None)
     return Job(name=row.name, kind=row.kind, spec=row.spec, model=row.model, config=config, row_dir=str(row_dir),
                executor=executor, requirements=row.requirements, image=row.image, python=row.python,
-               num_cpus=row.num_cpus, num_gpus=row.num_gpus, needs=row.needs, isolation=row.isolation)  # fmt: skip
+               num_cpus=row.num_cpus, num_gpus=row.num_gpus, needs=row.needs, isolation=row.isolation,
+               mounts=row.mounts)  # fmt: skip
 
 
 def _run_metrics(job: Job, cfg: Any) -> tuple[str, dict[str, Any], bool]:

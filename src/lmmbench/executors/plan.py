@@ -2,8 +2,8 @@
 
 A plan is YAML (``name``, ``out_dir``, ``executor``, ``rows: [...]``) or CSV after VLMHyperBench's
 ``user_config.csv`` with the columns ``name, kind, model, options, executor, requirements, image``
-(optional ``python, num_cpus, num_gpus, needs, isolation``). In CSV, ``options`` is ``key=value;key=value``;
-``requirements`` and ``needs`` are ``;``-separated. A row runs after the rows it ``needs`` (see
+(optional ``python, num_cpus, num_gpus, needs, isolation, mounts``). In CSV, ``options`` is ``key=value;key=value``;
+``requirements``, ``needs`` and ``mounts`` are ``;``-separated. A row runs after the rows it ``needs`` (see
 ``executors.stages``); a ``command`` row runs any command line in its environment. Two option keys
 are lifted out of ``options``: ``spec`` (the spec a ``run`` row runs) and ``server`` (the ``serve`` row
 a ``perf`` or ``eval`` row talks to).
@@ -25,7 +25,7 @@ from lmmbench.core.errors import UserError, user_error_from_validation
 __all__ = ["CSV_COLUMNS", "Plan", "PlanRow", "load_plan", "parse_options"]
 
 CSV_COLUMNS = ("name", "kind", "model", "options", "executor", "requirements", "image")
-_OPTIONAL_CSV_COLUMNS = ("python", "num_cpus", "num_gpus", "spec", "server", "needs", "isolation")
+_OPTIONAL_CSV_COLUMNS = ("python", "num_cpus", "num_gpus", "spec", "server", "needs", "isolation", "mounts")
 RowKind = Literal["run", "perf", "eval", "serve", "command"]
 Isolation = Literal["isolated", "shared"]
 
@@ -51,13 +51,15 @@ class PlanRow(BaseModel):
     isolation: Isolation | None = Field(None, description="venv executor: isolated (nothing of the driver's "
                                         "environment) or shared (the driver's packages visible); default: "
                                         "isolated for a row with requirements or python, else shared.")
+    mounts: list[str] = Field(default_factory=list, description="container executor: host paths mounted into the "
+                              "container, each HOST[:CONTAINER][:ro|:rw] (default: the same path, read-only).")
 
     @field_validator("options", mode="before")
     @classmethod
     def _options_text(cls, value: Any) -> Any:
         return parse_options(value) if isinstance(value, str) else value
 
-    @field_validator("requirements", "needs", mode="before")
+    @field_validator("requirements", "needs", "mounts", mode="before")
     @classmethod
     def _requirements_text(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -8,6 +8,8 @@ plan is validated (before anything runs), naming the row and the field, never ca
 - ``python`` is chosen by the ``venv`` executor (a container's image decides its own).
 - ``image`` is the ``container`` executor's; ``spec`` is a ``run`` row's.
 - ``isolation`` is the ``venv`` executor's (see ``executors.venvs``).
+- ``mounts`` are the ``container`` executor's (every other one sees the host's files as they are); each is
+  checked here (a missing host path, a bad mode: refused before anything runs).
 - A ``serve`` row is started by the plan beside the rows, with the driver's interpreter: it has no
   executor, environment or resource request of its own, so those fields are refused on it.
 """
@@ -44,16 +46,28 @@ def check_row_fields(row: PlanRow, executor: str) -> None:
                         f"its own); this row runs on '{executor}', i.e. on Python {here}: add executor: venv")
     if row.image is not None and executor != "container" and executor in (*_DRIVER_EXECUTORS, "venv", "ray"):
         raise UserError(f"image: only the container executor runs an image; this row runs on '{executor}'")
+    if row.mounts:
+        _check_mounts(row, executor)
     if row.isolation is not None and executor != "venv" and executor in (*_DRIVER_EXECUTORS, "container", "ray"):
         raise UserError(f"isolation: chooses how the venv executor builds a row's venv; this row runs on "
                         f"'{executor}'")
+
+
+def _check_mounts(row: PlanRow, executor: str) -> None:
+    if executor in (*_DRIVER_EXECUTORS, "venv", "ray"):
+        raise UserError(f"mounts: only the container executor mounts host paths (this row runs on '{executor}', "
+                        "which sees the host's files as they are); drop mounts or add executor: container")
+    if executor == "container":
+        from lmmbench.executors.container_mounts import check_mounts
+
+        check_mounts(row.mounts)
 
 
 def _check_serve_row(row: PlanRow) -> None:
     given = {"executor": row.executor is not None, "requirements": bool(row.requirements),
              "image": row.image is not None, "python": row.python is not None, "num_cpus": row.num_cpus != 1.0,
              "num_gpus": row.num_gpus != 0.0, "isolation": row.isolation is not None,
-             "needs": bool(row.needs), "spec": row.spec is not None}  # fmt: skip
+             "needs": bool(row.needs), "spec": row.spec is not None, "mounts": bool(row.mounts)}  # fmt: skip
     host = row.options.get("host")
     if host is not None and str(host) not in _REACHABLE_HOSTS:
         raise UserError(f"options.host: '{host}': the plan's rows reach a serve row on 127.0.0.1; bind "

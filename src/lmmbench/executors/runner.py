@@ -169,6 +169,14 @@ def _prepare(executors: dict[str, Any], jobs: list[Job], finish: Callable[[RowRe
     return ready
 
 
+def _cleanup(executors: dict[str, Any]) -> None:
+    """Each executor's ``cleanup`` (the container executor removes the images the plan built)."""
+    for executor in executors.values():
+        cleanup = getattr(executor, "cleanup", None)
+        if cleanup is not None:
+            cleanup()
+
+
 def _by_executor(jobs: list[Job]) -> dict[str, list[Job]]:
     groups: dict[str, list[Job]] = {}
     for job in jobs:
@@ -252,7 +260,11 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, re
 
     settings = ExecutorSettings(plan_dir, plan.workers, plan.max_retries, ray_address, constraints)
     executors = {name: EXECUTORS.get(name)(settings) for name in {j.executor for j in pending}}
-    pending = _prepare(executors, pending, finish)
+    try:
+        pending = _prepare(executors, pending, finish)
+    except BaseException:  # stopped while a venv or an image was being built: what was built goes
+        _cleanup(executors)
+        raise
     needed = {s for j in pending if (s := rows[j.name].server)}
     server_errors: dict[str, str] = {}
     servers: dict[str, RunningServer] = {}
@@ -284,6 +296,7 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, re
         run.interrupted = True
     finally:
         _stop_servers(servers, rows, t0, run.interrupted, finish)
+        _cleanup(executors)
         for name, err in server_errors.items():
             finish(RowResult(name=name, kind="serve", status="failed", executor="background", error=err))
     if run.interrupted:
