@@ -187,6 +187,9 @@ def _perf_metrics(summaries: list[PerfSummary]) -> dict[str, Any]:
         out.update({f"{prefix}requests": s.requests, f"{prefix}ok": s.ok, f"{prefix}errors": s.errors,
                     f"{prefix}qps": s.qps, f"{prefix}ttft_ms_mean": ttft.mean, f"{prefix}ttft_ms_p50": ttft.p50,
                     f"{prefix}ttft_ms_p99": ttft.p99, f"{prefix}tpot_ms_mean": tpot.mean})  # fmt: skip
+        for name in ("server_ttft_ms", "client_minus_server_ttft_ms"):  # responses with server-side metrics
+            if name in s.metrics:
+                out[f"{prefix}{name}_p50"] = s.metrics[name].p50
     return out
 
 
