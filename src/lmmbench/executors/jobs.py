@@ -111,8 +111,8 @@ def validate_options(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
 
 def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | None) -> Job:
     """Validate ``row``'s options into its run's config; ``server_url`` is its serve row's URL."""
-    if row.kind == "serve":
-        raise ValueError("serve rows are started by the plan, not run as jobs")
+    if row.kind == "serve" or row.kind == "proxy":
+        raise ValueError("serve and proxy rows are started by the plan, not run as jobs")
     data: dict[str, Any] = dict(row.options)
     if row.kind in ("run", "perf"):  # a row's folder is the plan's: a retried attempt replaces the killed one's
         data.setdefault("overwrite", True)
