@@ -25,6 +25,7 @@ from lmmbench.cli.main import main
 from lmmbench.config.perf_testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.core.request_records import PerfRequest, RequestRecord
+from lmmbench.metrics.perf_metrics import request_values
 from lmmbench.testing import running_testserver
 
 TTFT_MS, ITL_MS = 30.0, 5.0
@@ -78,8 +79,8 @@ def proxy(upstream: str) -> Iterator[str]:
         yield url
 
 
-def _request(url: str, endpoint: str, *, stream: bool, max_tokens: int = 4,
-             extra: dict[str, Any] | None = None) -> RequestRecord:  # fmt: skip
+def _request(url: str, endpoint: str, *, stream: bool, max_tokens: int = 4, extra: dict[str, Any] | None = None,
+             model: str = "test-model") -> RequestRecord:  # fmt: skip
     """One request through lmmbench's own perf client (its instants are the client's TTFT and latency)."""
     if endpoint == "chat":
         payload: dict[str, Any] = {"messages": [{"role": "user", "content": "one two three"}]}
@@ -88,7 +89,7 @@ def _request(url: str, endpoint: str, *, stream: bool, max_tokens: int = 4,
     payload.update(max_tokens=max_tokens, **(extra or {}))
 
     async def go() -> RequestRecord:
-        client = OpenAIHttpClient(url, "test-model", continuous_usage=False)
+        client = OpenAIHttpClient(url, model, continuous_usage=False)
         return await client.request_once(PerfRequest(0, payload, endpoint=endpoint), stream=stream, timeout_s=30)
 
     rec = asyncio.run(go())
@@ -189,6 +190,21 @@ def test_eval_against_the_proxy_keeps_the_server_metrics_in_its_predictions(prox
     for p in preds:
         m = p["server_metrics"]
         assert set(m) == METRIC_KEYS and m["ttft_ms"] >= TTFT_MS and m["e2e_ms"] >= m["ttft_ms"]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_the_perf_client_keeps_the_builtin_servers_metrics(llm_server: Any, stream: bool) -> None:
+    rec = _request(llm_server.url, "chat", stream=stream, model="tiny-llm", max_tokens=8,
+                   extra={"temperature": 0, "ignore_eos": True})
+    assert rec.ok and rec.server_metrics is not None and set(rec.server_metrics) == METRIC_KEYS
+    values = request_values(rec)
+    assert values["server_ttft_ms"] == rec.server_metrics["ttft_ms"] <= values["ttft_send_ms"]
+    assert values["server_queue_ms"] is not None  # the built-in server sees its own queue
+    assert values["server_e2e_ms"] <= values["e2e_send_ms"]
+    if stream and rec.end_ns > rec.first_token_ns:  # (a fast model's whole stream may come in one read)
+        assert values["client_minus_server_ttft_ms"] == values["ttft_send_ms"] - values["server_ttft_ms"]
+    if not stream:  # a whole answer's client TTFT is its latency: no TTFT difference is made up for it
+        assert values["client_minus_server_ttft_ms"] is None
 
 
 @pytest.mark.parametrize("upstream_arg", ["not-a-url", "ftp://127.0.0.1:1", "http://127.0.0.1:{free}"])
