@@ -5,6 +5,7 @@ test server, a real proxy process, real perf; refusals name the row and the fiel
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +67,31 @@ def test_a_proxy_row_whose_upstream_failed_fails_its_rows(write_plan: Any, tmp_p
     assert px["status"] == "failed" and "upstream serve row 'bad' did not start" in px["error"]
     load = json.loads((out / "load" / "status.json").read_text())
     assert load["status"] == "failed" and "px" in load["error"]
+
+
+def test_transformers_serve_behind_a_proxy_row(write_plan: Any, tmp_path: Path) -> None:
+    """A real third-party engine upstream: `transformers serve` on CPU streams without `data: [DONE]`, often all
+    tokens in one chunk; the proxy adds the metrics to its finish chunk and adds no [DONE] it never sent."""
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("fastapi", reason="transformers serve needs transformers[serving] (lmmbench[serving])")
+    from lmmbench.models.tiny import build_tiny_model
+
+    model_dir = build_tiny_model("tiny-llm")
+    path = write_plan([
+        {"name": "tf", "kind": "serve", "model": str(model_dir),
+         "options": {"command": "{python} -m transformers.cli.transformers serve {model} --device cpu "
+                                "--host {host} --port {port}",
+                     "env": {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+                     "ready_timeout_s": 180, "telemetry_interval_s": 0}},
+        {"name": "px", "kind": "proxy", "options": {"upstream": "tf"}},
+        {"name": "load", "kind": "perf", "server": "px",
+         "options": {"num_requests": 3, "output_tokens": 4, "ignore_eos": False, "rate": 5}},
+    ], name="tfproxy")  # fmt: skip
+    assert main(["batch", str(path)]) == 0
+    out = path.parent / "out" / "tfproxy"
+    load = json.loads((out / "load" / "status.json").read_text())
+    assert load["status"] == "ok" and load["metrics"]["ok"] == 3, load
+    records = [json.loads(x) for x in next((out / "load").glob("perf/*/records.jsonl")).read_text().splitlines()]
+    for r in records:
+        assert 0 < r["server_ttft_ms"] <= r["ttft_send_ms"] and r["server_e2e_ms"] <= r["e2e_send_ms"]
+        assert r["saw_done"] is False  # transformers serve sends none; the proxy invents none

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -150,6 +151,22 @@ def test_upstream_errors_and_passthrough_routes(proxy: str) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=10)
     assert err.value.code == 404 and "other-model" in err.value.read().decode()  # the upstream's answer
+
+
+def test_an_upstream_gone_after_the_start_is_a_502_with_an_error_object() -> None:
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=1)) as gone:
+        proxy = running_proxy(gone)
+        url = proxy.__enter__()
+    try:  # the test server is stopped now; the proxy still runs
+        req = urllib.request.Request(url + "/v1/completions", data=json.dumps(
+            {"model": "test-model", "prompt": "x", "max_tokens": 2}).encode(),
+            headers={"Content-Type": "application/json"})  # fmt: skip
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=10)
+        body = json.loads(err.value.read())
+        assert err.value.code == 502 and body["error"]["type"] == "upstream_error" and gone in body["error"]["message"]
+    finally:
+        proxy.__exit__(None, None, None)
 
 
 @pytest.mark.serial

@@ -8,11 +8,13 @@ Routes: ``POST /v1/chat/completions`` and ``/v1/completions`` (streamed or not),
 (``serve.proxy_measure``): in the body of a whole answer, on the last chunk before ``[DONE]`` of a streamed one.
 A whole answer is asked of the upstream as a stream (with ``include_usage``) so that its first token is seen,
 then rebuilt; one that has no first token to see (``echo``, ``max_tokens: 0``) is forwarded whole, with TTFT and
-TPOT null. An upstream error is passed through as the upstream said it, without ``metrics``.
+TPOT null. An upstream error is passed through as the upstream said it, without ``metrics``; an upstream that
+cannot be reached (or breaks off before answering) is a 502 with an OpenAI-style error object.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import urllib.error
@@ -227,6 +229,14 @@ class _Proxy:
         return JSONResponse({**answer, "metrics": measure.metrics()})
 
 
+async def _unreachable(request: Any, exc: Exception) -> Any:
+    from fastapi.responses import JSONResponse
+
+    base = request.app.state.proxy.base
+    message = f"the upstream {base} did not answer: {type(exc).__name__}: {exc}"
+    return JSONResponse({"error": {"message": message, "type": "upstream_error", "code": 502}}, status_code=502)
+
+
 def create_proxy_app(base: str, memory: Any | None = None) -> Any:
     """The FastAPI app of a proxy in front of ``base``; ``memory`` reads GPU memory (default: NVML if present)."""
     from contextlib import asynccontextmanager
@@ -261,6 +271,10 @@ def create_proxy_app(base: str, memory: Any | None = None) -> Any:
     for path in ("/v1/models", "/health", "/metrics"):
         app.add_api_route(path, passthrough, methods=["GET"], response_model=None)
     app.state.proxy = proxy
+    import aiohttp
+
+    app.add_exception_handler(aiohttp.ClientError, _unreachable)
+    app.add_exception_handler(asyncio.TimeoutError, _unreachable)
     return app
 
 
