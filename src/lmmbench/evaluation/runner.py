@@ -26,7 +26,8 @@ from lmmbench.evaluation.task_config import TaskConfig, group_columns
 from lmmbench.evaluation.task_data import read_source
 
 __all__ = [
-    "InferStats", "SampleJob", "build_jobs", "check_first_prompt", "read_predictions", "run_infer", "truncated_flags",
+    "InferStats", "SampleJob", "build_jobs", "check_first_prompt", "read_predictions", "run_infer",
+    "server_metrics_of", "truncated_flags",
 ]
 
 log = logging.getLogger(__name__)
