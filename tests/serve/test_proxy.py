@@ -50,6 +50,8 @@ def running_proxy(upstream: str, timeout_s: float = 60.0) -> Iterator[str]:
             try:
                 with urllib.request.urlopen(url + "/health", timeout=1):
                     break
+            except urllib.error.HTTPError:  # the upstream's own answer, passed through: the proxy is up
+                break
             except OSError:
                 if time.monotonic() > deadline:
                     raise RuntimeError("proxy did not start in time") from None
@@ -207,6 +209,32 @@ def test_eval_against_the_proxy_keeps_the_server_metrics_in_its_predictions(prox
     for p in preds:
         m = p["server_metrics"]
         assert set(m) == METRIC_KEYS and m["ttft_ms"] >= TTFT_MS and m["e2e_ms"] >= m["ttft_ms"]
+
+
+def test_an_lmms_benchmark_through_the_proxy_before_a_server_that_never_streams(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scripted server answers every request with one JSON body, stream or not: the proxy passes it on with
+    its latency (TTFT unseen: null), and eval's lmms-eval path keeps that in its predictions."""
+    from lmmbench.testing import mm_datasets
+    from lmmbench.testing.scripted_server import ScriptedServer
+
+    hf = tmp_path / "hf"
+    for name, value in (("HF_HOME", str(hf)), ("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("HF_DATASETS_CACHE", raising=False)
+    for mod in ("huggingface_hub.constants", "datasets.config"):  # read once, at import, by an earlier test
+        if mod in sys.modules:
+            monkeypatch.setattr(sys.modules[mod], "HF_HUB_OFFLINE", True)
+    mm_datasets.write_all(hf)
+    with ScriptedServer(mm_datasets.rules(), default="zzz") as srv, running_proxy(srv.url.removesuffix("/v1")) as px:
+        assert main(["eval", "--model", px, "--tokenizer", "tiny-vl", "--tasks", "chartqa", "--limit", "2",
+                     "--out-dir", str(tmp_path / "e")]) in (0, 1)  # fmt: skip
+    preds = [json.loads(x) for x in next((tmp_path / "e").glob("*/predictions/chartqa.jsonl")).read_text()
+             .splitlines()]  # fmt: skip
+    assert len(preds) == 2
+    for p in preds:
+        m = p["server_metrics"]
+        assert m["ttft_ms"] is None and m["tpot_ms"] is None and m["e2e_ms"] > 0
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])

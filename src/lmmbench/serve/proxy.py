@@ -1,15 +1,16 @@
-"""``lmmbench proxy``: an OpenAI-compatible measuring proxy in front of any engine (VLMHyperBench's
-"Inference API Wrapper": every backend wrapped in one FastAPI proxy that measures TTFT, TPOT, latency and peak
-memory on the worker's side and returns them with each answer).
+"""``lmmbench proxy``: an OpenAI-compatible measuring proxy in front of any engine (VLMHyperBench's "Inference API
+Wrapper": every backend wrapped in one FastAPI proxy that measures TTFT, TPOT, latency and peak memory on the
+worker's side and returns them with each answer).
 
 Routes: ``POST /v1/chat/completions`` and ``/v1/completions`` (streamed or not), forwarded to ``--upstream``
 (vLLM, SGLang, TGI, ``transformers serve``, llama.cpp, ``lmmbench serve`` / ``testserver``); ``GET /v1/models``,
 ``/health`` and ``/metrics`` passed through. Every answer gets the ``metrics`` object of lmmbench's own server
-(``serve.proxy_measure``): in the body of a whole answer, on the last chunk before ``[DONE]`` of a streamed one.
-A whole answer is asked of the upstream as a stream (with ``include_usage``) so that its first token is seen,
-then rebuilt; one that has no first token to see (``echo``, ``max_tokens: 0``) is forwarded whole, with TTFT and
-TPOT null. An upstream error is passed through as the upstream said it, without ``metrics``; an upstream that
-cannot be reached (or breaks off before answering) is a 502 with an OpenAI-style error object.
+(``serve.proxy_measure``): in the body of a whole answer, on the last chunk before ``[DONE]`` of a streamed one. A
+whole answer is asked of the upstream as a stream (with ``include_usage``) so that its first token is seen, then
+rebuilt; one that has no first token to see (``echo``, ``max_tokens: 0``) is forwarded whole, with TTFT and TPOT
+null, as is the answer of an upstream that answers a stream request with one JSON body (no SSE). An upstream error
+is passed through as the upstream said it, without ``metrics``; an upstream that cannot be reached (or breaks off
+before answering) is a 502 with an OpenAI-style error object.
 """
 
 from __future__ import annotations
@@ -187,6 +188,15 @@ class _Proxy:
             content = await resp.read()
             resp.release()
             return Response(content, status_code=resp.status, media_type=resp.headers.get("content-type"))
+        if "event-stream" not in resp.headers.get("content-type", ""):  # an upstream that does not stream
+            measure.token_seen = False
+            try:
+                content = await resp.read()
+                measure.end_ns = _now()
+            finally:
+                measure.peak_memory_bytes = self.memory.end(key)
+                resp.release()
+            return _with_metrics(200, resp.headers.get("content-type"), content, measure)
         if stream:
             relay = StreamRelay(measure, drop_usage=not asked_usage)
             return StreamingResponse(_relay_stream(resp, relay, measure, self.memory, key),
@@ -208,8 +218,6 @@ class _Proxy:
 
     async def _forward_whole(self, url: str, body: dict[str, Any], request: Any, measure: Measure) -> Any:
         """A whole answer with no first token to see: latency, usage and memory only."""
-        from fastapi.responses import JSONResponse, Response
-
         measure.token_seen = False
         key = self.memory.begin()
         try:
@@ -219,14 +227,7 @@ class _Proxy:
                 status, media = resp.status, resp.headers.get("content-type")
         finally:
             measure.peak_memory_bytes = self.memory.end(key)
-        try:
-            answer = json.loads(content) if status == 200 else None
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
-            return Response(content, status_code=status, media_type=media)
-        measure.see(measure.end_ns, {"usage": answer.get("usage")})
-        return JSONResponse({**answer, "metrics": measure.metrics()})
+        return _with_metrics(status, media, content, measure)
 
 
 async def _unreachable(request: Any, exc: Exception) -> Any:
@@ -235,6 +236,20 @@ async def _unreachable(request: Any, exc: Exception) -> Any:
     base = request.app.state.proxy.base
     message = f"the upstream {base} did not answer: {type(exc).__name__}: {exc}"
     return JSONResponse({"error": {"message": message, "type": "upstream_error", "code": 502}}, status_code=502)
+
+
+def _with_metrics(status: int, media: str | None, content: bytes, measure: Measure) -> Any:
+    """A whole upstream answer with ``metrics`` added (a non-200 or non-JSON one as it came)."""
+    from fastapi.responses import JSONResponse, Response
+
+    try:
+        answer = json.loads(content) if status == 200 else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        return Response(content, status_code=status, media_type=media)
+    measure.see(measure.end_ns, {"usage": answer.get("usage")})
+    return JSONResponse({**answer, "metrics": measure.metrics()})
 
 
 def create_proxy_app(base: str, memory: Any | None = None) -> Any:
