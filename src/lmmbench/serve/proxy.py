@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -305,6 +306,9 @@ def run_proxy(cfg: ProxyConfig) -> None:
     base = upstream_base(cfg.upstream)
     check_upstream(base)
     ensure_port_free(cfg.host, cfg.port)
+    if cfg.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: binding {cfg.host}: anyone who can reach this port can use {base} through it (the "
+              f"client's Authorization header is passed on)", file=sys.stderr, flush=True)  # fmt: skip
     app = create_proxy_app(base)
     gpu = "NVML" if app.state.proxy.memory.available else f"none: {app.state.proxy.memory.reason}"
     print(f"lmmbench proxy: http://{cfg.host}:{cfg.port} -> {base} (peak GPU memory: {gpu})", flush=True)
