@@ -111,6 +111,12 @@ async def _relay_stream(resp: Any, relay: StreamRelay, measure: Measure, memory:
         resp.release()
 
 
+def _release(resp: Any, memory: Any, key: int | None) -> None:
+    """Free a streamed request's upstream connection and memory slot (a no-op when the stream did)."""
+    memory.end(key)
+    resp.release()
+
+
 async def _collect(resp: Any, measure: Measure, whole: WholeAnswer) -> None:
     """Read a streamed upstream answer to its end into ``whole``, timing it."""
     splitter = SSESplitter()
@@ -143,8 +149,9 @@ class _Proxy:
     async def start(self) -> None:
         import aiohttp
 
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-                                             auto_decompress=True)  # fmt: skip
+        # no connection limit: a pool cap would queue requests inside the proxy, in its own measured TTFT
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))  # fmt: skip
 
     async def close(self) -> None:
         if self.session is not None:
@@ -199,10 +206,14 @@ class _Proxy:
                 resp.release()
             return _with_metrics(200, resp.headers.get("content-type"), content, measure)
         if stream:
+            from starlette.background import BackgroundTask
+
             relay = StreamRelay(measure, drop_usage=not asked_usage)
             return StreamingResponse(_relay_stream(resp, relay, measure, self.memory, key),
                                      media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})  # fmt: skip
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                                     # a client gone before the stream started never runs the generator's finally
+                                     background=BackgroundTask(_release, resp, self.memory, key))  # fmt: skip
         whole = WholeAnswer(chat=request.url.path.endswith("/chat/completions"))
         try:
             await _collect(resp, measure, whole)
