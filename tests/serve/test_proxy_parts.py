@@ -136,3 +136,12 @@ def test_server_metrics_survive_a_resumed_perf_run_and_summarize_with_their_spre
     keys = [k for k in rows[0] if k.startswith(("server_", "client_minus_server_"))]
     assert len(keys) == 7 and [{k: a[k] for k in keys} for a in again] == [{k: r[k] for k in keys} for r in rows]
     assert "client_minus_server_ttft_ms" not in summarize_records([make_record()]).metrics  # none carried: none made
+
+
+def test_several_choices_have_no_tpot() -> None:
+    m = Measure(arrival_ns=0)
+    for t, index in ((10, 0), (20, 1), (30, 0)):
+        m.see(t * 1_000_000, {"choices": [{"index": index, "delta": {"content": "x"}}]})
+    m.see(40_000_000, {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 6}})
+    metrics = m.metrics()
+    assert metrics["ttft_ms"] == 10.0 and metrics["e2e_ms"] == 40.0 and metrics["tpot_ms"] is None

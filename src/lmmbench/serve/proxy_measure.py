@@ -7,7 +7,8 @@ what the proxy cannot see, the engine's queue and preprocessing, is null):
 - ``ttft_ms``: from the proxy receiving the request to the first upstream chunk carrying generated text
   (content or reasoning; a role-only or empty chunk is not a token);
 - ``e2e_ms`` (latency): from the proxy receiving the request to the upstream's last event;
-- ``tpot_ms``: (e2e - ttft) / (completion_tokens - 1), null for a one-token answer or without ``usage``;
+- ``tpot_ms``: (e2e - ttft) / (completion_tokens - 1), null for a one-token answer, without ``usage``, or for
+  several choices (``n`` > 1: ``usage`` counts the tokens of all of them);
 - ``prompt_tokens`` / ``completion_tokens``: the upstream's ``usage``, null when it sends none;
 - ``peak_memory_bytes``: from ``serve.proxy_memory`` (NVML), null without it.
 
@@ -50,6 +51,7 @@ class Measure:
     usage: dict[str, Any] | None = None
     peak_memory_bytes: int | None = None
     token_seen: bool = True  # False: an answer forwarded whole, whose first token the proxy cannot see
+    several_choices: bool = False  # n > 1: usage counts every choice's tokens, so TPOT is not one stream's
 
     def see(self, t_ns: int, obj: dict[str, Any]) -> None:
         """Account one upstream event (a parsed chunk) that arrived at ``t_ns``."""
@@ -57,10 +59,13 @@ class Measure:
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
-        if not self.first_token_ns:
-            choices = obj.get("choices")
-            if isinstance(choices, list) and any(isinstance(c, dict) and has_text(c) for c in choices):
-                self.first_token_ns = t_ns
+        choices = obj.get("choices")
+        if not isinstance(choices, list):
+            return
+        if any(isinstance(c, dict) and c.get("index", 0) != 0 for c in choices):
+            self.several_choices = True
+        if not self.first_token_ns and any(isinstance(c, dict) and has_text(c) for c in choices):
+            self.first_token_ns = t_ns
 
     def metrics(self) -> dict[str, float | int | None]:
         """The ``metrics`` object (keys of lmmbench's server; null where unmeasured)."""
@@ -69,7 +74,8 @@ class Measure:
         usage = self.usage or {}
         completion = _int_or_none(usage.get("completion_tokens"))
         tpot = None
-        if ttft is not None and e2e is not None and completion is not None and completion > 1:
+        if ttft is not None and e2e is not None and completion is not None and completion > 1 \
+                and not self.several_choices:
             tpot = (e2e - ttft) / (completion - 1)
         return {
             "queue_ms": None,
