@@ -86,6 +86,7 @@ INPUT_KINDS: dict[str, list[str]] = {
     "--backend-name": ["not a path: a label for report.json's Backend field (its help names the URL)"],
     "--logprobs-reference": ["tests/eval/test_reference_backends.py::test_url_logprob_diff_reports_the_server_s_"
                              "injected_shift_and_divergence"],
+    "--upstream": ["tests/serve/test_proxy.py::test_a_bad_upstream_is_one_line_and_exit_2"],
     # environment variables
     "LMMBENCH_HOME": ["home-is-a-file"],
     "LMMBENCH_PROMPT_PATH": ["tests/fuzz/test_fuzz_env_files.py::test_a_prompt_folder_from_the_environment_with_a_"

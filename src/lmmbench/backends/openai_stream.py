@@ -93,6 +93,8 @@ def finalize_record(rec: RequestRecord, tokenizer: Any | None = None, keep_text:
                 rec.error_message = _error_message(data)
             continue
         _cached_tokens(obj, rec)
+        if isinstance(obj.get("metrics"), dict):  # server-side metrics (lmmbench serve / proxy): the last one wins
+            rec.server_metrics = obj["metrics"]
         if "choices" not in obj and isinstance(obj.get("meta_info"), dict):  # SGLang's native /generate event
             obj, native_text = native_event(obj, native_text)
         u = obj.get("usage")

@@ -6,6 +6,8 @@ continuation's log-prob is the sum of the echoed ``token_logprobs`` over its tok
 equals the best of ``top_logprobs``. A server that does not echo prompt log-probs gets one clear error.
 Generation uses ``/v1/chat/completions`` (chat tasks, images as data URLs) or ``/v1/completions``.
 Tokenisation follows the same rules as the in-process scorer, with a local tokenizer.
+A generation answer that carries server-side ``metrics`` (lmmbench's server, ``lmmbench proxy``) has them kept
+in ``server_metrics``, one entry per request of the last ``generate`` call (None where an answer had none).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class OpenAIScorer:
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         tok = tokenizer
         self.prefix_token_id = int(tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id)
+        self.server_metrics: list[dict[str, Any] | None] = []  # per request of the last generate call
         self._prefix_str = tok.decode(self.prefix_token_id)
 
     # ------------------------------------------------------------------ HTTP
@@ -202,7 +205,7 @@ class OpenAIScorer:
         return totals
 
     # ------------------------------------------------------------------ generation
-    async def _generate(self, session: Any, r: GenRequest) -> str:
+    async def _generate(self, session: Any, r: GenRequest, sink: list[Any], i: int) -> str:
         if r.chat or r.images or r.audio:
             from lmmbench.backends.scoring_media import to_messages
 
@@ -223,12 +226,16 @@ class OpenAIScorer:
                 body["stop"] = r.stop[:4]
             answer = await self._post(session, "/completions", body)
             text = answer["choices"][0].get("text") or ""
+        if isinstance(answer.get("metrics"), dict):
+            sink[i] = answer["metrics"]
         return cut_at_stop(str(text), r.stop)
 
     def generate(self, requests: Sequence[GenRequest], progress: Progress | None = None) -> list[Any]:
         """Greedy generation per request; a failed request raises its error for the runner to record."""
         self.truncation.last = []  # not known: the server applies its own rule to a long prompt
-        jobs = [(lambda s, r=r: self._generate(s, r)) for r in requests]
+        sink: list[dict[str, Any] | None] = [None] * len(requests)
+        self.server_metrics = sink
+        jobs = [(lambda s, r=r, i=i: self._generate(s, r, sink, i)) for i, r in enumerate(requests)]
         return self._run_all(jobs, progress)
 
 

@@ -48,8 +48,8 @@ def _batch(cfg: BatchConfig) -> None:
         read_text(cfg.constraints, "constraints file")
     if cfg.dry_run:
         for row in plan.rows:
-            if row.kind == "serve":
-                typer.echo(f"{row.name}: serve {json.dumps(row.options)} (started for the rows that use it)")
+            if row.kind in ("serve", "proxy"):
+                typer.echo(f"{row.name}: {row.kind} {json.dumps(row.options)} (started for the rows that use it)")
         for job in resolve_plan(plan, cfg.executor):
             what = f"run {job.spec}" if job.kind == "run" else job.kind
             env = f" requirements={job.requirements}" if job.requirements else ""

@@ -84,6 +84,7 @@ class RequestRecord:
     labels: dict[str, Any] = field(default_factory=dict)
     cached_tokens: int | None = None  # prompt tokens the server says it served from its cache (SGLang's meta_info)
     cached_tokens_details: dict[str, Any] | None = None  # SGLang's per-tier split (device / host / storage)
+    server_metrics: dict[str, Any] | None = None  # the response's own ``metrics`` (lmmbench serve / proxy), as sent
 
     @property
     def ok(self) -> bool:

@@ -26,7 +26,8 @@ from lmmbench.evaluation.task_config import TaskConfig, group_columns
 from lmmbench.evaluation.task_data import read_source
 
 __all__ = [
-    "InferStats", "SampleJob", "build_jobs", "check_first_prompt", "read_predictions", "run_infer", "truncated_flags",
+    "InferStats", "SampleJob", "build_jobs", "check_first_prompt", "read_predictions", "run_infer",
+    "server_metrics_of", "truncated_flags",
 ]
 
 log = logging.getLogger(__name__)
@@ -225,6 +226,7 @@ def _run_chunk(backend: ScoringBackend, jobs: Sequence[SampleJob]) -> list[dict[
     roll_res: list[Any] = backend.loglikelihood_rolling(rolling) if rolling else []
     gen_res: list[Any] = backend.generate(gens) if gens else []
     gen_cut = truncated_flags(backend, len(gens))
+    gen_metrics = server_metrics_of(backend, len(gens))
     li = ri = gi = 0
     for j in jobs:
         if j.ll:
@@ -242,7 +244,10 @@ def _run_chunk(backend: ScoringBackend, jobs: Sequence[SampleJob]) -> list[dict[
             x = gen_res[gi]
             g_cut = _cut_count(gen_cut[gi : gi + 1])
             gi += 1
-            out.append(x if isinstance(x, BaseException) else {"output": str(x), "truncated": g_cut})
+            res: dict[str, Any] = {"output": str(x), "truncated": g_cut}
+            if gen_metrics[gi - 1] is not None:  # the server's own timings of this answer, kept as sent
+                res["server_metrics"] = gen_metrics[gi - 1]
+            out.append(x if isinstance(x, BaseException) else res)
     return out
 
 
@@ -252,6 +257,13 @@ def truncated_flags(backend: ScoringBackend, n: int) -> list[bool | None]:
     truncation = getattr(backend, "truncation", None)
     flags = list(getattr(truncation, "last", None) or [])
     return list(flags) if len(flags) == n else [None] * n
+
+
+def server_metrics_of(backend: ScoringBackend, n: int) -> list[dict[str, Any] | None]:
+    """Per request of the backend's last ``generate``: the server-side ``metrics`` its answer carried (None where
+    it carried none, or the backend runs in-process)."""
+    got = list(getattr(backend, "server_metrics", None) or [])
+    return got if len(got) == n else [None] * n
 
 
 def _cut_count(flags: list[bool | None]) -> int | None:

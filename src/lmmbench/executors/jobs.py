@@ -112,8 +112,8 @@ def validate_options(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
 
 def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | None) -> Job:
     """Validate ``row``'s options into its run's config; ``server_url`` is its serve row's URL."""
-    if row.kind == "serve":
-        raise ValueError("serve rows are started by the plan, not run as jobs")
+    if row.kind == "serve" or row.kind == "proxy":
+        raise ValueError("serve and proxy rows are started by the plan, not run as jobs")
     data: dict[str, Any] = dict(row.options)
     if row.kind in ("run", "perf"):  # a row's folder is the plan's: a retried attempt replaces the killed one's
         data.setdefault("overwrite", True)
@@ -189,6 +189,9 @@ def _perf_metrics(summaries: list[PerfSummary]) -> dict[str, Any]:
         out.update({f"{prefix}requests": s.requests, f"{prefix}ok": s.ok, f"{prefix}errors": s.errors,
                     f"{prefix}qps": s.qps, f"{prefix}ttft_ms_mean": ttft.mean, f"{prefix}ttft_ms_p50": ttft.p50,
                     f"{prefix}ttft_ms_p99": ttft.p99, f"{prefix}tpot_ms_mean": tpot.mean})  # fmt: skip
+        for name in ("server_ttft_ms", "client_minus_server_ttft_ms"):  # responses with server-side metrics
+            if name in s.metrics:
+                out[f"{prefix}{name}_p50"] = s.metrics[name].p50
     return out
 
 

@@ -1,12 +1,13 @@
-"""Plan files: one row per run (``run <spec>``, ``perf``, ``eval`` or a ``serve`` the others use).
+"""Plan files: one row per run (``run <spec>``, ``perf``, ``eval`` or a ``serve`` / ``proxy`` the others use).
 
 A plan is YAML (``name``, ``out_dir``, ``executor``, ``rows: [...]``) or CSV after VLMHyperBench's
 ``user_config.csv`` with the columns ``name, kind, model, options, executor, requirements, image``
 (optional ``python, num_cpus, num_gpus, needs, isolation, mounts``). In CSV, ``options`` is ``key=value;key=value``;
 ``requirements``, ``needs`` and ``mounts`` are ``;``-separated. A row runs after the rows it ``needs`` (see
 ``executors.stages``); a ``command`` row runs any command line in its environment. Two option keys
-are lifted out of ``options``: ``spec`` (the spec a ``run`` row runs) and ``server`` (the ``serve`` row
-a ``perf`` or ``eval`` row talks to).
+are lifted out of ``options``: ``spec`` (the spec a ``run`` row runs) and ``server`` (the ``serve`` or ``proxy``
+row a ``perf`` or ``eval`` row talks to). A ``proxy`` row is ``lmmbench proxy`` in front of ``options.upstream``:
+a URL, or the name of a serve row of the plan.
 Every error names the file, the row and the field.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,7 +28,8 @@ __all__ = ["CSV_COLUMNS", "Plan", "PlanRow", "load_plan", "parse_options"]
 
 CSV_COLUMNS = ("name", "kind", "model", "options", "executor", "requirements", "image")
 _OPTIONAL_CSV_COLUMNS = ("python", "num_cpus", "num_gpus", "spec", "server", "needs", "isolation", "mounts")
-RowKind = Literal["run", "perf", "eval", "serve", "command"]
+RowKind = Literal["run", "perf", "eval", "serve", "command", "proxy"]
+SERVER_KINDS = ("serve", "proxy")  # rows the plan starts in the background for the rows that name them
 Isolation = Literal["isolated", "shared"]
 
 
@@ -186,7 +189,19 @@ def _check_links(path: Path, plan: Plan) -> None:
         if row.server is not None:
             if row.kind not in ("perf", "eval"):
                 raise UserError(f"{where}: server: only perf and eval rows send to a serve row")
-            if kinds.get(row.server) != "serve":
-                raise UserError(f"{where}: server: '{row.server}' is not the name of a serve row of this plan")
+            if kinds.get(row.server) not in SERVER_KINDS:
+                raise UserError(f"{where}: server: '{row.server}' is not the name of a serve or proxy row of this "
+                                f"plan")
+        if row.kind == "proxy":
+            _check_upstream(where, row.options.get("upstream"), kinds)
         if row.kind == "perf" and row.server is None and "url" not in row.options:
             raise UserError(f"{where}: options: a perf row needs server=<serve row> or url=<server URL>")
+
+
+def _check_upstream(where: str, upstream: Any, kinds: Mapping[str, str]) -> None:
+    """A proxy row's ``upstream``: a URL, or the name of a serve row of the plan."""
+    if not isinstance(upstream, str) or not upstream:
+        raise UserError(f"{where}: options.upstream: a proxy row needs upstream=<serve row> or upstream=<server URL>")
+    if "://" not in upstream and kinds.get(upstream) != "serve":
+        raise UserError(f"{where}: options.upstream: '{upstream}' is neither a URL nor the name of a serve row of "
+                        f"this plan")

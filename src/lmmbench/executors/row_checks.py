@@ -31,7 +31,7 @@ _REACHABLE_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0")
 def check_row_fields(row: PlanRow, executor: str) -> None:
     """Refuse (``UserError``, one line naming the field) a field of ``row`` that ``executor`` cannot honour.
     Third-party executors are trusted with every field."""
-    if row.kind == "serve":
+    if row.kind in ("serve", "proxy"):
         _check_serve_row(row)
         return
     if row.spec is not None and row.kind != "run":

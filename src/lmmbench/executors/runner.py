@@ -1,4 +1,4 @@
-"""Running a plan: resolve rows, skip finished ones, start serve rows, hand rows to executors, join.
+"""Running a plan: resolve rows, skip finished ones, start serve (then proxy) rows, hand rows to executors, join.
 
 Layout: ``<out_dir>/<plan>/<row>/`` holds each row's usual output (spec / eval / perf folder), its
 ``status.json`` (written as soon as the row ends; a row whose status is ``ok`` is skipped when the
@@ -29,7 +29,7 @@ from lmmbench.executors.jobs import (
 )
 from lmmbench.executors.plan import Plan, PlanRow
 from lmmbench.executors.pool import interrupted_result
-from lmmbench.executors.servers import RunningServer, is_command_line, server_config, start_server
+from lmmbench.executors.servers import RunningServer, is_command_line, server_config, start_server, with_upstream
 from lmmbench.executors.stage_waves import run_in_stages
 
 __all__ = ["STATUS_NAME", "PlanRun", "mark_contention", "resolve_plan", "run_plan"]
@@ -70,7 +70,7 @@ def resolve_plan(plan: Plan, executor: str | None = None, urls: dict[str, str] |
     plan_dir = (plan.out_dir / plan.name).resolve()
     jobs = []
     for n, row in enumerate(plan.rows, start=1):
-        if row.kind == "serve":
+        if row.kind in ("serve", "proxy"):
             try:
                 check_row_fields(row, "background")
                 server_config(row)
@@ -79,6 +79,8 @@ def resolve_plan(plan: Plan, executor: str | None = None, urls: dict[str, str] |
             continue
         url = (urls or {}).get(row.server or "", SERVER_URL_PLACEHOLDER) if row.server else None
         srv = next((r for r in plan.rows if r.name == row.server), None)
+        if srv is not None and srv.kind == "proxy":  # the model is the one its upstream serve row serves
+            srv = next((r for r in plan.rows if r.name == srv.options.get("upstream")), None)
         if row.kind == "perf" and row.model is None and srv is not None and srv.model and is_command_line(srv):
             row = row.model_copy(update={"model": srv.model})  # an engine serves the model under the name it got
         if row.needs:
@@ -132,11 +134,19 @@ def _continued(job: Job) -> dict[str, Any] | None:
 
 def _start_servers(plan: Plan, needed: set[str], plan_dir: Path, servers: dict[str, RunningServer],
                    failed: dict[str, str]) -> None:  # fmt: skip
-    """Start the needed serve rows into ``servers`` (filled as each is ready, so a stop meanwhile stops them)."""
-    for row in plan.rows:
-        if row.name in needed:
+    """Start the needed serve rows, then the needed proxy rows in front of them, into ``servers`` (filled as each
+    is ready, so a stop meanwhile stops them)."""
+    for kind in ("serve", "proxy"):
+        for row in plan.rows:
+            if row.name not in needed or row.kind != kind:
+                continue
+            upstream = str(row.options.get("upstream", ""))
+            if kind == "proxy" and upstream in failed:
+                failed[row.name] = f"its upstream serve row '{upstream}' did not start"
+                continue
             try:
-                servers[row.name] = start_server(row, plan_dir / row.name)
+                servers[row.name] = start_server(with_upstream(row, {n: s.url for n, s in servers.items()}),
+                                                 plan_dir / row.name)  # fmt: skip
             except UserError as exc:
                 failed[row.name] = str(exc)
 
@@ -148,7 +158,8 @@ def _stop_servers(servers: dict[str, RunningServer], rows: dict[str, PlanRow], t
 
     stopped = stop_servers(list(servers.values()))
     for (name, srv), metrics in zip(servers.items(), stopped, strict=True):
-        finish(RowResult(name=name, kind="serve", status="interrupted" if interrupted else "ok", executor="background",
+        finish(RowResult(name=name, kind=rows[name].kind, status="interrupted" if interrupted else "ok",
+                         executor="background",
                          model=rows[name].model, folder=str(srv.log_path.parent),
                          wall_s=(time.perf_counter_ns() - t0) / 1e9, metrics={"url": srv.url, **metrics},
                          error="the plan was interrupted" if interrupted else None))  # fmt: skip
@@ -266,6 +277,7 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, re
         _cleanup(executors)
         raise
     needed = {s for j in pending if (s := rows[j.name].server)}
+    needed |= {str(rows[s].options.get("upstream")) for s in needed if rows[s].kind == "proxy"} & set(rows)
     server_errors: dict[str, str] = {}
     servers: dict[str, RunningServer] = {}
     t0 = time.perf_counter_ns()
@@ -298,7 +310,7 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, re
         _stop_servers(servers, rows, t0, run.interrupted, finish)
         _cleanup(executors)
         for name, err in server_errors.items():
-            finish(RowResult(name=name, kind="serve", status="failed", executor="background", error=err))
+            finish(RowResult(name=name, kind=rows[name].kind, status="failed", executor="background", error=err))
     if run.interrupted:
         _record_unstarted(pending, needed, done, finish)
     run.warnings = mark_contention([done[j.name] for j in pending if j.name in done],

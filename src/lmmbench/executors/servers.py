@@ -13,6 +13,10 @@ every address; the rows reach it on 127.0.0.1). Such a server is ready when ``/h
 answers 200 (``readiness`` picks one; ``transformers serve`` answers ``/v1/models`` with 500 until its
 cache folder exists), within ``ready_timeout_s``.
 ``wait_until_ready`` is the readiness check of perf and eval (``backends.readiness``) for lmmbench's own.
+
+``proxy`` rows are ``lmmbench proxy`` (``serve.proxy``) in front of ``options.upstream`` (a URL, or a serve
+row's name, replaced by that row's URL once it is ready: ``with_upstream``); they are started after the serve
+rows, reached the same way, and sample no ``/metrics`` of their own (their upstream's serve row does).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from lmmbench.executors.jobs import validate_options
 from lmmbench.executors.plan import PlanRow
 
 __all__ = ["CommandServer", "RunningServer", "is_command_line", "server_config", "start_server",
-           "wait_for_command_server", "wait_until_ready"]
+           "wait_for_command_server", "wait_until_ready", "with_upstream"]
 
 SERVER_COMMANDS = ("serve", "testserver")
 READINESS = ("auto", "/health", "/v1/models")
@@ -75,6 +79,10 @@ class CommandServer(BaseModel):
 
 
 def _config_model(command: str) -> type[BaseModel]:
+    if command == "proxy":
+        from lmmbench.serve.proxy import ProxyConfig
+
+        return ProxyConfig
     if command == "testserver":
         from lmmbench.config.perf_testserver import TestServerConfig
 
@@ -86,7 +94,15 @@ def _config_model(command: str) -> type[BaseModel]:
 
 def is_command_line(row: PlanRow) -> bool:
     """True when a serve row runs a server command line rather than lmmbench's own server."""
-    return str(row.options.get("command", "serve")) not in SERVER_COMMANDS
+    return row.kind == "serve" and str(row.options.get("command", "serve")) not in SERVER_COMMANDS
+
+
+def with_upstream(row: PlanRow, urls: dict[str, str]) -> PlanRow:
+    """A proxy row whose ``upstream`` names a serve row, with that row's URL in its place."""
+    upstream = str(row.options.get("upstream", ""))
+    if row.kind != "proxy" or upstream not in urls:
+        return row
+    return row.model_copy(update={"options": {**row.options, "upstream": urls[upstream]}})
 
 
 def server_config(row: PlanRow) -> tuple[str, BaseModel]:
@@ -97,6 +113,11 @@ def server_config(row: PlanRow) -> tuple[str, BaseModel]:
         check_limit("duration_s", cfg.ready_timeout_s, "ready_timeout_s")
         return "command", cfg
     opts = dict(row.options)
+    if row.kind == "proxy":
+        if row.model is not None:
+            raise UserError("model: a proxy row serves what its upstream serves; name the model on the serve row "
+                            "(or on the perf / eval row)")
+        return "proxy", validate_options(_config_model("proxy"), {"port": 0, **opts})
     command = str(opts.pop("command", "serve"))
     if row.model is not None:
         opts["model"] = row.model
@@ -257,7 +278,7 @@ def start_server(row: PlanRow, row_dir: Path, timeout_s: float = 300.0) -> Runni
     except BaseException:
         server.stop()
         raise
-    interval = cfg.telemetry_interval_s if isinstance(cfg, CommandServer) else 1.0
+    interval = cfg.telemetry_interval_s if isinstance(cfg, CommandServer) else 0.0 if command == "proxy" else 1.0
     if interval > 0:
         from lmmbench.loadgen.telemetry import TelemetrySampler
 

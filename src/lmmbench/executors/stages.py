@@ -92,8 +92,9 @@ def check_needs(source: str, plan: Plan) -> None:
                 raise UserError(f"{where}: needs: '{need}' is not the name of a row of this plan")
             if need == row.name:
                 raise UserError(f"{where}: needs: a row cannot need itself")
-            if kinds[need] == "serve":
-                raise UserError(f"{where}: needs: '{need}' is a serve row; name it with server=<row> instead")
+            if kinds[need] in ("serve", "proxy"):
+                raise UserError(f"{where}: needs: '{need}' is a {kinds[need]} row; name it with server=<row> "
+                                f"instead")
         for name, _ in _refs(row.options):
             if name not in row.needs:
                 raise UserError(f"{where}: options: {{rows.{name}...}} reads row '{name}', which is not among "

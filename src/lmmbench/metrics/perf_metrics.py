@@ -8,6 +8,12 @@ concurrency cap made the request wait; that wait is ``queue_ms``).
 ITL is per token: a chunk carrying k tokens after a gap d adds k intervals of d/k, so it stays
 right when a server coalesces tokens; the first chunk's extra tokens add no interval (their gaps
 are unknown). Inter-chunk latency is reported separately. TPOT = (e2e − ttft) / (output_tokens − 1).
+
+Server-side metrics: when a response carries the ``metrics`` object of lmmbench's server or measuring proxy,
+its timings are kept beside the client's as ``server_<name>`` (null where the server did not measure one), and
+``client_minus_server_ttft_ms`` / ``client_minus_server_e2e_ms`` are the client's send-based TTFT / latency
+minus the server's: the time spent outside the measuring server (network, HTTP framing, queueing in front of
+it). The TTFT difference needs a streamed answer (a whole answer's client TTFT is its latency).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from lmmbench.metrics.perf_summary import Distribution, PerfSummary, metric_unit
 
 __all__ = [
     "LATENCY_METRICS",
+    "SERVER_METRICS",
     "PerfSummary",
     "inter_chunk_ms",
     "itl_ms",
@@ -37,6 +44,29 @@ _MS = 1e6
 LATENCY_METRICS = (
     "ttft_ms", "ttft_send_ms", "ttfvt_ms", "tpot_ms", "e2e_ms", "e2e_send_ms", "lateness_ms", "queue_ms",
 )  # fmt: skip
+
+
+#: The server's ``metrics`` fields kept per request, as ``server_<name>``.
+SERVER_METRICS = ("queue_ms", "ttft_ms", "tpot_ms", "e2e_ms", "peak_memory_bytes")
+#: Per-request server-side metrics summarized when a run's responses carry them.
+SERVER_SERIES = ("server_ttft_ms", "server_tpot_ms", "server_e2e_ms", "server_peak_memory_bytes",
+                 "client_minus_server_ttft_ms", "client_minus_server_e2e_ms")  # fmt: skip
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def server_values(rec: RequestRecord, ttft_send: float | None, e2e_send: float | None) -> dict[str, Any]:
+    """The server's own metrics of one record (``server_*``) and the client − server differences (None where
+    the response carried none)."""
+    got = rec.server_metrics or {}
+    out: dict[str, Any] = {f"server_{k}": _number(got.get(k)) for k in SERVER_METRICS}
+    streamed = rec.end_ns > rec.first_token_ns > 0
+    s_ttft, s_e2e = out["server_ttft_ms"], out["server_e2e_ms"]
+    out["client_minus_server_ttft_ms"] = ttft_send - s_ttft if streamed and None not in (ttft_send, s_ttft) else None
+    out["client_minus_server_e2e_ms"] = e2e_send - s_e2e if None not in (e2e_send, s_e2e) else None
+    return out
 
 
 def itl_ms(rec: RequestRecord) -> list[float]:
@@ -71,6 +101,7 @@ def request_values(rec: RequestRecord) -> dict[str, Any]:
     if ttft is not None and e2e is not None and rec.output_tokens > 1 and rec.end_ns > rec.first_token_ns:
         tpot = (e2e - ttft) / (rec.output_tokens - 1)
     itl = itl_ms(rec)
+    ttft_send, e2e_send = ms(rec.first_token_ns, rec.sent_ns), ms(rec.end_ns, rec.sent_ns)
     return {
         "request_id": rec.request_id,
         "worker": rec.worker,
@@ -80,12 +111,12 @@ def request_values(rec: RequestRecord) -> dict[str, Any]:
         "error_kind": rec.error_kind,
         "error_message": rec.error_message,
         "ttft_ms": ttft,
-        "ttft_send_ms": ms(rec.first_token_ns, rec.sent_ns),
+        "ttft_send_ms": ttft_send,
         "ttfvt_ms": ms(rec.first_content_ns, rec.scheduled_ns),
         "tpot_ms": tpot,
         "itl_mean_ms": (sum(itl) / len(itl)) if itl else None,
         "e2e_ms": e2e,
-        "e2e_send_ms": ms(rec.end_ns, rec.sent_ns),
+        "e2e_send_ms": e2e_send,
         "lateness_ms": ms(rec.sent_ns, rec.slot_ns or rec.scheduled_ns),
         "queue_ms": ms(rec.slot_ns, rec.scheduled_ns) if rec.slot_ns else 0.0,
         "input_tokens": rec.input_tokens,
@@ -103,6 +134,7 @@ def request_values(rec: RequestRecord) -> dict[str, Any]:
         "first_token_ns": rec.first_token_ns,
         "first_content_ns": rec.first_content_ns,
         "end_ns": rec.end_ns,
+        **server_values(rec, ttft_send, e2e_send),
     }
 
 
@@ -154,6 +186,9 @@ def summarize_records(
     series["per_token_latency_ms"] = [
         v["e2e_ms"] / v["output_tokens"] for v in ok if v["e2e_ms"] is not None and v["output_tokens"]
     ]
+    for name in SERVER_SERIES:  # only when responses carried server-side metrics
+        if xs := [v[name] for v in ok if v[name] is not None]:
+            series[name] = xs
     metrics = {name: Distribution.of(xs, metric_unit(name), pcts) for name, xs in series.items()}
     slo = slo or {}
     good = sum(1 for v in vals if meets_slo(v, slo)) if slo else len(ok)

@@ -19,7 +19,7 @@ from lmmbench.metrics.stats import summarize
 
 __all__ = ["Distribution", "PerfSummary", "metric_unit"]
 
-_UNITS = (("_ms", "ms"), ("_tokens", "tokens"))
+_UNITS = (("_ms", "ms"), ("_tokens", "tokens"), ("_bytes", "bytes"))
 
 
 def metric_unit(name: str) -> str:

@@ -53,7 +53,10 @@ pre{white-space:pre-wrap;word-break:break-word;font-size:12px;margin:0}
 _PERF_COLUMNS = ("point", "rate", "concurrency", "input_tokens", "output_tokens", "requests", "ok", "errors",
                  "not_sent", "qps", "output_token_throughput", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99",
                  "tpot_ms_mean", "tpot_ms_p99", "itl_ms_mean", "e2e_ms_mean", "e2e_ms_p99", "lateness_ms_p99",
-                 "slo_attainment", "errors_by_kind")  # fmt: skip
+                 "slo_attainment", "errors_by_kind",
+                 # server-side metrics (lmmbench serve / proxy) and the time outside the server, when measured
+                 "server_ttft_ms_p50", "client_minus_server_ttft_ms_p50", "client_minus_server_ttft_ms_std",
+                 "client_minus_server_e2e_ms_p50", "client_minus_server_e2e_ms_std")  # fmt: skip
 
 
 class ReportWriter(Protocol):

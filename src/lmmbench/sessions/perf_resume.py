@@ -50,6 +50,8 @@ def record_from_row(row: dict[str, Any]) -> RequestRecord:
     rec.chunk_tokens = [int(k) for k in row.get("chunk_tokens") or []]
     rec.token_source = str(row.get("token_source") or "")
     rec.labels = dict(row.get("labels") or {})
+    server = {k[len("server_"):]: row[k] for k in row if k.startswith("server_") and row[k] is not None}
+    rec.server_metrics = server or None  # what the response's own metrics said (lmmbench serve / proxy)
     return rec
 
 

@@ -71,6 +71,18 @@ class PerfRun:
     accuracy: dict[str, Any] | None = None  # ByteMLPerf's Accuracy section, when a workload's test_accuracy ran it
 
 
+def _server_part(m: Any) -> str:
+    """The server-side TTFT and the client − server difference (median, spread), when responses carried them."""
+    if "server_ttft_ms" not in m:
+        return ""
+    out = f", server TTFT p50 {m['server_ttft_ms'].p50:.2f} ms"
+    for name, what in (("client_minus_server_ttft_ms", "TTFT"), ("client_minus_server_e2e_ms", "latency")):
+        if name in m:
+            d = m[name]
+            out += f", client-server {what} p50 {d.p50:.2f} ms (std {d.std:.2f}, p90 {d.p90:.2f})"
+    return out
+
+
 def _print_point(labels: dict[str, Any], res: LoadResult) -> None:
     s, m = res.summary, res.summary.metrics
     load = f"rate={labels['rate']:g}/s" if labels.get("rate") is not None else f"conc={labels.get('concurrency')}"
@@ -82,7 +94,7 @@ def _print_point(labels: dict[str, Any], res: LoadResult) -> None:
           f"{s.ok}/{s.requests} ok, QPS {s.qps:.2f}, out tok/s {s.output_token_throughput:.1f}, "
           f"TTFT mean/p99 {m['ttft_ms'].mean:.2f}/{m['ttft_ms'].p99:.2f} ms, "
           f"TPOT {m['tpot_ms'].mean:.2f} ms, ITL {m['itl_ms'].mean:.2f} ms, "
-          f"lateness p99 {m['lateness_ms'].p99:.3f} ms"
+          f"lateness p99 {m['lateness_ms'].p99:.3f} ms" + _server_part(m)
           + (f", errors {s.errors_by_kind}" if s.errors else ""), file=sys.stderr)  # fmt: skip
     for w in res.warnings:
         print(f"[perf] {w}", file=sys.stderr)

@@ -24,7 +24,7 @@ from lmmbench.evaluation.evaluate import TaskResult
 from lmmbench.evaluation.lmms.av_tasks import VIDEO_FRAMES
 from lmmbench.evaluation.lmms.media import audio_file, image_file, load_rows, video_frame_files
 from lmmbench.evaluation.lmms.spec import LmmsTask, Scored
-from lmmbench.evaluation.runner import InferStats, read_predictions, repair_predictions
+from lmmbench.evaluation.runner import InferStats, read_predictions, repair_predictions, server_metrics_of
 from lmmbench.metrics.accuracy import MetricValue, mean_stderr
 
 __all__ = ["evaluate_lmms", "infer_lmms", "run_lmms_eval", "run_lmms_infer"]
@@ -110,8 +110,10 @@ def infer_lmms(
             chunk = _pending(task, backend, docs, ids, gen, existing)
             reqs = [r for *_, r in chunk if isinstance(r, GenRequest)]
             answers = iter(backend.generate(reqs) if reqs else [])
+            served = iter(server_metrics_of(backend, len(reqs)))  # an endpoint's own timings of each answer
             for doc_id, key, meta, req in chunk:
                 out: Any = next(answers) if isinstance(req, GenRequest) else req
+                server = next(served) if isinstance(req, GenRequest) else None
                 row: dict[str, Any] = {"task": task.name, "task_version": task.version, "doc_id": doc_id,
                                        "kind": "generate", "model": backend.model_id, "key": key, "meta": meta}
                 if isinstance(req, GenRequest):
@@ -122,6 +124,8 @@ def infer_lmms(
                     errors += 1
                 else:
                     row.update(output=str(out), error=None)
+                    if server is not None:
+                        row["server_metrics"] = server
                 fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
                 fh.flush()
             done += len(chunk)
