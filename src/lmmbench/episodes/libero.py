@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from lmmbench.core.errors import UserError
-from lmmbench.episodes.suites import LIBERO_SUITES
+from lmmbench.episodes.libero_suites import LIBERO_SUITES
 
 __all__ = ["CONTROL_PERIOD_S", "IDLE_SCENES", "LiberoEnv", "axis_angle", "close_idle_scenes"]
 

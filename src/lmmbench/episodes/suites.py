@@ -18,6 +18,7 @@ from typing import Any
 from lmmbench.core.errors import UserError
 from lmmbench.core.registry import Registry
 from lmmbench.episodes.custom import close_env, is_object_ref, make_custom_env, make_custom_policy
+from lmmbench.episodes.libero_suites import LIBERO_SUITES
 from lmmbench.episodes.protocols import Env, EnvSuite, Policy
 
 __all__ = ["LIBERO_SUITES", "POLICIES", "SUITES", "VLA_POLICIES", "PolicySettings", "make_policy", "resolve_suite"]
@@ -77,11 +78,6 @@ def _libero_maker(suite: str) -> Callable[[int], Env]:
     return lambda task: _libero_env(suite, task)
 
 
-#: LIBERO's suites: lmmbench's name -> (LIBERO's benchmark name, openpi's max_steps for it, number of tasks)
-LIBERO_SUITES: dict[str, tuple[str, int, int]] = {
-    "libero-spatial": ("libero_spatial", 220, 10), "libero-object": ("libero_object", 280, 10),
-    "libero-goal": ("libero_goal", 300, 10), "libero-10": ("libero_10", 520, 10), "libero-90": ("libero_90", 400, 90),
-}
 for _suite, (_bench, _max_steps, _tasks) in LIBERO_SUITES.items():
     SUITES.add(_suite, EnvSuite(
         _suite, _libero_maker(_suite), _tasks, "pi0-tiny", _max_steps,
