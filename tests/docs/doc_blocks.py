@@ -13,17 +13,21 @@ blocks wrote, as a reader pasting them in order would), each block in its own pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SKIP_MARKER = re.compile(r"^#\s*not run by the docs test:\s*(?P<why>\S.*)$")
 _FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[A-Za-z0-9_-]*)\s*$")
+_PORT = re.compile(r"(?:127\.0\.0\.1|localhost|0\.0\.0\.0):(\d{4,5})\b|--port[ =](\d{4,5})\b|\bport:\s*(\d{4,5})\b")
 _SAVE_AS = re.compile(r"^<!--\s*example:\s*(?P<name>[\w.-]+\.\w+)\s*-->$")
 
 
@@ -41,6 +45,11 @@ class DocBlock:
     @property
     def where(self) -> str:
         return f"{self.path}:{self.line}"
+
+    @property
+    def ports(self) -> list[int]:
+        """The fixed local ports the block names (``127.0.0.1:8000``, ``--port 8000``, ``port: 8000``), sorted."""
+        return sorted({int(next(g for g in m.groups() if g)) for m in _PORT.finditer(self.text)})
 
 
 def doc_files() -> list[Path]:
@@ -127,11 +136,29 @@ def _group_members(pgid: int) -> list[str]:
     return members
 
 
+@contextlib.contextmanager
+def ports_held(ports: list[int]) -> Iterator[None]:
+    """Hold an exclusive lock per fixed port (in port order: no deadlock) while a block runs, so that the docs
+    shards, which run side by side, never start two servers on one documented port at once."""
+    import fcntl
+
+    with contextlib.ExitStack() as stack:
+        for port in ports:
+            handle = stack.enter_context(open(Path(tempfile.gettempdir()) / f"lmmbench-docs-port-{port}.lock", "w"))
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def run_block(block: DocBlock, folder: Path, env: dict[str, str], timeout_s: float) -> BlockRun:
     """Run ``block`` with ``bash -e -o pipefail`` in ``folder``, in its own process group; kill the group after.
     Output goes to a file, not a pipe: a server the block left running holds a pipe open, and the block is over
-    when its shell exits, not when every child has closed its output."""
-    import tempfile
+    when its shell exits, not when every child has closed its output. The block's fixed ports are held while it
+    runs (``ports_held``)."""
+    with ports_held(block.ports):
+        return _run_block(block, folder, env, timeout_s)
+
+
+def _run_block(block: DocBlock, folder: Path, env: dict[str, str], timeout_s: float) -> BlockRun:
 
     t0 = time.monotonic()
     with tempfile.TemporaryFile() as log:

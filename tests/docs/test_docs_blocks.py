@@ -16,7 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from docs.doc_blocks import FIRST_SHARD_FILES, ROOT, DocBlock, all_blocks, blocks_of, run_block, shard_blocks
+from docs.doc_blocks import (
+    FIRST_SHARD_FILES,
+    ROOT,
+    DocBlock,
+    all_blocks,
+    blocks_of,
+    ports_held,
+    run_block,
+    shard_blocks,
+)
 
 pytestmark = pytest.mark.docs
 
@@ -87,6 +96,26 @@ def test_the_parser_reads_markers_and_indented_fences(tmp_path: Path) -> None:
     assert [(b.line, b.skip_reason, b.save_as) for b in found] == [(2, "needs a GPU", None), (7, None, None),
                                                                    (14, None, "mine.py")]  # fmt: skip
     assert found[1].text == "echo hi\n" and found[2].text == "X = 1\n"
+
+
+def test_a_blocks_fixed_ports_are_found_and_held_against_the_other_shard(tmp_path: Path) -> None:
+    import subprocess
+    import time
+
+    block = DocBlock("x.md", 1, "lmmbench serve --port 8000 &\ncurl 127.0.0.1:8123/health\n"
+                     "rows: [{port: 8011}]\nsleep 30000\n", None)  # fmt: skip
+    assert block.ports == [8000, 8011, 8123]  # `sleep 30000` is not a port
+    holder = ("import sys, time; sys.path.insert(0, sys.argv[1]); from docs.doc_blocks import ports_held\n"
+              "with ports_held([8011]):\n    print('held', flush=True); time.sleep(2)\n")  # fmt: skip
+    other = subprocess.Popen([sys.executable, "-c", holder, str(ROOT / "tests")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        with ports_held([8000, 8011]):  # waits for the other process's hold on 8011
+            waited_s = time.monotonic() - t0
+    finally:
+        other.wait(timeout=30)
+    assert waited_s > 1.0, waited_s
 
 
 @pytest.mark.timeout(BLOCK_TIMEOUT_S + 60)  # the block's own limit decides, not pytest-timeout's default
