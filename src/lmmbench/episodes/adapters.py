@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lmmbench.core.errors import UserError
-from lmmbench.episodes.protocols import ActItem, EpisodeKey, EpisodeMemory
+from lmmbench.episodes.protocols import ActItem, ActOnly, EpisodeKey, EpisodeMemory
 
 __all__ = ["MODES", "NEEDED", "AdaptedPolicy", "adapt_policy", "adapter_mode"]
 
@@ -88,7 +88,7 @@ def _is_array(value: Any) -> bool:
                                         and not isinstance(value, bool | str))
 
 
-class AdaptedPolicy:
+class AdaptedPolicy(ActOnly):
     """An episodes ``Policy`` around a user's object of one of the ``MODES`` shapes (see the module docstring)."""
 
     batched_planning = False
@@ -153,15 +153,6 @@ class AdaptedPolicy:
         import numpy as np
 
         return np.zeros(shape, dtype=getattr(self.action_space, "dtype", None) or np.float32)
-
-    def plan(self, items: Sequence[ActItem]) -> None:
-        """No planning call."""
-        del items
-
-    def needs_plan(self, item: ActItem) -> bool:
-        """Never plans."""
-        del item
-        return False
 
     def act(self, items: Sequence[ActItem]) -> list[list[Any]]:
         """One chunk per item: one batched call (forward, predict_action_chunk) or one call per item."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
-from lmmbench.episodes.protocols import ActItem, Env, EpisodeKey, EpisodeMemory, Policy
+from lmmbench.episodes.protocols import ActItem, ActOnly, Env, EpisodeKey, EpisodeMemory, Policy
 
 __all__ = ["SimplePolicy", "UserCodeError", "check_fit", "close_env", "is_object_ref", "load_object", "make_custom_env",
            "make_custom_policy"]
@@ -205,7 +205,7 @@ def make_custom_policy(ref: str, settings: Any) -> Policy:
     return _guard(policy, _POLICY_API, "--policy", ref)  # type: ignore[no-any-return]
 
 
-class SimplePolicy:
+class SimplePolicy(ActOnly):
     """Base class of a policy that only acts: override ``act`` (and ``dummy_action`` for warm-up steps).
 
     Each episode's memory has a ``numpy.random.Generator`` seeded with the episode's seed
@@ -226,15 +226,6 @@ class SimplePolicy:
         """The warm-up action (``--num-steps-wait``); override it when the environment needs one."""
         raise NotImplementedError(f"{type(self).__name__} has no dummy_action(): pass --num-steps-wait 0 or "
                                   "define one")
-
-    def plan(self, items: Sequence[ActItem]) -> None:
-        """No planning."""
-        del items
-
-    def needs_plan(self, item: ActItem) -> bool:
-        """Never plans."""
-        del item
-        return False
 
     def act(self, items: Sequence[ActItem]) -> list[list[Any]]:
         """One chunk of actions per item, from one batched call."""

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lmmbench.core.errors import UserError
-from lmmbench.episodes.protocols import ActItem, EpisodeKey, EpisodeMemory
+from lmmbench.episodes.protocols import ActItem, ActOnly, EpisodeKey, EpisodeMemory
 
 __all__ = ["GymEnvAdapter", "RandomPolicy", "make_gym_env"]
 
@@ -54,7 +54,7 @@ def make_gym_env(env_id: str, render_mode: str | None = None) -> GymEnvAdapter:
         raise UserError(f"--env gym:{env_id}: {str(exc).splitlines()[0]}") from None
 
 
-class RandomPolicy:
+class RandomPolicy(ActOnly):
     """Uniform random actions from the action space, drawn from the episode's own generator.
 
     Works for every gymnasium ``Box`` / ``Discrete`` / ``MultiDiscrete`` / ... space through
@@ -85,15 +85,6 @@ class RandomPolicy:
     def dummy_action(self) -> Any:
         """A no-op is not defined for every space: the warm-up steps a fixed sample (seed 0)."""
         return self._dummy
-
-    def plan(self, items: Sequence[ActItem]) -> None:
-        """Nothing to plan."""
-        del items
-
-    def needs_plan(self, item: ActItem) -> bool:
-        """Never plans again."""
-        del item
-        return False
 
     def act(self, items: Sequence[ActItem]) -> list[list[Any]]:
         """One sampled action per item."""

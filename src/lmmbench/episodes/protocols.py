@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "ActItem",
+    "ActOnly",
     "Env",
     "EnvSuite",
     "EpisodeKey",
@@ -128,6 +129,22 @@ class Policy(Protocol):
     def needs_plan(self, item: ActItem) -> bool:
         """After a chunk is used up: plan again (NEED_VLM) or only act (NEED_AE)?"""
         ...
+
+
+class ActOnly:
+    """The planning half of a ``Policy`` that never plans (every chunk comes from ``act``): mixed into the
+    policies that only act (``SimplePolicy``, the random policy, the adapters of users' policies)."""
+
+    batched_planning = False
+
+    def plan(self, items: Sequence[ActItem]) -> None:
+        """No planning call."""
+        del items
+
+    def needs_plan(self, item: ActItem) -> bool:
+        """Never plans: every slot goes back to NEED_AE."""
+        del item
+        return False
 
 
 @dataclass
