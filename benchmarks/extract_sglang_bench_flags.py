@@ -1,10 +1,10 @@
 """Read the argument parser of ``python -m sglang.bench_serving`` from SGLang's own source files and write it as
-data (src/lmmbench/config/sglang_bench_serving_flags.json), from which ``lmmbench bench sglang`` builds its parser.
+data (src/lmmbench/config/dropins/sglang_serving_flags.json), from which ``lmmbench bench sglang`` builds its parser.
 
     pip download --no-deps sglang==0.5.23 -d /tmp/sglang
     unzip -q /tmp/sglang/*.whl 'sglang/benchmark/*' -d /tmp/sglang/src
     python benchmarks/extract_sglang_bench_flags.py /tmp/sglang/src \
-        > src/lmmbench/config/sglang_bench_serving_flags.json
+        > src/lmmbench/config/dropins/sglang_serving_flags.json
 
 ``sglang.bench_serving`` is a shim over ``sglang.benchmark.serving``, whose ``cli_main`` builds its parser inline
 and then parses ``sys.argv``. That module (and ``sglang.benchmark.goodput``, whose SLO names the ``--goodput`` help

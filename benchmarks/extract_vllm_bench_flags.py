@@ -1,9 +1,9 @@
 """Read the argument parser of ``vllm bench serve`` from vLLM's own source files and write it as data
-(src/lmmbench/config/vllm_bench_serve_flags.json), from which ``lmmbench bench serve`` builds its parser.
+(src/lmmbench/config/dropins/vllm_serve_flags.json), from which ``lmmbench bench serve`` builds its parser.
 
     pip download --no-deps --only-binary=:all: vllm==0.33.0 -d /tmp/vllm
     unzip -q /tmp/vllm/*.whl 'vllm/*' -d /tmp/vllm/src
-    python benchmarks/extract_vllm_bench_flags.py /tmp/vllm/src > src/lmmbench/config/vllm_bench_serve_flags.json
+    python benchmarks/extract_vllm_bench_flags.py /tmp/vllm/src > src/lmmbench/config/dropins/vllm_serve_flags.json
 
 vLLM's ``vllm.benchmarks`` modules are loaded from the files, every other import replaced by a stub, and its
 ``add_cli_args`` is run on a plain ``argparse`` parser; nothing of vLLM is kept but each flag's names, default,

@@ -324,7 +324,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _perf_point(url: str, model: str, model_dir: Path, concurrency: int) -> dict[str, Any]:
-    from lmmbench.config.perf import PerfConfig
+    from lmmbench.config.perf.options import PerfConfig
     from lmmbench.loadgen import run_benchmark
 
     cfg = PerfConfig(url=url, model=model, endpoint="chat", dataset="synthetic", tokenizer=model_dir,

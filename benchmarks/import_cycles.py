@@ -109,12 +109,14 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def package_circles(src: Path = SRC) -> dict[str, list[list[str]]]:
-    """Package -> its import circles; only imports between a package's own modules (not its face) count."""
+    """Top-level package -> its import circles; imports between its own modules, sub-packages' included, count
+    (package faces do not)."""
     graph = import_graph(src)
-    packages = sorted({n.rpartition(".")[0] for n in graph if n.count(".") >= 2})
+    faces = {n.rpartition(".")[0] for n in graph if n.count(".") >= 2}  # every package's __init__
+    packages = sorted({".".join(n.split(".")[:2]) for n in graph if n.count(".") >= 2})
     found: dict[str, list[list[str]]] = {}
-    for pkg in packages:
-        members = {n for n in graph if n.rpartition(".")[0] == pkg}
+    for pkg in packages:  # a top-level package with its sub-packages (sessions.perf, core.runs, ...) as one
+        members = {n for n in graph if n.startswith(pkg + ".") and n not in faces}
         sub = {n: {m for m in graph[n] if m in members} for n in members}
         circles = _strongly_connected(sub)
         if circles:
@@ -122,12 +124,56 @@ def package_circles(src: Path = SRC) -> dict[str, list[list[str]]]:
     return found
 
 
+#: docs/architecture.md's map, lowest first: an import may point to its own layer or one below, never up.
+#: ``testing`` (the shipped fakes) may use anything below ``cli``.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("core",), ("config",), ("profiling", "media", "datasets", "metrics", "models"), ("engines", "backends", "loadgen"),
+    ("specs", "serve", "reports", "evaluation", "episodes"), ("sessions",), ("testing",), ("executors",), ("cli",),
+)
+
+
+def _top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def upward_imports(src: Path = SRC) -> list[str]:
+    """``importer -> imported`` for every import that points up the layers, or into a package not on the map."""
+    level = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
+    out = []
+    for name, deps in import_graph(src).items():
+        here = _top(name)
+        if not here:
+            continue
+        if here not in level:
+            out.append(f"{name}: package {here!r} is not on the map")
+            continue
+        out.extend(f"{name} -> {dep}" for dep in sorted(deps)
+                   if _top(dep) and _top(dep) != here and level.get(_top(dep), len(LAYERS)) > level[here])
+    return out
+
+
+def package_level_circles(src: Path = SRC) -> list[list[str]]:
+    """Circles between top-level packages (same-layer imports are allowed, a loop between packages is not)."""
+    graph: dict[str, set[str]] = {}
+    for name, deps in import_graph(src).items():
+        if _top(name):
+            graph.setdefault(_top(name), set()).update(_top(d) for d in deps if _top(d) and _top(d) != _top(name))
+    return _strongly_connected(graph)
+
+
 def main() -> int:
     found = package_circles()
     for pkg, circles in found.items():
         for comp in circles:
-            print(f"{pkg}: " + " <-> ".join(m.rpartition(".")[2] for m in comp))
-    return 1 if found else 0
+            print(f"{pkg}: " + " <-> ".join(m[len(pkg) + 1:] for m in comp))
+    up = upward_imports()
+    for line in up:
+        print(f"up the map: {line}")
+    loops = package_level_circles()
+    for comp in loops:
+        print("between packages: " + " <-> ".join(comp))
+    return 1 if found or up or loops else 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ What cannot be fetched offline has a stand-in inside the run only (metrics that 
 Punkt splitter, a word-level tokenizer for the tasks that generate their own data, unitxt's loader patched like
 ``load_dataset``); none of them makes or changes a request. A task gets TASK_TIMEOUT_S to build.
 lm-eval builds the task's ``Instance``s for that document (few-shot context, chat template off). lmmbench's LM
-adapter (``lmmbench.evaluation.lmeval_catalogue.make_lm``, the object a catalogue run hands to lm-eval) then
+adapter (``lmmbench.evaluation.lmeval.catalogue.make_lm``, the object a catalogue run hands to lm-eval) then
 answers those instances with a recording scoring backend, and the script checks that each request the adapter sends
 to lmmbench's scoring backend is the instance's request: the same request type (log-likelihood, rolling
 log-likelihood, generation) and the same arguments (context and continuation; the text; the prompt, stop strings,
@@ -80,7 +80,7 @@ class RecordingBackend:
 
 def expected_generation(gen_kwargs: dict[str, Any]) -> dict[str, Any]:
     """What lm-eval's generate_until kwargs ask of the model, in lmmbench's GenRequest terms."""
-    from lmmbench.evaluation.lmeval_catalogue import sampling_from_gen_kwargs
+    from lmmbench.evaluation.lmeval.catalogue import sampling_from_gen_kwargs
 
     until = gen_kwargs.get("until") or []
     stop = [until] if isinstance(until, str) else list(until)
@@ -92,7 +92,7 @@ def expected_generation(gen_kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def compare_instances(instances: list[Any]) -> list[str]:
     """Differences between lm-eval's instances and the requests lmmbench's adapter sends for them."""
-    from lmmbench.evaluation.lmeval_catalogue import make_lm
+    from lmmbench.evaluation.lmeval.catalogue import make_lm
 
     backend = RecordingBackend()
     lm = make_lm(backend)

@@ -122,7 +122,7 @@ def scoring_only(args: argparse.Namespace, hf_home: Path) -> dict[str, Any]:
     from lm_eval.tasks import TaskManager
 
     from lmmbench.backends.scoring import InProcessScorer
-    from lmmbench.evaluation.lmeval_catalogue import make_lm
+    from lmmbench.evaluation.lmeval.catalogue import make_lm
     from lmmbench.models import load_model
 
     loaded = load_model(str(args.model_dir), device="cpu", dtype="float32")

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.evaluation import EvalConfig, run_eval
-from lmmbench.evaluation.lmeval_compare import compare_run, reference_from_lmeval
+from lmmbench.evaluation.lmeval.compare import compare_run, reference_from_lmeval
 from lmmbench.evaluation.task_registry import resolve_selection
 from lmmbench.models import resolve_model
 

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lmmbench.config.perf import PerfConfig
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.options import PerfConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.loadgen import run_benchmark
 from lmmbench.loadgen.arrivals import arrival_offsets_ns

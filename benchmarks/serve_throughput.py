@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from lmmbench.config.perf import PerfConfig
+from lmmbench.config.perf.options import PerfConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.loadgen import run_benchmark
 from lmmbench.models import build_tiny_model

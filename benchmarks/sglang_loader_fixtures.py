@@ -184,7 +184,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from transformers import PreTrainedTokenizerFast
 
-    from lmmbench.config.sglang_bench_serving import build_parser
+    from lmmbench.config.dropins.sglang_serving import build_parser
     from lmmbench.testing import build_word_tokenizer
 
     sg = _load_sglang(args.sglang)

@@ -34,8 +34,8 @@ def _run(shape: str, n: int, tasks: int, trials: int, max_steps: int, wait: int,
          batched_planning: bool) -> tuple[float, dict[str, Any]]:
     """Wall seconds and the run's totals (``RunTotals.as_dict()``) of one run on ``n`` slots."""
     from lmmbench.episodes import EpisodeKey, EpisodeScheduler
-    from lmmbench.episodes.pusht import PushTEnv
-    from lmmbench.episodes.vla_policy import VlaPolicy
+    from lmmbench.episodes.envs.pusht import PushTEnv
+    from lmmbench.episodes.policies.vla import VlaPolicy
 
     policy = VlaPolicy(shape, batched_planning=batched_planning)
     keys = [EpisodeKey(t, k) for t in range(tasks) for k in range(trials)]
@@ -90,7 +90,7 @@ def _ae_alone(shape: str, sizes: list[int], repeats: int) -> None:
     import numpy as np
 
     from lmmbench.episodes import ActItem, EpisodeKey
-    from lmmbench.episodes.vla_policy import VlaPolicy
+    from lmmbench.episodes.policies.vla import VlaPolicy
 
     policy = VlaPolicy(shape)
     rng = np.random.default_rng(0)

@@ -61,9 +61,9 @@ def _argparse_keys(parser: Any) -> list[str]:
 
 
 def _bytemlperf_keys() -> list[str]:
-    """The keys ``config.perf_workload_file`` reads from a ByteMLPerf workload (its ``data.get("k")`` /
+    """The keys ``config.perf.workload_file`` reads from a ByteMLPerf workload (its ``data.get("k")`` /
     ``_int_list`` / ``_flag`` / ``_positive(path, data, "k", ...)`` constants and the detection set)."""
-    import lmmbench.config.perf_workload_file as wf
+    import lmmbench.config.perf.workload_file as wf
 
     tree = ast.parse(Path(wf.__file__).read_text())
     keys = set(wf._BYTEMLPERF_KEYS)
@@ -78,8 +78,9 @@ def _bytemlperf_keys() -> list[str]:
 
 def options() -> dict[str, list[str]]:
     """Every option / field of the covered commands and files, by section."""
-    from lmmbench.config import sglang_bench_serving, vllm_bench_serve
-    from lmmbench.config.perf import PerfConfig
+    from lmmbench.config.dropins import sglang_serving as sglang_bench_serving
+    from lmmbench.config.dropins import vllm_serve as vllm_bench_serve
+    from lmmbench.config.perf.options import PerfConfig
     from lmmbench.executors.plan import PlanRow
     from lmmbench.specs.episodic_eval import EpisodicEvalOptions
 

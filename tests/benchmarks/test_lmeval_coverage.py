@@ -123,7 +123,7 @@ def test_coverage_run_stand_ins_raise_when_used(coverage: Any, task_manager: Any
 
 
 def test_a_request_that_differs_is_reported(coverage: Any) -> None:
-    from lmmbench.evaluation.lmeval_catalogue import make_lm
+    from lmmbench.evaluation.lmeval.catalogue import make_lm
 
     class Inst:
         request_type = "generate_until"

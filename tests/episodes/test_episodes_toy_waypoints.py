@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from lmmbench.episodes import ActItem, EpisodeKey, EpisodeScheduler
-from lmmbench.episodes.toy_waypoints import GRID, ToyWaypointsEnv, task_layout
+from lmmbench.episodes.envs.toy_waypoints import GRID, ToyWaypointsEnv, task_layout
 
 
 def test_actions_round_to_king_moves_and_near_boundaries_are_counted() -> None:
@@ -35,7 +35,7 @@ def test_visiting_every_waypoint_is_a_success() -> None:
 
 
 def test_planner_proposes_nearest_unvisited_waypoints_from_the_image() -> None:
-    from lmmbench.episodes.toy_policy import plan_waypoints
+    from lmmbench.episodes.policies.toy import plan_waypoints
 
     image = np.zeros((3, GRID, GRID), dtype=np.float32)
     for x, y in [(10, 10), (2, 3), (14, 1)]:
@@ -54,7 +54,7 @@ def _evaluate(policy: object, num_parallel: int) -> dict[EpisodeKey, object]:
 
 def test_batched_equals_serial_prefix_cache_policy() -> None:
     """(The plain toy policy's pair of runs is the CLI test in test_episodic_eval_spec.py.)"""
-    from lmmbench.episodes.toy_policy import ToyWaypointPolicy
+    from lmmbench.episodes.policies.toy import ToyWaypointPolicy
 
     prefix_cache = True
     serial = _evaluate(ToyWaypointPolicy(prefix_cache=prefix_cache), 1)
@@ -75,7 +75,7 @@ def test_batched_equals_serial_prefix_cache_policy() -> None:
 
 def test_prefix_cache_rows_belong_to_their_episode() -> None:
     """The batch order does not change an episode's actions, and its task K/V is built once."""
-    from lmmbench.episodes.toy_policy import ToyWaypointPolicy
+    from lmmbench.episodes.policies.toy import ToyWaypointPolicy
 
     policy = ToyWaypointPolicy(prefix_cache=True)
 

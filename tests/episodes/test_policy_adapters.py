@@ -1,4 +1,4 @@
-"""Policies in the shapes users hold (``episodes.adapters``), on real episodes of ``toy-waypoints`` with real
+"""Policies in the shapes users hold (``episodes.policies.adapters``), on real episodes of ``toy-waypoints`` with real
 tiny torch modules on the CPU: the docs' examples run as written (read from docs/episodes.md "Your policy as
 it is"), an nn.Module gets ONE forward per tick holding every NEED_AE slot (a forward hook counts), a
 select_action policy gets one instance per slot and ``reset()`` per episode, ``infer`` is recorded as batch 1
@@ -152,7 +152,7 @@ def test_one_forward_per_tick_holding_every_need_ae_slot(examples: Path) -> None
 def test_select_action_gets_one_instance_per_slot_and_reset_per_episode(examples: Path) -> None:
     import lerobot_style  # the docs' example, saved by the fixture
 
-    from lmmbench.episodes.adapters import adapt_policy
+    from lmmbench.episodes.policies.adapters import adapt_policy
 
     built: list[Any] = []
     resets: list[int] = []
@@ -251,7 +251,7 @@ def test_errors_of_an_adapted_policy_are_one_line(tmp_path: Path, capsys: pytest
 def test_a_batch_of_the_wrong_size_is_refused() -> None:
     import torch
 
-    from lmmbench.episodes.adapters import adapt_policy
+    from lmmbench.episodes.policies.adapters import adapt_policy
 
     class One(torch.nn.Module):
         def forward(self, obs: Any) -> Any:
@@ -315,7 +315,7 @@ def test_nn_module_on_push_t_with_images_and_instructions(tmp_path: Path) -> Non
 def test_forward_returning_a_chunk_under_actions_is_executed_whole() -> None:
     import torch
 
-    from lmmbench.episodes.adapters import adapt_policy
+    from lmmbench.episodes.policies.adapters import adapt_policy
 
     class Chunky(torch.nn.Module):
         def forward(self, obs: Any) -> Any:

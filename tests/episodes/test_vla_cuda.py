@@ -18,7 +18,7 @@ import torch
 from lmmbench.cli.main import main
 from lmmbench.episodes import EpisodeKey, EpisodeScheduler
 from lmmbench.episodes.compare import read_traces
-from lmmbench.episodes.vla_policy import VlaPolicy
+from lmmbench.episodes.policies.vla import VlaPolicy
 from lmmbench.models.vla_graphs import AeCallRunner, resolve_graph_mode
 
 ACTION_TOL = 1e-5  # episodic-eval's batched-vs-serial tolerance (episodes.compare.compare_runs)
@@ -154,7 +154,7 @@ class _ToyWithCaptureStandIn:
     batch size, reported through ``take_setup_ns`` as a capture is), named so: the capture cannot run here."""
 
     def __init__(self, pause_s: float) -> None:
-        from lmmbench.episodes.toy_policy import ToyWaypointPolicy
+        from lmmbench.episodes.policies.toy import ToyWaypointPolicy
 
         self.inner, self.pause_s = ToyWaypointPolicy(), pause_s
         self.seen: set[int] = set()
@@ -181,7 +181,7 @@ class _ToyWithCaptureStandIn:
 def test_capture_time_is_kept_out_of_the_timed_action_calls_and_the_wall() -> None:
     """Setup a policy reports from inside ``act`` is counted as ``policy_setup_ms`` and left out of the action
     and wall times: with 1 s per batch size injected, the action time stays below one injected pause."""
-    from lmmbench.episodes.toy_waypoints import ToyWaypointsEnv
+    from lmmbench.episodes.envs.toy_waypoints import ToyWaypointsEnv
 
     torch.set_num_threads(1)
     policy = _ToyWithCaptureStandIn(1.0)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from lmmbench.episodes import ActItem, EpisodeKey, EpisodeScheduler
-from lmmbench.episodes.vla_policy import VlaPolicy, instruction_tokens
+from lmmbench.episodes.policies.vla import VlaPolicy, instruction_tokens
 from lmmbench.models.vla import PI0, PI0_TINY, count_vla_parameters
 
 
@@ -230,7 +230,7 @@ def test_pusht_physics_runs_episodes_with_the_policy_headless(tmp_path: Path) ->
     rows = list(csv.DictReader((tmp_path / "episodic-eval" / "episodic-eval_results.csv").open()))
     assert len(rows) == 4 and all(r["success"] in ("0", "1") for r in rows)  # gym-pusht's is_success, never empty
     assert all(int(r["steps"]) == 6 for r in rows)
-    from lmmbench.episodes.pusht import PushTEnv
+    from lmmbench.episodes.envs.pusht import PushTEnv
 
     env = PushTEnv(1)
     obs, _ = env.reset(seed=3)

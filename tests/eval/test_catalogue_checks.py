@@ -50,7 +50,7 @@ def test_the_index_lists_every_name_taskmanager_knows(tmp_path: Path) -> None:
     """No false refusal: every task, group and tag of the installed catalogue is in the line-scan index."""
     from lm_eval.tasks import TaskManager
 
-    from lmmbench.evaluation.lmeval_index import lmeval_tasks_dir, scan_task_names
+    from lmmbench.evaluation.lmeval.index import lmeval_tasks_dir, scan_task_names
 
     root = lmeval_tasks_dir()
     assert root is not None

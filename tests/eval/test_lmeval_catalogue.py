@@ -174,7 +174,7 @@ def test_lm_evals_option_spellings_and_a_fractional_limit_reach_the_run(
 def test_without_lm_eval_a_catalogue_name_says_what_to_install(monkeypatch: pytest.MonkeyPatch,
                                                                 tmp_path: Path) -> None:
     """lm-eval hidden from the import system (as on a plain install)."""
-    import lmmbench.evaluation.lmeval_catalogue as cat
+    import lmmbench.evaluation.lmeval.catalogue as cat
     from lmmbench.core.errors import UserError
     from lmmbench.evaluation import EvalConfig, run_eval
 
@@ -189,7 +189,7 @@ def test_a_catalogue_run_is_an_ordinary_eval_run(both: tuple[Any, dict[str, Any]
     import json
 
     from lmmbench.cli.main import main
-    from lmmbench.core.run_store import RunStore
+    from lmmbench.core.runs.store import RunStore
 
     ours, ref = both
     log = json.loads((ours.run_dir / "run.json").read_text())

@@ -15,8 +15,8 @@ import pytest
 from lmmbench.cli.main import main
 from lmmbench.core.errors import UserError
 from lmmbench.evaluation import EvalConfig, run_eval
-from lmmbench.evaluation.lmeval_compare import compare_run
-from lmmbench.evaluation.lmeval_filters import apply_pipeline
+from lmmbench.evaluation.lmeval.compare import compare_run
+from lmmbench.evaluation.lmeval.filters import apply_pipeline
 from lmmbench.evaluation.task_config import FilterPipeline
 from lmmbench.evaluation.task_files import load_task_file
 from lmmbench.evaluation.task_registry import resolve_selection

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.engines.engine_registry import ENGINES
 from lmmbench.engines.transformers_engine import TransformersEngine

@@ -47,7 +47,7 @@ def _run(tmp_path: Path, **kw: object) -> tuple[Path, dict[str, object]]:
 def test_against_the_test_server_injected_ttft(tmp_path: Path, port: int) -> None:
     import csv
 
-    from lmmbench.config.perf_testserver import TestServerConfig
+    from lmmbench.config.perf.testserver import TestServerConfig
     from lmmbench.testing.fixtures import running_testserver
 
     with running_testserver(TestServerConfig(port=port, ttft_ms=60.0, accept_any_model=True)) as url:

@@ -24,7 +24,7 @@ def main(work: Path) -> dict[str, Any]:
     scores = [metric.score({"prediction": "4", "references": ["4"]}, {}),
               metric.score({"prediction": "Lyon", "references": ["Paris"]}, {})]  # fmt: skip
     out["accuracy_metrics"] = metric.aggregate(scores)
-    from lmmbench.evaluation.lmeval_tasks import lmeval_aggregations
+    from lmmbench.evaluation.lmeval.tasks import lmeval_aggregations
 
     out["lmeval_aggregation"] = lmeval_aggregations().get("demo_exact")
     out.update(_models(work))
@@ -67,8 +67,8 @@ def _models(work: Path) -> dict[str, Any]:
 
 
 def _datasets() -> dict[str, Any]:
-    from lmmbench.config.perf import PerfConfig
-    from lmmbench.datasets.perf_datasets import PERF_DATASETS
+    from lmmbench.config.perf.options import PerfConfig
+    from lmmbench.datasets.perf.registry import PERF_DATASETS
 
     # PerfConfig.dataset is still a Literal: the builder is called by name, as build_requests would
     cfg = PerfConfig(url="http://127.0.0.1:1", model="m")
@@ -96,11 +96,11 @@ def _episodes() -> dict[str, Any]:
 
 
 def _pending_cli() -> dict[str, bool]:
-    """Whether ``perf`` accepts the plugin's arrival and data set by name yet (not while config/perf.py
+    """Whether ``perf`` accepts the plugin's arrival and data set by name yet (not while config/perf/options.py
     keeps Literal copies of the registries' names; config.registry_field replaces them)."""
     from pydantic import ValidationError
 
-    from lmmbench.config.perf import PerfConfig
+    from lmmbench.config.perf.options import PerfConfig
 
     accepted = {}
     for field, name in (("arrival", "demo-arrival"), ("dataset", "demo-dataset")):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fuzz_corpus import write_corpus
 
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.testing.fixtures import running_testserver
 

@@ -176,8 +176,8 @@ def test_every_flag_of_the_drop_ins_is_fuzzed() -> None:
     takes a value is fuzzed by test_fuzz_dropins (numbers and text, listed from the same flag tables); switches
     take none; --port's range is tests/perf/test_dropin_values.py's. Their data-set kinds that read a file are
     fed hostile files there too (test_the_file_kinds_are_every_carried_kind_that_reads_a_file)."""
-    from lmmbench.config import sglang_bench_serving as sgl
-    from lmmbench.config import vllm_bench_serve as vllm
+    from lmmbench.config.dropins import sglang_serving as sgl
+    from lmmbench.config.dropins import vllm_serve as vllm
 
     d = test_fuzz_dropins
     for flags, carried, cases in ((vllm.VLLM_FLAGS, vllm._CARRIED, d.VLLM_CASES + d.VLLM_TEXT_CASES),

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from lmmbench.config import sglang_bench_serving as sgl
-from lmmbench.config import vllm_bench_serve as vllm
+from lmmbench.config.dropins import sglang_serving as sgl
+from lmmbench.config.dropins import vllm_serve as vllm
 from lmmbench.core.errors import UserError
 from lmmbench.testing import build_word_tokenizer
 
@@ -69,8 +69,8 @@ def tok(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _vllm_prepare(argv: list[str]) -> None:
     """``run_bench_serve`` up to the load: parse, translate, check outputs, draw, validate the perf config."""
-    from lmmbench.config.perf import PerfConfig
-    from lmmbench.sessions.bench_serve_session import build_bench_requests, check_outputs
+    from lmmbench.config.perf.options import PerfConfig
+    from lmmbench.sessions.dropins.vllm_session import build_bench_requests, check_outputs
 
     ns = vllm.build_parser().parse_args(argv)
     options = vllm.translate(ns)
@@ -82,14 +82,14 @@ def _vllm_prepare(argv: list[str]) -> None:
 
 def _sglang_prepare(argv: list[str]) -> None:
     """``run_bench_sglang`` up to the load (the ShareGPT file of the hub is never asked for)."""
-    from lmmbench.config.perf import PerfConfig
-    from lmmbench.sessions.bench_sglang_run import sglang_requests
+    from lmmbench.config.perf.options import PerfConfig
+    from lmmbench.sessions.dropins.sglang_run import sglang_requests
 
     ns = sgl.build_parser().parse_args(argv)
     options = sgl.translate(ns)
     drawn = None
     if sgl.drawn_by_sglang(ns):
-        from lmmbench.sessions.bench_sglang_datasets import draw_sglang_requests
+        from lmmbench.sessions.dropins.sglang_datasets import draw_sglang_requests
 
         def no_hub() -> Path:
             raise UserError("the hub's ShareGPT file is not asked for in the fuzz suite")

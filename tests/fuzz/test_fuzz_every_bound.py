@@ -19,7 +19,7 @@ from fuzz_corpus import task_with
 from lmmbench.cli.main import main
 from lmmbench.config.input_files import raise_csv_field_limit
 from lmmbench.config.limits import LIMITS
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.testing import running_testserver
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.core.run_log import RunLog
-from lmmbench.core.run_store import SCHEMA_VERSION, RunStore
+from lmmbench.core.runs.log import RunLog
+from lmmbench.core.runs.store import SCHEMA_VERSION, RunStore
 
 
 def _garbage(p: Path) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from lmmbench.cli.main import build_app, main
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.testing.fixtures import running_testserver
 
 CLI = [sys.executable, "-m", "lmmbench.cli.main"]

@@ -67,7 +67,7 @@ def test_serve_loads_a_hub_id_offline(hf_home: Path) -> None:
 
 
 def test_perf_tokenizer_takes_a_hub_id(hf_home: Path, tmp_path: Path) -> None:
-    from lmmbench.config.perf_testserver import TestServerConfig
+    from lmmbench.config.perf.testserver import TestServerConfig
     from lmmbench.core.net import free_loopback_port
     from lmmbench.testing import running_testserver
 

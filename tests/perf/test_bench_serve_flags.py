@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from lmmbench.backends.openai_http import OpenAIHttpClient
-from lmmbench.config.vllm_bench_serve import _CARRIED, IN_VLLM_ONLY, VLLM_FLAGS, build_parser, translate
+from lmmbench.config.dropins.vllm_serve import _CARRIED, IN_VLLM_ONLY, VLLM_FLAGS, build_parser, translate
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest
-from lmmbench.sessions.bench_serve_session import build_bench_requests
+from lmmbench.sessions.dropins.vllm_session import build_bench_requests
 from lmmbench.testing.sampler_tokenizer import build_sampler_tokenizer
 
 
@@ -132,8 +132,8 @@ def test_schedule_is_vllms_rescaled_gamma_and_ramp_up(tok: Path) -> None:
 def test_burstiness_0_2_gives_gamma_gaps_with_cv_2_2(tok: Path) -> None:
     """vLLM draws the gaps from gamma(shape=burstiness): a coefficient of variation of 1/sqrt(0.2) = 2.24;
     rescaling to n / rate leaves it. Over 20,000 gaps its sampling error is a few percent."""
-    from lmmbench.datasets.vllm_bench_requests import vllm_schedule_s
-    from lmmbench.datasets.vllm_samplers import VllmRng
+    from lmmbench.datasets.vllm.bench_requests import vllm_schedule_s
+    from lmmbench.datasets.vllm.samplers import VllmRng
 
     ns = build_parser().parse_args(["--request-rate", "100", "--burstiness", "0.2"])
     t = vllm_schedule_s(20_001, ns, VllmRng(0).np)
@@ -178,7 +178,7 @@ def test_prefix_repetition_flags(tok: Path) -> None:
                      "--prefix-repetition-output-len 7", tok)  # fmt: skip
     assert len(reqs) == 12 and {r.output_tokens for r in reqs} == {7}
     assert min(r.input_tokens or 0 for r in reqs) >= 15 and "x-request-id" not in reqs[0].headers  # vLLM: no id
-    from lmmbench.datasets.vllm_samplers import VllmTokenizer
+    from lmmbench.datasets.vllm.samplers import VllmTokenizer
 
     vt = VllmTokenizer.load(tok)
     prefixes = {tuple(vt.encode(r.payload["prompt"])[:8]) for r in reqs}
@@ -293,7 +293,7 @@ def test_result_keys_measure_lmmbench_way_under_vllm_names() -> None:
 def test_insecure_turns_the_certificate_check_off() -> None:
     import ssl
 
-    from lmmbench.config.perf import PerfConfig
+    from lmmbench.config.perf.options import PerfConfig
     from lmmbench.loadgen.api import _client_kwargs
     from lmmbench.loadgen.protocol import make_client
 
@@ -486,7 +486,7 @@ def test_burstgpt_rows_drawn_as_pandas_samples_them(tok: Path, tmp_path: Path) -
     the decoded ids (i + j) % vocab_size of the row's request tokens, max_tokens its response tokens."""
     import pandas as pd
 
-    from lmmbench.datasets.vllm_samplers import VllmTokenizer
+    from lmmbench.datasets.vllm.samplers import VllmTokenizer
 
     csv = tmp_path / "b.csv"
     rows = [(t, "GPT-4" if t % 3 else "ChatGPT", 5 + t, t % 4) for t in range(12)]

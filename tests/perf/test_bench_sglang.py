@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
-from lmmbench.config.sglang_bench_serving import (
+from lmmbench.config.dropins.sglang_serving import (
     CARRIED,
     IN_SGLANG_ONLY,
     REFUSED_BACKENDS,
@@ -32,6 +31,7 @@ from lmmbench.config.sglang_bench_serving import (
     build_parser,
     translate,
 )
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.errors import UserError
 from lmmbench.core.net import free_loopback_port
 from lmmbench.testing import build_word_tokenizer, running_testserver

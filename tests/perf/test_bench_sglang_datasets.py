@@ -24,13 +24,13 @@ import pytest
 
 from lmmbench.backends.openai_http import OpenAIHttpClient
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
-from lmmbench.config.sglang_bench_serving import build_parser, translate
+from lmmbench.config.dropins.sglang_serving import build_parser, translate
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.errors import UserError
 from lmmbench.core.net import free_loopback_port
-from lmmbench.datasets import sglang_datasets
-from lmmbench.datasets.sglang_rows import SglTokenizer
-from lmmbench.sessions.bench_sglang_datasets import draw_rows, draw_sglang_requests
+from lmmbench.datasets.sglang import datasets as sglang_datasets
+from lmmbench.datasets.sglang.rows import SglTokenizer
+from lmmbench.sessions.dropins.sglang_datasets import draw_rows, draw_sglang_requests
 from lmmbench.testing import build_word_tokenizer, running_testserver
 from lmmbench.testing.testserver import WORDS
 
@@ -323,10 +323,10 @@ import json, sys
 from pathlib import Path
 import datasets
 from PIL import Image
-from lmmbench.config.sglang_bench_serving import build_parser, translate
+from lmmbench.config.dropins.sglang_serving import build_parser, translate
 from lmmbench.backends.openai_http import OpenAIHttpClient
-from lmmbench.datasets.sglang_rows import SglTokenizer
-from lmmbench.sessions.bench_sglang_datasets import draw_rows, draw_sglang_requests
+from lmmbench.datasets.sglang.rows import SglTokenizer
+from lmmbench.sessions.dropins.sglang_datasets import draw_rows, draw_sglang_requests
 from lmmbench.testing.hf_datasets import write_dataset_cache
 
 home, tok, rows = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
-from lmmbench.sessions.perf_workload import TP_LABEL_ONLY
+from lmmbench.sessions.perf.workload import TP_LABEL_ONLY
 from lmmbench.testing.fixtures import running_testserver, server_received, server_stats
 
 # a server command that records its argv, then becomes lmmbench's test server with those arguments

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lmmbench.config.perf import PerfConfig
+from lmmbench.config.perf.options import PerfConfig
 from lmmbench.core.errors import UserError
-from lmmbench.datasets.perf_dataset_catalog import build_requests
-from lmmbench.datasets.perf_datasets import load_tokenizer
+from lmmbench.datasets.perf.catalog import build_requests
+from lmmbench.datasets.perf.registry import load_tokenizer
 from lmmbench.testing import build_word_tokenizer
 
 

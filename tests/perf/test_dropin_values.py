@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.testing import build_word_tokenizer, running_testserver
 from lmmbench.testing.fixtures import server_received
@@ -196,7 +196,7 @@ def test_a_huge_sharegpt_turn_is_dropped_without_being_encoded(tmp_path: Path) -
     first 64 KiB's pre-tokens, and the claim holds against the real encoding of a smaller text."""
     import time
 
-    from lmmbench.datasets.vllm_samplers import VllmRng, VllmTokenizer, sample_sharegpt
+    from lmmbench.datasets.vllm.samplers import VllmRng, VllmTokenizer, sample_sharegpt
     from lmmbench.testing.sampler_tokenizer import build_sampler_tokenizer
 
     tok = VllmTokenizer.load(build_sampler_tokenizer(tmp_path / "stok"))
@@ -215,7 +215,7 @@ def test_a_huge_sharegpt_turn_is_dropped_without_being_encoded(tmp_path: Path) -
 
 def test_metadata_never_overwrites_a_measured_key_in_the_result_file() -> None:
     """`lmmbench perf --metadata` reaches the same writer without the drop-in's refusal: its keys go first."""
-    from lmmbench.config.perf import PerfConfig
+    from lmmbench.config.perf.options import PerfConfig
     from lmmbench.reports.vllm_result_file import vllm_result
 
     cfg = PerfConfig.model_validate({"url": "http://127.0.0.1:1", "num_requests": 3, "backend": "openai",

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lmmbench.config.perf import PerfConfig
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.options import PerfConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port as free_port
 from lmmbench.loadgen import LoadResult, run_benchmark
 from lmmbench.loadgen.arrivals import arrival_offsets_ns

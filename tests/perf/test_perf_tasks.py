@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.config.perf import PerfConfig
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.options import PerfConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.errors import UserError
 from lmmbench.core.net import free_loopback_port
 from lmmbench.evaluation.task_registry import resolve_selection
 from lmmbench.metrics.quality import Answer, mcnemar_exact, point_quality, wilson_interval
-from lmmbench.sessions.perf_quality import prepare_task_run
+from lmmbench.sessions.perf.quality import prepare_task_run
 from lmmbench.testing import running_testserver
 
 QA = Path(resolve_selection(["sample_qa"], []).tasks[0].resolve("data/sample_qa.jsonl"))
@@ -109,7 +109,7 @@ def test_score_reports_the_accuracy_drop_under_load_and_mcnemar_flags_it(url: st
     assert (run / "quality_vs_load.png").is_file()
     assert "Accuracy against load" in (run / "report.html").read_text(encoding="utf-8")
     # the run store and `runs compare` carry accuracy per load point
-    from lmmbench.core.run_log import load_run_log
+    from lmmbench.core.runs.log import load_run_log
     from lmmbench.sessions.run_samples import load_samples
 
     run_log = load_run_log(run / "run.json")

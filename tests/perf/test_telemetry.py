@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.loadgen.server_metrics import SERVER_METRICS, CounterRatio
 from lmmbench.loadgen.telemetry import TelemetrySampler, map_server_metrics, parse_prometheus, read_telemetry

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from lmmbench.config.perf import PerfConfig
+from lmmbench.config.perf.options import PerfConfig
 from lmmbench.core.errors import UserError
-from lmmbench.datasets.perf_dataset_catalog import build_requests
-from lmmbench.datasets.perf_datasets import load_tokenizer
-from lmmbench.datasets.vllm_hub_datasets import HF_DATASETS, HF_REFUSED
+from lmmbench.datasets.perf.catalog import build_requests
+from lmmbench.datasets.perf.registry import load_tokenizer
+from lmmbench.datasets.vllm.hub_datasets import HF_DATASETS, HF_REFUSED
 from lmmbench.testing import build_word_tokenizer
 
 VLLM_HF_CLASSES = {  # every HuggingFaceDataset subclass of vllm 0.33.0 (vllm/benchmarks/datasets/datasets.py)
@@ -93,9 +93,9 @@ import json, sys
 from pathlib import Path
 from PIL import Image
 from lmmbench.testing.hf_datasets import write_dataset_cache
-from lmmbench.config.perf import PerfConfig
-from lmmbench.datasets.perf_dataset_catalog import build_requests
-from lmmbench.datasets.perf_datasets import load_tokenizer
+from lmmbench.config.perf.options import PerfConfig
+from lmmbench.datasets.perf.catalog import build_requests
+from lmmbench.datasets.perf.registry import load_tokenizer
 
 home, tok_dir = Path(sys.argv[1]), sys.argv[2]
 words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet".split()
@@ -122,8 +122,8 @@ for name, kw in (("gsm8k", {"hf_name": "openai/gsm8k"}), ("mtbench", {"dataset_p
                  for r in build_requests(cfg, 4, tok)]
 write_dataset_cache(home, "openai/gsm8k", "socratic", {"test": [{"question": "socratic " + text(i, 5), "answer": "1"}
                                                                 for i in range(3)]})
-from lmmbench.config.vllm_bench_serve import build_parser, translate
-from lmmbench.sessions.bench_serve_session import build_bench_requests
+from lmmbench.config.dropins.vllm_serve import build_parser, translate
+from lmmbench.sessions.dropins.vllm_session import build_bench_requests
 for name, line in (("bs_gsm8k_plain", "--hf-name openai/gsm8k --disable-shuffle --hf-output-len 7"),
                    ("bs_gsm8k_shuffled", "--hf-name openai/gsm8k --hf-output-len 7"),
                    ("bs_gsm8k_train", "--hf-name openai/gsm8k --hf-split train --disable-shuffle --output-len 9"),
@@ -230,7 +230,7 @@ def test_bench_serve_and_perf_take_them(tmp_path: Path, monkeypatch: pytest.Monk
     """`vllm bench serve --dataset-name spec_bench / burstgpt` command lines, and `perf --dataset spec_bench` with
     vLLM's flag names, against the test server."""
     from lmmbench.cli.main import main
-    from lmmbench.config.perf_testserver import TestServerConfig
+    from lmmbench.config.perf.testserver import TestServerConfig
     from lmmbench.core.net import free_loopback_port
     from lmmbench.testing import running_testserver
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lmmbench.datasets import vllm_samplers as vs
+from lmmbench.datasets.vllm import samplers as vs
 from lmmbench.testing.sampler_tokenizer import build_sampler_tokenizer
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "vllm_samplers.json").read_text())

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.testing import running_testserver
 
@@ -161,9 +161,9 @@ def test_bad_trace_line_is_one_clear_error(url: str, tmp_path: Path, capsys: pyt
 
 
 def test_mooncake_blocks_with_a_tokenizer_are_cut_to_input_length(tmp_path: Path) -> None:
-    from lmmbench.config.perf import PerfConfig
-    from lmmbench.datasets.perf_dataset_catalog import build_requests
-    from lmmbench.datasets.perf_datasets import load_tokenizer
+    from lmmbench.config.perf.options import PerfConfig
+    from lmmbench.datasets.perf.catalog import build_requests
+    from lmmbench.datasets.perf.registry import load_tokenizer
     from lmmbench.testing import build_word_tokenizer
 
     tok = load_tokenizer(build_word_tokenizer(tmp_path / "tok"))

@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from lmmbench.config.perf import PerfConfig
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.options import PerfConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.executors import load_plan
 from lmmbench.executors.runner import run_plan
 from lmmbench.loadgen.ray_fanout import estimate_offset, shift_record
-from lmmbench.sessions.perf_session import run_perf
+from lmmbench.sessions.perf.session import run_perf
 from lmmbench.testing import running_testserver
 
 RATE = 40.0

@@ -42,7 +42,7 @@ def test_resume_of_a_finished_perf_run_says_so_and_measures_nothing(
     """It used to exit non-zero with "no request succeeded (0 sent)" and rewrite the run's status."""
     import json
 
-    from lmmbench.config.perf_testserver import TestServerConfig
+    from lmmbench.config.perf.testserver import TestServerConfig
     from lmmbench.core.net import free_loopback_port
     from lmmbench.testing import running_testserver
 

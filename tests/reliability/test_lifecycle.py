@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.loadgen.journal import read_journal
 from lmmbench.testing.fixtures import running_testserver
@@ -195,7 +195,7 @@ def test_no_secret_in_any_output_file_or_log(url: str, tmp_path: Path, capsys: p
 def test_a_crash_traceback_file_masks_the_api_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """A bug in perf (mocked: run_perf raises) saves a traceback whose command line has the key masked."""
-    import lmmbench.sessions.perf_session as session
+    import lmmbench.sessions.perf.session as session
 
     secret = "sk-crash-" + os.urandom(6).hex()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lmmbench.config.limits import LIMITS, limit_value
-from lmmbench.config.perf import PerfConfig
+from lmmbench.config.perf.options import PerfConfig
 from lmmbench.core.errors import UserError
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"

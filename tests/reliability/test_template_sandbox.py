@@ -13,14 +13,15 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from lmmbench.cli.main import main
-from lmmbench.config import sglang_bench_serving, vllm_bench_serve
+from lmmbench.config.dropins import sglang_serving as sglang_bench_serving
+from lmmbench.config.dropins import vllm_serve as vllm_bench_serve
 from lmmbench.core.errors import UserError
 from lmmbench.datasets.chat_templates import find_chat_template, sandboxed_environment
 from lmmbench.evaluation.prompts import PromptRenderer
 from lmmbench.evaluation.runner import build_jobs
 from lmmbench.evaluation.task_files import load_task_file
-from lmmbench.sessions.bench_serve_session import build_bench_requests
-from lmmbench.sessions.bench_sglang_datasets import draw_sglang_requests
+from lmmbench.sessions.dropins.sglang_datasets import draw_sglang_requests
+from lmmbench.sessions.dropins.vllm_session import build_bench_requests
 from lmmbench.testing import build_word_tokenizer
 
 

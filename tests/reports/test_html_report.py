@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.reports.html_report import format_value, write_reports
 from lmmbench.testing import running_testserver

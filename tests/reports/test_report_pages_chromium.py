@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.evaluation import EvalConfig, run_eval
 from lmmbench.reports.svg_charts import PALETTE

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lmmbench.core.run_log import load_run_log
+from lmmbench.core.runs.log import load_run_log
 from lmmbench.evaluation import EvalConfig, run_eval
 from lmmbench.metrics.compare import compare_metric, confirm, rule_for
 from lmmbench.sessions.runs_session import compare_runs

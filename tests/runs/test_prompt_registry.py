@@ -16,7 +16,7 @@ import pytest
 import lmmbench.evaluation as evaluation_pkg
 from lmmbench.cli.main import main
 from lmmbench.core.errors import UserError
-from lmmbench.core.run_log import load_run_log
+from lmmbench.core.runs.log import load_run_log
 from lmmbench.evaluation import EvalConfig, run_eval
 from lmmbench.evaluation.prompt_registry import PROMPTS, register_prompt, resolve_prompt
 from lmmbench.sessions.runs_session import compare_runs

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from lmmbench.core.errors import UserError
-from lmmbench.core.run_log import RunLog, load_run_log, measurement_from, new_run_id, write_run_log
-from lmmbench.core.run_store import RunStore
+from lmmbench.core.runs.log import RunLog, load_run_log, measurement_from, new_run_id, write_run_log
+from lmmbench.core.runs.store import RunStore
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

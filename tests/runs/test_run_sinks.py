@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
-from lmmbench.core.run_log import RunLog, write_run_log
+from lmmbench.core.runs.log import RunLog, write_run_log
 from lmmbench.testing import running_testserver
 
 
@@ -63,7 +63,7 @@ def test_wandb_offline_run_gets_config_and_summary(logged: tuple[Path, str]) -> 
 def test_a_failing_sink_is_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                      caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
     monkeypatch.setenv("LMMBENCH_STORE_URL", f"sqlite:///{tmp_path / 's.sqlite'}")
-    from lmmbench.core import run_sinks
+    from lmmbench.core.runs import sinks as run_sinks
 
     def broken(run_log: RunLog, run_dir: Path, target: str) -> None:
         raise RuntimeError("tracking server down")

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from lmmbench.core.run_log import RunLog, load_run_log, write_run_log
+from lmmbench.core.runs.log import RunLog, load_run_log, write_run_log
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
-from lmmbench.core.run_store import SCHEMA_VERSION, RunStore
+from lmmbench.core.runs.store import SCHEMA_VERSION, RunStore
 from lmmbench.testing import running_testserver
 
 

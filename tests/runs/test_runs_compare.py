@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
-from lmmbench.core.run_store import RunStore
+from lmmbench.core.runs.store import RunStore
 from lmmbench.sessions.runs_session import compare_runs
 from lmmbench.testing import running_testserver
 

@@ -23,7 +23,7 @@ import pytest
 from lmmbench.backends.openai_http import OpenAIHttpClient
 from lmmbench.backends.openai_stream import finalize_record
 from lmmbench.cli.main import main
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.core.request_records import PerfRequest, RequestRecord
 from lmmbench.metrics.perf_metrics import request_values

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from lmmbench.serve.proxy_measure import Measure, StreamRelay, WholeAnswer
-from lmmbench.serve.proxy_memory import GpuMemoryPeaks
+from lmmbench.serve.proxy.measure import Measure, StreamRelay, WholeAnswer
+from lmmbench.serve.proxy.memory import GpuMemoryPeaks
 
 
 def _chunk(content: str | None = None, finish: str | None = None, **top: Any) -> bytes:
@@ -119,7 +119,7 @@ def test_without_nvml_the_peak_is_unmeasured() -> None:
 
 def test_server_metrics_survive_a_resumed_perf_run_and_summarize_with_their_spread() -> None:
     from lmmbench.metrics.perf_metrics import request_values, summarize_records
-    from lmmbench.sessions.perf_resume import record_from_row
+    from lmmbench.sessions.perf.resume import record_from_row
     from lmmbench.testing import make_record
 
     recs = []

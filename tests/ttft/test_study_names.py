@@ -121,8 +121,8 @@ def _old_run(folder: Path) -> Path:
 
 
 def test_an_old_run_folder_loads_compares_and_reports_in_the_study_names(tmp_path: Path) -> None:
-    from lmmbench.core.run_log import load_run_log
-    from lmmbench.core.run_log_legacy import upgrade
+    from lmmbench.core.runs.log import load_run_log
+    from lmmbench.core.runs.log_legacy import upgrade
     from lmmbench.reports.html_report import HtmlReport
     from lmmbench.sessions.run_samples import load_samples
 

@@ -1,5 +1,5 @@
 """`lmmbench bench serve ARGS` / `bench sglang ARGS`: drop-ins for `vllm bench serve` and `python -m
-sglang.bench_serving` (the work: sessions/bench_serve_session.py, sessions/bench_sglang_session.py)."""
+sglang.bench_serving` (the work: sessions/dropins/vllm_session.py, sessions/dropins/sglang_session.py)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
                    help="Run `vllm bench serve ARGS` unchanged (vLLM 0.33.0's flags, defaults, printed table and "
                         "result file); --help lists the flags.")  # fmt: skip
     def serve(ctx: typer.Context) -> None:
-        from lmmbench.sessions.bench_serve_session import run_bench_serve
+        from lmmbench.sessions.dropins.vllm_session import run_bench_serve
 
         run = run_bench_serve(list(ctx.args))
         _finish(run.table, run, f"result file: {run.result_file}" if run.result_file is not None else None)
@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
                    help="Run `python -m sglang.bench_serving ARGS` unchanged (SGLang 0.5.23's flags, defaults, "
                         "printed summary and output file); --help lists the flags.")  # fmt: skip
     def sglang(ctx: typer.Context) -> None:
-        from lmmbench.sessions.bench_sglang_session import run_bench_sglang
+        from lmmbench.sessions.dropins.sglang_session import run_bench_sglang
 
         run = run_bench_sglang(list(ctx.args))
         _finish(run.summary, run, None)

@@ -9,7 +9,7 @@ from lmmbench.config.cli_options import command_from_model
 
 def _eval(cfg: object) -> None:
     from lmmbench.evaluation.modes import EvalConfig
-    from lmmbench.sessions.eval_session import run_eval_compared
+    from lmmbench.sessions.eval.session import run_eval_compared
 
     assert isinstance(cfg, EvalConfig)
     if cfg.allow_random_weights and cfg.model:
@@ -18,7 +18,7 @@ def _eval(cfg: object) -> None:
         if not cfg.model.startswith(("http://", "https://")) and weights_provenance(cfg.model):
             typer.echo("weights: RANDOM (shape-only model, --allow-random-weights): these scores mean nothing")
     if cfg.models:  # several models: one run folder each, one comparison table
-        from lmmbench.sessions.eval_models import run_eval_models
+        from lmmbench.sessions.eval.models import run_eval_models
 
         worst = 0
         for one in run_eval_models(cfg):
@@ -31,7 +31,7 @@ def _eval(cfg: object) -> None:
         return
     if cfg.mode == "perf":  # AISBench's perf pipeline: the tasks' requests as a load test
         from lmmbench.cli.perf_cmd import report_perf_run
-        from lmmbench.sessions.eval_perf import run_eval_perf
+        from lmmbench.sessions.eval.perf import run_eval_perf
 
         report_perf_run(run_eval_perf(cfg))
         return
@@ -88,7 +88,7 @@ def _tasks() -> None:
 def register(app: typer.Typer) -> None:
     """Add the accuracy commands to ``app``."""
     from lmmbench.evaluation.eval_config import EvalConfig
-    from lmmbench.evaluation.reference_config import CompareConfig, DumpConfig
+    from lmmbench.evaluation.reference.config import CompareConfig, DumpConfig
 
     command_from_model(app, "eval", EvalConfig, _eval)
     app.command(name="tasks", help="List the evaluation tasks lmmbench knows.")(_tasks)
@@ -98,13 +98,13 @@ def register(app: typer.Typer) -> None:
     )
 
     def _dump(cfg: DumpConfig) -> None:
-        from lmmbench.evaluation.reference import dump_reference
+        from lmmbench.evaluation.reference.run import dump_reference
 
         path = dump_reference(cfg)
         typer.echo(f"reference written: {path}")
 
     def _compare(cfg: CompareConfig) -> None:
-        from lmmbench.evaluation.reference import compare_reference, summary_line
+        from lmmbench.evaluation.reference.run import compare_reference, summary_line
 
         report = compare_reference(cfg)
         typer.echo(summary_line(report))

@@ -8,8 +8,8 @@ from typing import Any
 import typer
 
 from lmmbench.config.cli_options import command_from_model
-from lmmbench.config.perf import PerfConfig
-from lmmbench.config.perf_vllm import VLLM_ONLY_FIELDS
+from lmmbench.config.perf.options import PerfConfig
+from lmmbench.config.perf.vllm import VLLM_ONLY_FIELDS
 
 _vllm_flags_used: list[str] = []
 
@@ -25,11 +25,11 @@ def _note_aliases(flags: list[str]) -> None:
 
 
 def _run(cfg: PerfConfig) -> None:
-    from lmmbench.sessions.perf_session import run_perf
+    from lmmbench.sessions.perf.session import run_perf
 
     if cfg.action == "recover":
         from lmmbench.core.errors import UserError
-        from lmmbench.sessions.perf_recover import recover_perf
+        from lmmbench.sessions.perf.recover import recover_perf
 
         if cfg.recover_dir is None:
             raise UserError("usage: lmmbench perf recover RUN_DIR (a folder under <out-dir>/perf/)")
@@ -41,7 +41,7 @@ def _run(cfg: PerfConfig) -> None:
     if used:
         print(VLLM_NOTE.format(flags=", ".join(used)), file=sys.stderr)
     if cfg.models:  # several endpoints: one run folder each and one comparison table
-        from lmmbench.sessions.perf_models import run_models
+        from lmmbench.sessions.perf.models import run_models
 
         for run in run_models(cfg):
             report_perf_run(run)

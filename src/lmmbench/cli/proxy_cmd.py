@@ -5,11 +5,11 @@ from __future__ import annotations
 import typer
 
 from lmmbench.config.cli_options import command_from_model
-from lmmbench.serve.proxy import ProxyConfig
+from lmmbench.serve.proxy.app import ProxyConfig
 
 
 def _run(cfg: ProxyConfig) -> None:
-    from lmmbench.serve.proxy import run_proxy
+    from lmmbench.serve.proxy.app import run_proxy
 
     run_proxy(cfg)
 

@@ -1,6 +1,6 @@
 """`lmmbench runs list|show|compare|report|index`: find, read and compare runs in the run store.
 
-The work is in ``lmmbench.core.run_store`` (the index) and ``lmmbench.sessions.runs_session``
+The work is in ``lmmbench.core.runs.store`` (the index) and ``lmmbench.sessions.runs_session``
 (comparison); this module parses and prints.
 """
 
@@ -50,7 +50,7 @@ def split_sides(runs: Sequence[str]) -> list[tuple[list[str], list[str]]]:
 
 
 def _store(url: str | None) -> Any:
-    from lmmbench.core.run_store import RunStore
+    from lmmbench.core.runs.store import RunStore
 
     return RunStore.open(url)
 
@@ -80,7 +80,7 @@ def _list(cfg: RunsListConfig) -> None:
 
 
 def _show(cfg: RunsShowConfig) -> None:
-    from lmmbench.core.run_log import load_run_log
+    from lmmbench.core.runs.log import load_run_log
 
     stored = _store(cfg.store).get(cfg.run)
     log = load_run_log(Path(stored.path))
@@ -161,7 +161,7 @@ def _report(cfg: RunsReportConfig) -> None:
 
 
 def _index(cfg: RunsIndexConfig) -> None:
-    from lmmbench.core.run_log import load_run_log
+    from lmmbench.core.runs.log import load_run_log
 
     store = _store(cfg.store)
     found = 0

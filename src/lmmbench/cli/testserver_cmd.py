@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from lmmbench.config.cli_options import command_from_model
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 
 
 def _run(cfg: TestServerConfig) -> None:

@@ -1,7 +1,7 @@
 """A config field whose value must be a registered name, checked against the registry at validation time.
 
 ``config`` sits below the layers that hold most registries (``loadgen.arrivals.ARRIVALS``,
-``datasets.perf_datasets.PERF_DATASETS``, ...), so the registry is named by a dotted path and
+``datasets.perf.registry.PERF_DATASETS``, ...), so the registry is named by a dotted path and
 imported only when a value is validated::
 
     arrival: Annotated[str, registered_in("lmmbench.loadgen.arrivals:ARRIVALS")] = "poisson"

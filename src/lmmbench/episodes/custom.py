@@ -5,7 +5,7 @@ as ``package.module:Name`` (imported) or ``path/to/file.py:Name`` (loaded from t
 class is called with the run's ``PolicySettings`` when its own ``__init__`` has a required positional
 parameter (or one named ``settings``), else with none (``torch.nn.Module``'s ``*args`` do not count); an
 environment class with the task index likewise (or one named ``task``). A policy without ``act`` is
-adapted by its shape (``episodes.adapters``: a torch module, LeRobot-style, openpi-style). A
+adapted by its shape (``episodes.policies.adapters``: a torch module, LeRobot-style, openpi-style). A
 ``gymnasium.Env`` instance is wrapped in ``GymEnvAdapter``. ``SimplePolicy`` is a base class for a
 policy that only acts (no planning call). ``check_fit`` runs one probe step of the policy in the
 environment, so a policy and an environment that do not fit fail in one line before the run.
@@ -159,7 +159,7 @@ def make_custom_env(ref: str) -> Callable[[int], Env]:
     def make(task: int) -> Env:
         env = _build(factory, (task,) if with_task else (), "--env", ref)
         if _is_gymnasium_env(env):
-            from lmmbench.episodes.gym_adapter import GymEnvAdapter
+            from lmmbench.episodes.envs.gym_adapter import GymEnvAdapter
 
             _guard(env, _ENV_API, "--env", ref)
             return GymEnvAdapter(env)
@@ -180,7 +180,7 @@ _ADAPTED_API = ("forward", "predict_action_chunk", "select_action", "infer", "re
 def make_custom_policy(ref: str, settings: Any) -> Policy:
     """The policy ``ref`` names, built with ``settings`` when its constructor takes them (``_takes_argument``).
     An lmmbench ``Policy`` (it has ``act``) runs as it is; a torch module, a LeRobot-style or an openpi-style
-    policy through ``episodes.adapters``; anything else is one line naming the methods a policy needs."""
+    policy through ``episodes.policies.adapters``; anything else is one line naming the methods a policy needs."""
     factory = load_object(ref, "--policy")
     args = (settings,) if _takes_argument(factory, "settings") else ()
 
@@ -189,7 +189,7 @@ def make_custom_policy(ref: str, settings: Any) -> Policy:
 
     policy = _build(factory, args, "--policy", ref)
     if not callable(getattr(policy, "act", None)):
-        from lmmbench.episodes.adapters import adapt_policy
+        from lmmbench.episodes.policies.adapters import adapt_policy
 
         space = getattr(getattr(settings, "probe_env", None), "action_space", None)
         return adapt_policy(_guard(policy, _ADAPTED_API, "--policy", ref), ref, getattr(settings, "device", "cpu"),

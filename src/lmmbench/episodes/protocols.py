@@ -2,7 +2,7 @@
 
 An environment is gymnasium-style (``reset(seed)`` -> ``(obs, info)``, ``step(action)`` ->
 ``(obs, reward, terminated, truncated, info)``); any ``gymnasium.Env`` fits through
-``episodes.gym_adapter``. A policy has two calls, after a VLA's vision-language model + action expert:
+``episodes.envs.gym_adapter``. A policy has two calls, after a VLA's vision-language model + action expert:
 
 * ``plan(items)``: per slot (like the VLM), or on a batch of slots when ``batched_planning``;
 * ``act(items)``: always batched, one call for every slot that needs the action expert this tick;

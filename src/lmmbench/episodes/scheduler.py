@@ -9,13 +9,13 @@ does not end with one slot working through a whole task alone. Every tick, in th
 
 1. WAIT slots step the dummy action; after ``num_steps_wait`` steps they need planning;
 2. EXECUTING slots step one action of their chunk (steps 1 and 2 are one phase: with
-   ``env_workers`` they run in worker processes at once, ``episodes.env_workers``); when it is used
+   ``env_workers`` they run in worker processes at once, ``episodes.envs.workers``); when it is used
    up they need planning or the action expert (the policy says which); an episode that terminates, truncates or reaches
    ``max_steps`` is DONE;
 3. NEED_VLM slots plan: one call per slot, or one call for all of them when the policy's
    planning is batched;
 4. all NEED_AE slots share ONE action call (inputs stacked on dim 0 by the policy); a policy with
-   ``batched_action = False`` (one observation per call: ``episodes.adapters``) gets one call per slot,
+   ``batched_action = False`` (one observation per call: ``episodes.policies.adapters``) gets one call per slot,
    each timed and counted as a call of batch 1;
 5. DONE slots yield their result (calling the policy's optional ``end_episode(memory)``) and start their
    next episode.
@@ -163,7 +163,7 @@ class EpisodeScheduler:
         self.steal_trials = steal_trials
         self.recorder = recorder  # episodes.replay.ReplayRecorder: a frame after reset and every step
         self.env_workers = env_workers  # > 0: environments live in this many worker processes
-        self._pool: Any = None  # episodes.env_workers.EnvWorkers while the run is on
+        self._pool: Any = None  # episodes.envs.workers.EnvWorkers while the run is on
         self.totals = RunTotals()
         self.episodes_done = 0
         by_task: dict[int, list[int]] = {}
@@ -373,7 +373,7 @@ class EpisodeScheduler:
         """Tick until every episode has ended; yields each episode's result when it ends."""
         self._t_start = now_ns()
         if self.env_workers > 0:
-            from lmmbench.episodes.env_workers import EnvWorkers
+            from lmmbench.episodes.envs.workers import EnvWorkers
 
             self._pool = EnvWorkers(self.make_env, min(self.env_workers, self.num_parallel))
         try:

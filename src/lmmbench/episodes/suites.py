@@ -2,7 +2,7 @@
 
 Built in: the ``toy-waypoints`` suite (policies ``toy``, ``toy-prefix-cache``), the ``chat``
 suite (policy ``chat``, tiny-llm through ``BatchEngine``), the ``pusht`` physics suite (gym-pusht), LIBERO's
-suites ``libero-spatial`` / ``-object`` / ``-goal`` / ``-10`` / ``-90`` (``episodes.libero``) and the
+suites ``libero-spatial`` / ``-object`` / ``-goal`` / ``-10`` / ``-90`` (``episodes.envs.libero``) and the
 VLA-shaped policies ``pi0`` / ``pi0-small`` / ``pi0-tiny`` (``models.vla``); ``gym:<id>`` wraps any gymnasium
 environment (policy ``random``); ``module:Class`` and ``path/to/file.py:Class`` name the user's own
 environment or policy (``episodes.custom``). Third-party packages add suites and policies through the entry-point groups
@@ -18,7 +18,7 @@ from typing import Any
 from lmmbench.core.errors import UserError
 from lmmbench.core.registry import Registry
 from lmmbench.episodes.custom import close_env, is_object_ref, make_custom_env, make_custom_policy
-from lmmbench.episodes.libero_suites import LIBERO_SUITES
+from lmmbench.episodes.envs.libero_suites import LIBERO_SUITES
 from lmmbench.episodes.protocols import Env, EnvSuite, Policy
 
 __all__ = ["LIBERO_SUITES", "POLICIES", "SUITES", "VLA_POLICIES", "PolicySettings", "make_policy", "resolve_suite"]
@@ -43,19 +43,19 @@ POLICIES: Registry[Callable[[PolicySettings], Policy]] = Registry("episode_polic
 
 
 def _toy_env(task: int) -> Env:
-    from lmmbench.episodes.toy_waypoints import ToyWaypointsEnv
+    from lmmbench.episodes.envs.toy_waypoints import ToyWaypointsEnv
 
     return ToyWaypointsEnv(task)
 
 
 def _pusht_env(task: int) -> Env:
-    from lmmbench.episodes.pusht import PushTEnv
+    from lmmbench.episodes.envs.pusht import PushTEnv
 
     return PushTEnv(task)
 
 
 def _chat_env(task: int) -> Env:
-    from lmmbench.episodes.chat import ScriptedUserEnv
+    from lmmbench.episodes.envs.chat import ScriptedUserEnv
 
     return ScriptedUserEnv(task)
 
@@ -69,7 +69,7 @@ SUITES.add("pusht", EnvSuite(
 
 
 def _libero_env(suite: str, task: int) -> Env:
-    from lmmbench.episodes.libero import LiberoEnv
+    from lmmbench.episodes.envs.libero import LiberoEnv
 
     return LiberoEnv(suite, task)
 
@@ -89,20 +89,20 @@ SUITES.add("chat", EnvSuite(
 
 
 def _toy(settings: PolicySettings, prefix_cache: bool) -> Policy:
-    from lmmbench.episodes.toy_policy import ToyWaypointPolicy
+    from lmmbench.episodes.policies.toy import ToyWaypointPolicy
 
     return ToyWaypointPolicy(device=settings.device, weight_seed=settings.weight_seed,
                              execute_steps=settings.execute_steps, prefix_cache=prefix_cache)
 
 
 def _chat(settings: PolicySettings) -> Policy:
-    from lmmbench.episodes.chat import ChatPolicy
+    from lmmbench.episodes.envs.chat import ChatPolicy
 
     return ChatPolicy(model=settings.model, device=settings.device)
 
 
 def _random(settings: PolicySettings) -> Policy:
-    from lmmbench.episodes.gym_adapter import RandomPolicy
+    from lmmbench.episodes.envs.gym_adapter import RandomPolicy
 
     space = getattr(settings.probe_env, "action_space", None)
     if space is None:
@@ -117,7 +117,7 @@ POLICIES.add("random", _random)
 
 
 def _vla(settings: PolicySettings, shape: str) -> Policy:
-    from lmmbench.episodes.vla_policy import VlaPolicy
+    from lmmbench.episodes.policies.vla import VlaPolicy
 
     if settings.execute_steps != 1:
         raise UserError(f"--execute-steps {settings.execute_steps}: --policy {shape} executes each action chunk for "
@@ -145,7 +145,7 @@ def resolve_suite(name: str, render: bool = False) -> EnvSuite:
         env_id = name.removeprefix("gym:")
 
         def make(task: int) -> Any:
-            from lmmbench.episodes.gym_adapter import make_gym_env
+            from lmmbench.episodes.envs.gym_adapter import make_gym_env
 
             del task  # every task index is the same environment; trials differ by seed
             return make_gym_env(env_id, "rgb_array" if render else None)

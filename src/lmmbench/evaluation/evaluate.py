@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
-from lmmbench.evaluation.lmeval_filters import apply_pipeline
+from lmmbench.evaluation.lmeval.filters import apply_pipeline
 from lmmbench.evaluation.runner import read_predictions
 from lmmbench.evaluation.task_config import MetricSpec, TaskConfig, group_columns, group_parts
 from lmmbench.metrics.accuracy import AccuracyMetric, MetricValue, aggregate_metric, get_metric

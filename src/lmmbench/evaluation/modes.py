@@ -20,13 +20,13 @@ from lmmbench.backends.scoring import ScoringBackend
 from lmmbench.core.clock import wall_label
 from lmmbench.core.environment import capture_environment
 from lmmbench.core.errors import UserError
-from lmmbench.core.run_log import Outcome, RunLog, load_run_log, measurement_from, new_run_id, write_run_log
-from lmmbench.core.run_summaries import eval_headline
+from lmmbench.core.runs.log import Outcome, RunLog, load_run_log, measurement_from, new_run_id, write_run_log
+from lmmbench.core.runs.summaries import eval_headline
 from lmmbench.core.secrets import RedactingFilter
 from lmmbench.evaluation.aggregate import write_summary
 from lmmbench.evaluation.eval_config import EvalConfig
 from lmmbench.evaluation.evaluate import TaskResult, evaluate_task
-from lmmbench.evaluation.lmeval_groups import LmEvalGroup, group_results
+from lmmbench.evaluation.lmeval.groups import LmEvalGroup, group_results
 from lmmbench.evaluation.runner import InferStats, run_infer
 from lmmbench.evaluation.task_config import TaskConfig, group_columns
 from lmmbench.evaluation.task_registry import resolve_selection
@@ -158,7 +158,7 @@ def _has_predictions(run: Path) -> bool:
 def _split_catalogue(cfg: EvalConfig) -> tuple[list[str], list[str]]:
     """``--tasks`` as (lmmbench's own, lm-eval catalogue names): a name lmmbench does not know goes to lm-eval's
     catalogue when lm-eval is installed and knows it."""
-    from lmmbench.evaluation.lmeval_catalogue import INSTALL, catalogue_available, catalogue_knows
+    from lmmbench.evaluation.lmeval.catalogue import INSTALL, catalogue_available, catalogue_knows
 
     for folder in cfg.include_path:  # before lm-eval's catalogue is asked (it takes seconds to index)
         if not Path(folder).is_dir():
@@ -181,7 +181,7 @@ def _split_catalogue(cfg: EvalConfig) -> tuple[list[str], list[str]]:
     if catalogue and cfg.mode != "all":
         raise UserError(f"--mode {cfg.mode}: lm-eval catalogue tasks ({', '.join(catalogue)}) run in mode all")
     if catalogue:  # before lm-eval builds its tasks (seconds) and before the model loads
-        from lmmbench.evaluation.lmeval_data_check import check_catalogue_data
+        from lmmbench.evaluation.lmeval.data_check import check_catalogue_data
 
         check_catalogue_data(catalogue, cfg.include_path)
     return ours, catalogue
@@ -217,7 +217,7 @@ def _with_options(cfg: EvalConfig, tasks: list[TaskConfig], catalogue: list[str]
 
     kinds: list[str | None] = []
     if catalogue:
-        from lmmbench.evaluation.lmeval_catalogue import catalogue_output_types
+        from lmmbench.evaluation.lmeval.catalogue import catalogue_output_types
 
         kinds = catalogue_output_types(catalogue, cfg.include_path)
     check_options(cfg, tasks, kinds, lmms)
@@ -261,7 +261,7 @@ def _evaluate_all(cfg: EvalConfig, tasks: list[Any], groups: Any, lmms: list[str
         results += run_lmms_eval(lmms, run_dir, cfg.limit)
     if catalogue and backend is not None:  # lm-eval's own task objects, answered by lmmbench's backend
         from lmmbench.core.quiet import stderr_to_file
-        from lmmbench.evaluation.lmeval_catalogue import run_catalogue
+        from lmmbench.evaluation.lmeval.catalogue import run_catalogue
 
         with stderr_to_file(run_dir / "logs" / "lm-eval.log"):  # lm-eval's bars, warnings, git's "fatal:"
             results += run_catalogue(cfg, catalogue, backend, run_dir)
@@ -275,9 +275,9 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
     if not cfg.tasks:
         raise UserError("--tasks: give at least one task name or YAML file (see `lmmbench tasks`)")
     if cfg.mode == "perf":
-        raise UserError("--mode perf is a load test: `lmmbench eval --mode perf` (sessions.eval_perf) runs it")
+        raise UserError("--mode perf is a load test: `lmmbench eval --mode perf` (sessions.eval.perf) runs it")
     if cfg.models:
-        raise UserError("--models runs one eval per model: `lmmbench eval --models` (sessions.eval_models) runs them")
+        raise UserError("--models runs one eval per model: `lmmbench eval --models` (sessions.eval.models) runs them")
     from lmmbench.evaluation.lmms import is_lmms_task  # lmms-eval's multimodal benchmarks by name
 
     lmms = [n for n in cfg.tasks if is_lmms_task(n)]

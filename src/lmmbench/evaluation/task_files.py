@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from lmmbench.config.input_files import load_yaml, read_text
 from lmmbench.core.errors import UserError, user_error_from_validation
-from lmmbench.evaluation import lmeval_tasks
+from lmmbench.evaluation.lmeval import tasks as lmeval_tasks
 from lmmbench.evaluation.task_config import TaskConfig, with_prompt
 
 __all__ = ["load_task_file"]

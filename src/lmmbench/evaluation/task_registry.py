@@ -17,7 +17,7 @@ from lmmbench.evaluation.task_files import load_task_file
 from lmmbench.models.tiny import lmmbench_home
 
 if TYPE_CHECKING:
-    from lmmbench.evaluation.lmeval_groups import TaskSelection
+    from lmmbench.evaluation.lmeval.groups import TaskSelection
 
 __all__ = ["SHIPPED_TASKS_DIR", "TASKS", "TaskInfo", "list_tasks", "resolve_selection", "resolve_task"]
 
@@ -64,8 +64,8 @@ def resolve_task(name_or_path: str) -> TaskConfig:
 def resolve_selection(names: list[str], include_paths: list[Path] | None = None) -> TaskSelection:
     """The tasks (and lm-eval groups) of ``--tasks``: lm-eval names in ``include_paths`` first, then
     registered names, then YAML paths (lmmbench's or lm-eval's format, task or group file)."""
-    from lmmbench.evaluation.lmeval_groups import LmEvalIndex, TaskSelection, load_by_name, load_lmeval_file
-    from lmmbench.evaluation.lmeval_tasks import is_lmeval_mapping, read_lmeval_yaml
+    from lmmbench.evaluation.lmeval.groups import LmEvalIndex, TaskSelection, load_by_name, load_lmeval_file
+    from lmmbench.evaluation.lmeval.tasks import is_lmeval_mapping, read_lmeval_yaml
 
     index = LmEvalIndex(include_paths or [])
     sel = TaskSelection()

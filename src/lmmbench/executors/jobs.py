@@ -91,7 +91,7 @@ def config_model(kind: str, spec: str | None) -> type[BaseModel]:
         from lmmbench.executors.stages import CommandRowConfig
 
         return CommandRowConfig
-    from lmmbench.config.perf import PerfConfig
+    from lmmbench.config.perf.options import PerfConfig
 
     return PerfConfig
 
@@ -174,7 +174,7 @@ def _run_metrics(job: Job, cfg: Any) -> tuple[str, dict[str, Any], bool]:
             for metric, mv in r["metrics"].items():
                 out[f"{r['task']}.{metric}"] = mv["value"]
         return str(erun.run_dir), out, False
-    from lmmbench.sessions.perf_session import run_perf
+    from lmmbench.sessions.perf.session import run_perf
 
     prun = run_perf(cfg)
     interrupted = prun.interrupted or any(r.interrupted for r in prun.results)

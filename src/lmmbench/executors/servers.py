@@ -14,7 +14,7 @@ answers 200 (``readiness`` picks one; ``transformers serve`` answers ``/v1/model
 cache folder exists), within ``ready_timeout_s``.
 ``wait_until_ready`` is the readiness check of perf and eval (``backends.readiness``) for lmmbench's own.
 
-``proxy`` rows are ``lmmbench proxy`` (``serve.proxy``) in front of ``options.upstream`` (a URL, or a serve
+``proxy`` rows are ``lmmbench proxy`` (``serve.proxy.app``) in front of ``options.upstream`` (a URL, or a serve
 row's name, replaced by that row's URL once it is ready: ``with_upstream``); they are started after the serve
 rows, reached the same way, and sample no ``/metrics`` of their own (their upstream's serve row does).
 """
@@ -80,11 +80,11 @@ class CommandServer(BaseModel):
 
 def _config_model(command: str) -> type[BaseModel]:
     if command == "proxy":
-        from lmmbench.serve.proxy import ProxyConfig
+        from lmmbench.serve.proxy.app import ProxyConfig
 
         return ProxyConfig
     if command == "testserver":
-        from lmmbench.config.perf_testserver import TestServerConfig
+        from lmmbench.config.perf.testserver import TestServerConfig
 
         return TestServerConfig
     from lmmbench.serve.server import ServeConfig

@@ -2,7 +2,7 @@
 
 Python API::
 
-    from lmmbench.config.perf import PerfConfig
+    from lmmbench.config.perf.options import PerfConfig
     from lmmbench.loadgen import run_benchmark
 
     result = run_benchmark(PerfConfig(url="http://127.0.0.1:8000", model="m", concurrency=8, num_requests=64))

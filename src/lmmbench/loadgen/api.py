@@ -4,7 +4,7 @@ Steps: pre-flight (endpoint reachable, model served, continuous usage accepted),
 the dataset, one global schedule (open loop) or id list (closed loop) split over ``workers``
 processes that share one ``t0`` (``perf_counter_ns`` is system-wide monotonic), records merged
 and summarised. The only file written here is the optional journal of finished requests
-(``lmmbench.loadgen.journal``); ``lmmbench.sessions.perf_session`` writes the result files
+(``lmmbench.loadgen.journal``); ``lmmbench.sessions.perf.session`` writes the result files
 (``reports.perf_files``).
 """
 
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from lmmbench.config.perf import PerfConfig
+from lmmbench.config.perf.options import PerfConfig
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest, RequestRecord
 from lmmbench.core.signals import record_stop_signal
@@ -356,8 +356,8 @@ def run_benchmark(
     if cfg.rate is None and cfg.concurrency is not None:
         workers = max(1, min(workers, cfg.concurrency))
     if requests is None:
-        from lmmbench.datasets.perf_dataset_catalog import build_requests
-        from lmmbench.datasets.perf_datasets import load_tokenizer
+        from lmmbench.datasets.perf.catalog import build_requests
+        from lmmbench.datasets.perf.registry import load_tokenizer
 
         if tokenizer is None and cfg.tokenizer is not None:
             tokenizer = load_tokenizer(cfg.tokenizer)

@@ -397,7 +397,7 @@ async def run_worker_async(
     if plan.tokenizer:
         from pathlib import Path
 
-        from lmmbench.datasets.perf_datasets import load_tokenizer
+        from lmmbench.datasets.perf.registry import load_tokenizer
 
         tok = load_tokenizer(Path(plan.tokenizer))
     records = [client.finalize(r, tok, plan.keep_text) for r in driver.records]

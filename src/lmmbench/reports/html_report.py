@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from lmmbench.core.registry import Registry
-from lmmbench.core.run_summaries import perf_headline, spec_headline
+from lmmbench.core.runs.summaries import perf_headline, spec_headline
 from lmmbench.core.ttft_names import upgrade_breakdown_row
 from lmmbench.reports import breakdown_glance as breakdown
 from lmmbench.reports import html_sections as sections_of

@@ -10,8 +10,8 @@ from typing import Any
 from lmmbench.core.clock import wall_label
 from lmmbench.core.environment import capture_environment
 from lmmbench.core.request_records import RequestRecord
-from lmmbench.core.run_log import RunLog, write_run_log
-from lmmbench.core.run_summaries import perf_headline
+from lmmbench.core.runs.log import RunLog, write_run_log
+from lmmbench.core.runs.summaries import perf_headline
 from lmmbench.loadgen.api import LoadResult
 from lmmbench.loadgen.journal import JOURNAL_NAME
 from lmmbench.metrics.perf_metrics import PerfSummary, summarize_records

@@ -9,8 +9,8 @@ from typing import Any
 
 from lmmbench.core.clock import wall_label
 from lmmbench.core.environment import capture_environment
-from lmmbench.core.run_log import RUN_LOG_VERSION, Outcome, RunLog, measurement_from, new_run_id
-from lmmbench.core.run_summaries import spec_headline
+from lmmbench.core.runs.log import RUN_LOG_VERSION, Outcome, RunLog, measurement_from, new_run_id
+from lmmbench.core.runs.summaries import spec_headline
 
 __all__ = ["RUN_SCHEMA_VERSION", "run_files", "run_record"]
 

@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from lmmbench.config.perf import PerfConfig
+from lmmbench.config.perf.options import PerfConfig
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.metrics.vllm_result import vllm_benchmark_result
 from lmmbench.reports.json_files import write_json

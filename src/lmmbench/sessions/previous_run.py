@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
-from lmmbench.core.run_log import RunLog
+from lmmbench.core.runs.log import RunLog
 
 __all__ = ["COMPARISON_NAME", "compare_with_previous", "previous_run_id", "print_comparison"]
 
@@ -75,14 +75,14 @@ def check_baseline(baseline: str | None) -> None:
     """Resolve ``--baseline`` before anything is measured: a run the store does not know is one line now,
     not after the measurement."""
     if baseline:
-        from lmmbench.core.run_store import RunStore
+        from lmmbench.core.runs.store import RunStore
 
         RunStore.open().get(baseline)
 
 
 def compare_with_previous(run_dir: Path, run_log: RunLog, baseline: str | None = None) -> list[str]:
     """Write ``comparison.json`` of this run against its baseline; the console lines ([] when there is none)."""
-    from lmmbench.core.run_store import RunStore
+    from lmmbench.core.runs.store import RunStore
     from lmmbench.reports.json_files import write_json
     from lmmbench.sessions.runs_session import compare_runs, resolve_runs
 

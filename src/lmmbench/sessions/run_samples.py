@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
-from lmmbench.core.run_log import RunLog
-from lmmbench.core.run_summaries import to_float
+from lmmbench.core.runs.log import RunLog
+from lmmbench.core.runs.summaries import to_float
 
 __all__ = ["PERF_REQUEST_METRICS", "PERF_RUN_METRICS", "RunSamples", "load_samples"]
 
@@ -117,7 +117,7 @@ def _perf(s: RunSamples) -> None:
         windows["qps"] = window_rates(span.start_ns, span.end_ns, [(t, 1.0) for t, _ in span.ok], n)
         windows["output_token_throughput"] = window_rates(span.start_ns, span.end_ns, span.ok, n)
         windows["goodput_qps"] = window_rates(span.start_ns, span.end_ns, span.good, n)
-    from lmmbench.sessions.perf_quality import accuracy_samples
+    from lmmbench.sessions.perf.quality import accuracy_samples
 
     for point, correct in accuracy_samples(s.folder):  # perf --tasks --score: 1 per correct answer, 0 per wrong
         if point in points:

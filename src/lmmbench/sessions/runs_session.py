@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
-from lmmbench.core.run_log import RunLog, load_run_log
-from lmmbench.core.run_store import RunStore, StoredRun
+from lmmbench.core.runs.log import RunLog, load_run_log
+from lmmbench.core.runs.store import RunStore, StoredRun
 from lmmbench.metrics.compare import DEFAULT_RESAMPLES, MetricComparison, compare_metric, confirm, rule_for
 from lmmbench.sessions.run_samples import PERF_REQUEST_METRICS, PERF_RUN_METRICS, RunSamples, load_samples
 

@@ -74,7 +74,7 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     """
     from lmmbench.config.input_files import prepare_out_dir
     from lmmbench.core.clock import wall_label
-    from lmmbench.core.run_log import write_run_log
+    from lmmbench.core.runs.log import write_run_log
     from lmmbench.reports import ResultsCsv, read_rows, run_record, write_json, write_summary
     from lmmbench.reports.plots import plot_breakdown
     from lmmbench.reports.run_info import run_files

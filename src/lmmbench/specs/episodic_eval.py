@@ -265,9 +265,9 @@ class EpisodicEvalSpec(Spec):
 
     @staticmethod
     def _policy_shape(policy: Any) -> dict[str, Any]:
-        """How the policy is driven: ``lmmbench`` (its own act) or an ``episodes.adapters`` mode, whether its
+        """How the policy is driven: ``lmmbench`` (its own act) or an ``episodes.policies.adapters`` mode, whether its
         action calls are batched across slots, and (select_action) how many instances the run built."""
-        from lmmbench.episodes.adapters import AdaptedPolicy
+        from lmmbench.episodes.policies.adapters import AdaptedPolicy
 
         if isinstance(policy, AdaptedPolicy):
             return policy.describe()

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 
 __all__ = ["logprob_answer"]
 

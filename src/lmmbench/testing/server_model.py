@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 
 __all__ = ["PrefixCacheModel", "render_metrics"]
 

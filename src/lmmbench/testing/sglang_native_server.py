@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lmmbench.config.perf_testserver import TestServerConfig
+from lmmbench.config.perf.testserver import TestServerConfig
 
 __all__ = ["native_event_bytes", "native_request", "server_info"]
 

@@ -23,7 +23,7 @@ from collections import deque
 from typing import Any
 
 from lmmbench.config.limits import limit_value
-from lmmbench.config.perf_testserver import FAULT_KINDS, TestServerConfig
+from lmmbench.config.perf.testserver import FAULT_KINDS, TestServerConfig
 from lmmbench.loadgen.precise_timer import PreciseTimers
 from lmmbench.testing.answer_key import answer_words, full_received
 from lmmbench.testing.request_log import RequestLog

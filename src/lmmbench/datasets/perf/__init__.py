@@ -1,0 +1,1 @@
+"""lmmbench's own load-test data sets: the `PERF_DATASETS` registry, structured data sets, the catalogue."""

@@ -1,0 +1,1 @@
+"""SGLang's `bench_serving` data sets, as SGLang draws them."""

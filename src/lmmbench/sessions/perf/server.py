@@ -1,0 +1,86 @@
+"""Servers of a perf run: ``--server-cmd`` started per ``tp`` group and stopped after it, readiness waits,
+and the sweep over the load points grouped that way. The server leads its own process group and dies with
+perf (``core.children``); it is stopped as a group: SIGTERM, SIGKILL after the ``stop_grace_s`` limit."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from lmmbench.config.limits import limit_value
+from lmmbench.config.perf.options import PerfConfig
+from lmmbench.core.children import start_group, stop_groups
+from lmmbench.core.errors import UserError
+from lmmbench.loadgen.api import LoadResult, ModelNotServed, Preflight, preflight
+from lmmbench.sessions.perf.points import point_config
+from lmmbench.sessions.perf.resume import Previous
+
+__all__ = ["start_server", "stop_server", "sweep", "wait_ready"]
+
+
+def start_server(cmd: str, tp: Any, batch: Any, url: str) -> subprocess.Popen[bytes]:
+    """Start ``--server-cmd`` with its ``{tp}``, ``{batch}`` and ``{port}`` (the URL's) filled in."""
+    port = urlsplit(url).port or 80
+    argv = shlex.split(cmd.format(tp=tp, batch=batch, port=port))
+    print(f"[perf] starting server: {' '.join(argv)}", file=sys.stderr)
+    return start_group(argv)
+
+
+def wait_ready(cfg: PerfConfig, proc: subprocess.Popen[bytes] | None, timeout_s: float = 300) -> Preflight:
+    """The preflight of a server that is starting: asked again while the process lives, up to ``timeout_s``;
+    a server that answers without serving ``--model`` fails at once (naming what it serves)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return preflight(cfg)
+        except ModelNotServed:
+            raise
+        except UserError:
+            if proc is None or time.monotonic() > deadline or proc.poll() is not None:
+                raise
+            time.sleep(0.25)
+
+
+def _largest_batch(items: list[tuple[int, PerfConfig]]) -> Any:
+    """ByteMLPerf's ``max_batch_size`` of a server: the largest batch (else concurrency) its points send."""
+    sizes = [p.labels.get("batch", p.concurrency) for _i, p in items]
+    known = [s for s in sizes if isinstance(s, int)]
+    return max(known) if known else None
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a started server's whole process group: SIGTERM, then SIGKILL after the limits table's stop_grace_s."""
+    stop_groups([proc], signal.SIGTERM, float(limit_value("stop_grace_s")))
+
+
+def sweep(base: PerfConfig, points: list[dict[str, Any]], done: Previous | None,
+          one: Callable[[int, PerfConfig, Preflight], LoadResult], pf: Preflight | None) -> None:  # fmt: skip
+    """Every load point in order, grouped by ``tp`` when ``--server-cmd`` starts a server per group;
+    points a resumed run already measured are skipped. An interrupted point raises KeyboardInterrupt."""
+    groups: dict[Any, list[tuple[int, PerfConfig]]] = {}
+    for i, point in enumerate(points):
+        pcfg = point_config(base, point)
+        groups.setdefault(pcfg.labels.get("tp") if base.server_cmd else None, []).append((i, pcfg))
+    for tp, items in groups.items():
+        proc = None
+        if base.server_cmd:
+            proc = start_server(base.server_cmd, tp, _largest_batch(items), base.url)
+        try:
+            if proc is not None:
+                pf = wait_ready(base, proc)
+            if pf is None:
+                raise UserError("perf: no server to send to (give --url, or --server-cmd to start one)")
+            for i, pcfg in items:
+                if done is not None and i in done.done:
+                    continue  # measured by the session this --resume continues
+                if one(i, pcfg, pf).interrupted:
+                    raise KeyboardInterrupt
+        finally:
+            if proc is not None:
+                stop_server(proc)
