@@ -18,9 +18,10 @@ Standard library only.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
+
+from lmmbench.core.numbers import to_float
 
 __all__ = ["LEGACY_PREFILL_PARTS", "OTHERS_PARTS", "PREFILL_PARTS", "STUDY_STAGES", "upgrade_breakdown_row"]
 
@@ -55,16 +56,6 @@ LEGACY_PREFILL_PARTS = {
 }
 
 
-def _num(value: Any) -> float | None:
-    if value is None or isinstance(value, bool) or value == "":
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
 def _cell(x: float | None, like: Any) -> Any:
     if x is None:
         return "" if isinstance(like, str) else None
@@ -80,11 +71,12 @@ def upgrade_breakdown_row(row: Mapping[str, Any]) -> dict[str, Any]:
     if not any(k in out for k in LEGACY_PREFILL_PARTS):
         return out
     like = next((v for k, v in row.items() if k.endswith("_ms")), "")
-    moved = [_num(out.pop(old)) if old in out else None for old in LEGACY_PREFILL_PARTS]  # absent: unmeasured
+    moved = [to_float(out.pop(old)) if old in out else None for old in LEGACY_PREFILL_PARTS]  # absent: unmeasured
     for new, value in zip(LEGACY_PREFILL_PARTS.values(), moved, strict=True):
         out[new] = _cell(value, like)
     extra = None if any(v is None for v in moved) else sum(v for v in moved if v is not None)
-    old_prefill, llm, others = _num(row.get("prefill_ms")), _num(row.get("llm_prefill_ms")), _num(row.get("others_ms"))
+    old_prefill, llm = to_float(row.get("prefill_ms")), to_float(row.get("llm_prefill_ms"))
+    others = to_float(row.get("others_ms"))
     out["prefill_forward_glue_ms"] = _cell(None if old_prefill is None or llm is None else old_prefill - llm, like)
     out["prefill_ms"] = _cell(None if old_prefill is None or extra is None else old_prefill + extra, like)
     out["others_ms"] = _cell(None if others is None or extra is None else others - extra, like)

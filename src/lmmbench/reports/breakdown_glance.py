@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lmmbench.core.runs.summaries import to_float as _num
+from lmmbench.core.numbers import to_float as _num
 from lmmbench.metrics.noise import median_ci
 
 __all__ = ["BREAKDOWN_SEGMENTS", "STUDY_SEGMENTS", "breakdown_headline", "is_breakdown", "stage_stack_chart",

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lmmbench.core.runs.summaries import to_float
+from lmmbench.core.numbers import to_float
 from lmmbench.reports.svg_charts import CHART_CSS, CHART_SCRIPT, bar_chart, line_chart
 
 __all__ = ["row_headline", "write_plan_reports"]

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
+from lmmbench.core.numbers import to_float
 from lmmbench.core.runs.log import RunLog
-from lmmbench.core.runs.summaries import to_float
 
 __all__ = ["PERF_REQUEST_METRICS", "PERF_RUN_METRICS", "RunSamples", "load_samples"]
 

@@ -6,27 +6,17 @@ out, never filled with a default.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["PERF_HEADLINE", "eval_headline", "perf_headline", "spec_headline", "to_float"]
+from lmmbench.core.numbers import to_float
+
+__all__ = ["PERF_HEADLINE", "eval_headline", "perf_headline", "spec_headline"]
 
 #: summary.csv columns a perf run is listed by.
 PERF_HEADLINE = ("qps", "output_token_throughput", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean",
                  "itl_ms_mean", "e2e_ms_p50", "e2e_ms_p99", "errors", "accuracy")  # fmt: skip
-
-
-def to_float(value: Any) -> float | None:
-    """A finite float from a cell or number; None for empty, non-numeric, NaN or inf."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 def perf_headline(rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
