@@ -48,3 +48,41 @@ def test_device_dtype_threads_share_names_and_defaults(argv: list[str]) -> None:
     out = _default(text, "--out-dir") or _default(text, "--out")
     if "serve" not in argv:
         assert out is not None and out.startswith("lmmbench-results"), out
+
+
+def test_the_root_help_shows_no_type_labels_on_its_flags() -> None:
+    text = _help([])
+    lines = {opt: next(ln for ln in text.splitlines() if f"{opt} " in ln) for opt in ("--version", "--help")}
+    assert all("<" not in ln for ln in lines.values()), lines  # no <bool>, the --help line included
+    assert "NAME=VALUE" in next(ln for ln in text.splitlines() if "--limit" in ln)
+
+
+def _leaf_commands() -> list[list[str]]:
+    import typer
+
+    def walk(cmd: object, path: list[str]) -> list[list[str]]:
+        subs = getattr(cmd, "commands", None)
+        if not subs:
+            return [path]
+        return [p for name, sub in sorted(subs.items()) for p in walk(sub, [*path, name])]
+
+    return walk(typer.main.get_command(build_app()), [])
+
+
+def test_no_help_text_loses_an_extras_name_to_markup() -> None:
+    """``lmmbench[libero]`` in a help text: rich markup reads ``[libero]`` as a tag unless escaped, leaving
+    ``lmmbench)`` behind. Every command's help is rendered and searched."""
+    eaten = {}
+    for argv in _leaf_commands():
+        res = CliRunner().invoke(build_app(), [*argv, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+        flat = re.sub(r"[│\s]+", " ", res.output)
+        if re.search(r"(?<![/\w])lmmbench ?\)", flat):  # "(LIBERO; lmmbench)"; a path's "~/.cache/lmmbench)" is not
+            eaten[" ".join(argv)] = re.findall(r".{30}lmmbench ?\)", flat)
+    assert not eaten, eaten
+
+
+def test_help_texts_that_name_an_extra_show_it_whole() -> None:
+    text = _help(["run", "episodic-eval"])
+    flat = re.sub(r"[│\s]+", " ", text)  # rich wraps the column: join its lines back
+    assert "lmmbench[libero]" in flat and "lmmbench[episodes]" in flat
+    assert "(LIBERO; lmmbench)" not in flat

@@ -43,6 +43,13 @@ COMMAND_MODULES = [
 ]
 
 
+def _show_help(ctx: typer.Context, value: bool) -> None:
+    """The root's ``--help``: the help page, then exit 0."""
+    if value and not ctx.resilient_parsing:
+        typer.echo(ctx.get_help(), color=ctx.color)
+        raise typer.Exit(0)
+
+
 def build_app() -> typer.Typer:
     """The typer app with every feature's commands registered."""
     app = typer.Typer(
@@ -51,15 +58,19 @@ def build_app() -> typer.Typer:
         no_args_is_help=True,
         pretty_exceptions_enable=False,
         add_completion=False,
+        add_help_option=False,  # ours below: typer's own shows a `<bool>` type label on the flag
     )
 
     @app.callback(invoke_without_command=True)
     def _root(
-        version: bool = typer.Option(False, "--version", help="Print the version and exit."),
-        verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+        version: bool = typer.Option(False, "--version", help="Print the version and exit.", metavar=""),
+        verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.", metavar=""),
         limit: list[str] = typer.Option(
-            [], "--limit", help="Raise a bound of docs/reliability.md, e.g. --limit concurrency=200000 (repeatable)."
+            [], "--limit", metavar="NAME=VALUE",
+            help="Raise a bound of docs/reliability.md, e.g. --limit concurrency=200000 (repeatable).",
         ),
+        _help: bool = typer.Option(False, "--help", help="Show this message and exit.", metavar="", is_eager=True,
+                                   expose_value=True, callback=_show_help),
     ) -> None:
         _apply_limits(limit)
         logging.basicConfig(

@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import typer
 from pydantic import BaseModel
+from rich.markup import escape as markup_escape
 
 from lmmbench.config.loaders import load_config_file, parse_model
 from lmmbench.config.registry_field import registry_hint
@@ -157,6 +158,7 @@ def _field_param(model: type[BaseModel], fname: str, field: Any, positional: tup
     desc = (field.description or "").strip()
     if hint:
         desc = f"{desc} ({hint})" if desc else hint
+    desc = markup_escape(desc)  # `lmmbench[libero]`: rich would read `[libero]` as a style tag and drop it
     shown = _shown_default(field)
     if shown:
         desc = f"{desc} \\[default: {shown}]"  # escaped: rich markup would eat it
