@@ -38,7 +38,7 @@ def summary_table(models: list[str], datasets: list[tuple[str, str]],
             row = [abbr, version, metric, "gen"]
             for m in models:
                 value = parsed[m].get(abbr, {}).get(metric)
-                row.append("-" if value is None else ("{:.02f}".format(value) if isinstance(value, (int, float))
+                row.append("-" if value is None else (f"{value:.02f}" if isinstance(value, (int, float))
                                                       else str(value)))  # fmt: skip
             table.append(row)
     return table
@@ -65,6 +65,9 @@ def _raw(models: list[str], results: dict[str, dict[str, dict[str, Any]]]) -> st
 def write_summary(folder: Path, time_str: str, models: list[str], datasets: list[tuple[str, str]],
                   results: dict[str, dict[str, dict[str, Any]]]) -> tuple[Path, str]:  # fmt: skip
     """Write the three summary files; returns the .txt path and the table as AISBench prints it."""
+    from lmmbench.core.errors import require
+
+    require("tabulate", "eval")
     import tabulate
 
     table = summary_table(models, datasets, results)

@@ -6,7 +6,8 @@ is among the request's media, else ``default``. Every request is recorded: its t
 each image / audio payload (decoded from its data URI or base64), the roles of its messages and its generation
 settings (``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``), with its path and whole body. A request with
 ``"stream": true`` is answered as server-sent events (one word per chunk, usage when ``stream_options`` asks). Run
-in a thread (``ScriptedServer``) or as ``python -m lmmbench.testing.scripted_server --port N --rules R.json --record F``.
+in a thread (``ScriptedServer``) or as
+``python -m lmmbench.testing.scripted_server --port N --rules R.json --record F``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -70,8 +72,10 @@ class ScriptedServer:
     """The server, on 127.0.0.1 (port chosen at start), serving until ``stop()`` / the ``with`` block ends."""
 
     def __init__(self, rules: Sequence[Rule], default: str = "", model: str = "scripted",
-                 record_path: Path | None = None, port: int = 0) -> None:  # fmt: skip
+                 record_path: Path | None = None, port: int = 0, delay_s: float = 0.0) -> None:  # fmt: skip
         self.rules = list(rules)
+        self.delay_s = delay_s  # each answer waits this long (to see how many requests are in flight at once)
+        self.in_flight = self.max_in_flight = 0
         self.default = default
         self.model = model
         self.record_path = record_path
@@ -136,6 +140,12 @@ class ScriptedServer:
                     return
                 seen = parse_chat_request(body) if chat else _completion_view(body)
                 seen["answer"] = server.answer(seen)
+                with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                time.sleep(server.delay_s)
+                with server._lock:
+                    server.in_flight -= 1
                 seen["path"], seen["body"] = self.path, body
                 server._record(seen)
                 if body.get("stream"):

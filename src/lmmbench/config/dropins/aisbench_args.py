@@ -76,7 +76,7 @@ class AisArgs:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # noqa: D102 - one line, exit 2 (UserError), never argparse's usage dump
+    def error(self, message: str) -> Any:
         raise UserError(f"bench ais: {message}")
 
 
@@ -139,7 +139,8 @@ def parse_ais_args(argv: list[str]) -> AisArgs:
     """``argv`` parsed as AISBench parses it; a refused flag or mode is one ``UserError`` naming it."""
     ap = _parser()
     if any(a in ("-h", "--help") for a in argv):
-        raise SystemExit(ap.print_help() or 0)
+        ap.print_help()
+        raise SystemExit(0)
     ns = ap.parse_args(argv)
     defaults = vars(ap.parse_args([]))
     given = {k for k, v in vars(ns).items() if v != defaults[k]}

@@ -188,8 +188,9 @@ def _model(cfg: Any, file: Path) -> AisModel:
                         "pass@k) is not supported by lmmbench's AISBench drop-in this round")
     if "abbr" not in fields:
         raise UserError(f"{file}: the model has no abbr")
-    from lmmbench.core.errors import user_error_from_validation
     from pydantic import ValidationError
+
+    from lmmbench.core.errors import user_error_from_validation
 
     try:
         model = AisModel.model_validate({**fields, "generation_kwargs": gen, "type": name, "chat": chat,
@@ -295,10 +296,12 @@ def _gsm8k(cfg: dict[str, Any], file: Path) -> AisDataset:
     ev = _need(cfg, "eval_cfg", file, "the data set")
     _only(ev, {"evaluator", "pred_role", "pred_postprocessor", "dataset_postprocessor"}, file, "eval_cfg")
     _only(_typed(ev.get("evaluator"), "Gsm8kEvaluator", file, "evaluator"), {"type"}, file, "evaluator")
-    for key, fn in (("pred_postprocessor", "gsm8k_postprocess"), ("dataset_postprocessor", "gsm8k_dataset_postprocess")):
+    for key, fn in (("pred_postprocessor", "gsm8k_postprocess"),
+                    ("dataset_postprocessor", "gsm8k_dataset_postprocess")):  # fmt: skip
         _only(_typed(ev.get(key), fn, file, key), {"type"}, file, key)
     columns = _need(reader, "input_columns", file, "reader_cfg")
-    return AisDataset(abbr=str(cfg.get("abbr") or "gsm8k"), kind="gsm8k", path=str(_need(cfg, "path", file, "data set")),
+    path = str(_need(cfg, "path", file, "data set"))
+    return AisDataset(abbr=str(cfg.get("abbr") or "gsm8k"), kind="gsm8k", path=path,
                       input_columns=[str(c) for c in (columns if isinstance(columns, list) else [columns])],
                       output_column=str(_need(reader, "output_column", file, "reader_cfg")),
                       test_range=reader.get("test_range"), template=_template(pt.get("template"), file),

@@ -58,7 +58,7 @@ def _predictions(path: Path, total: int) -> list[dict[str, Any]]:
     defaults = {list: [], dict: {}, str: "", int: 0, float: 0}
     template = preds[0] if preds else {"prediction": "", "origin_prompt": ""}
     for missing in sorted(set(range(total)) - seen):  # a failed request: scored with an empty answer
-        mock = {k: defaults.get(type(v)) for k, v in template.items()}  # type: ignore[call-overload]
+        mock = {k: defaults.get(type(v)) for k, v in template.items()}
         mock["id"] = missing
         preds.append(mock)
     preds = [p for p in preds if p.get("id") in range(total)]
@@ -81,9 +81,10 @@ def score_task(model: AisModel, ds: AisDataset, items: list[AisItem], run_dir: P
     correct = [is_equal(a, r) for a, r in zip(answers, refs, strict=True)]
     result: dict[str, Any] = {"accuracy": 100 * sum(correct) / len(correct) if correct else 0.0}
     if dump_details:
+        rows = zip(preds, answers, refs, correct, strict=True)
         result["details"] = {str(i): {"prompt": p.get("origin_prompt"), "origin_prediction": p.get("prediction"),
                                       "predictions": [a], "references": [r], "correct": [c]}
-                             for i, (p, a, r, c) in enumerate(zip(preds, answers, refs, correct, strict=True))}  # fmt: skip
+                             for i, (p, a, r, c) in enumerate(rows)}  # fmt: skip
         result["type"] = "GEN"
         if extract_rate:
             empty = sum(1 for d in result["details"].values() if not d["predictions"])

@@ -154,7 +154,7 @@ async def send(session: Any, model: AisModel, body: dict[str, Any]) -> AisAnswer
         except (json.JSONDecodeError, ValueError) as exc:
             answer.success, answer.error = False, answer.error or str(exc)
             break
-        except Exception as exc:  # noqa: BLE001 - AISBench retries on any exception of the client
+        except Exception as exc:
             answer.success = False
             answer.error = f"After {attempt + 1} retries, request failed with exception: {type(exc).__name__}: {exc}"
     return answer
@@ -185,8 +185,8 @@ async def _run(job: InferJob, log: Callable[[str], None]) -> tuple[int, int]:
     model.model = await asyncio.to_thread(served_model, model)
     sem = asyncio.Semaphore(model.batch_size)
     timeout = aiohttp.ClientTimeout(total=None)
-    async with aiohttp.ClientSession(timeout=timeout, trust_env=True,
-                                     connector=aiohttp.TCPConnector(limit=model.batch_size + 1)) as session:  # fmt: skip
+    connector = aiohttp.TCPConnector(limit=model.batch_size + 1)
+    async with aiohttp.ClientSession(timeout=timeout, trust_env=True, connector=connector) as session:
         if job.warmups and job.items:
             warm = [job.items[i % len(job.items)][1] for i in range(job.warmups)]
 

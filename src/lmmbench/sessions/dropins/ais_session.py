@@ -49,19 +49,20 @@ class AisRun:
 
 
 def _search(args: AisArgs) -> str:
+    from lmmbench.core.errors import require
+
+    require("tabulate", "eval")
     import tabulate
 
+    def where(kind: str, name: str) -> str:
+        return str(find_config(kind, name, args.config_dir, args.aisbench_root).resolve())
+
     table = [["Task Type", "Task Name", "Config File Path"]]
-    for name in args.models:
-        table.append(["--models", name, str(find_config("models", name, args.config_dir, args.aisbench_root).resolve())])
-    for arg in args.datasets:
-        name = arg.split("/", 1)[0]
-        table.append(["--datasets", name,
-                      str(find_config("datasets", name, args.config_dir, args.aisbench_root).resolve())])  # fmt: skip
+    table += [["--models", name, where("models", name)] for name in args.models]
+    table += [["--datasets", arg.split("/", 1)[0], where("datasets", arg.split("/", 1)[0])] for arg in args.datasets]
     if args.summarizer:
         name = args.summarizer.split("/", 1)[0]
-        table.append(["--summarizer", name,
-                      str(find_config("summarizers", name, args.config_dir, args.aisbench_root).resolve())])  # fmt: skip
+        table.append(["--summarizer", name, where("summarizers", name)])
     return str(tabulate.tabulate(table, headers="firstrow", tablefmt="fancy_grid", stralign="left"))
 
 
