@@ -312,6 +312,10 @@ REFUSED = [
     (["--mode", "perf"], "--mode perf"),
     (["--dump-extract-rate"], "--dump-extract-rate acts with --dump-eval-details"),
     (["--num-prompts", "0"], "`--num-prompts` must be >= 1"),
+    (["--pressure-time", "30"], "--pressure-time"),
+    (["--custom-dataset-meta-path", "m.json"], "--custom-dataset-meta-path"),
+    (["--custom-dataset-data-type", "qa"], "--custom-dataset-data-type"),
+    (["--custom-dataset-infer-method", "gen"], "--custom-dataset-infer-method"),
 ]
 
 
