@@ -348,3 +348,20 @@ def test_unhonoured_model_field_and_computed_value_are_refused_without_running(
                      "type=MMLUDataset)]\n")  # fmt: skip
     assert _run(tmp_path, cfg, "--models", "vllm_api_general", "--datasets", "mmlu") == 2
     assert "data set type MMLUDataset is not supported" in capsys.readouterr().err
+
+
+def test_bad_data_and_a_damaged_prediction_file_are_one_line(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with ScriptedServer(RULES, default="none") as srv:
+        cfg = _write_configs(tmp_path, int(srv.url.split(":")[2].split("/")[0]))
+        base = ["--models", "vllm_api_general", "--datasets", "gsm8k_gen_0_shot_cot_str", "--num-warmups", "0"]
+        assert _run(tmp_path, cfg, *base, "--mode", "infer") == 0
+        pred = _only_run(tmp_path) / "predictions" / "vllm-api-general" / "gsm8k.jsonl"
+        pred.write_text(pred.read_text() + "{broken\n")
+        assert _run(tmp_path, cfg, *base, "--mode", "eval", "--reuse") == 2
+        assert f"{pred}:4: not JSON" in capsys.readouterr().err
+        data = tmp_path / "data" / "gsm8k" / "test.jsonl"
+        data.write_text(json.dumps({"question": "q", "answer": "no marker"}) + "\n")
+        pred.write_text("")
+        assert _run(tmp_path, cfg, *base, "--mode", "eval", "--reuse") == 2
+        assert "the answer has no '#### '" in capsys.readouterr().err

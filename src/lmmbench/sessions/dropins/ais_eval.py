@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.config.dropins.aisbench_configs import AisDataset, AisModel
+from lmmbench.core.errors import UserError
 from lmmbench.sessions.dropins.ais_requests import AisItem
 
 __all__ = ["extract_non_reasoning_content", "gsm8k_dataset_postprocess", "gsm8k_postprocess", "is_equal",
@@ -53,7 +54,14 @@ def is_equal(pred: str, refer: str) -> bool:
 
 
 def _predictions(path: Path, total: int) -> list[dict[str, Any]]:
-    preds = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    preds = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            preds.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{n}: not JSON ({exc.msg}); fix or remove the line") from None
     seen = {p.get("id") for p in preds}
     defaults = {list: [], dict: {}, str: "", int: 0, float: 0}
     template = preds[0] if preds else {"prediction": "", "origin_prompt": ""}
@@ -77,7 +85,12 @@ def score_task(model: AisModel, ds: AisDataset, items: list[AisItem], run_dir: P
     if model.think_tokens is not None:
         texts = [extract_non_reasoning_content(t, *model.think_tokens) for t in texts]
     answers = [gsm8k_postprocess(str(t)) for t in texts]
-    refs = [gsm8k_dataset_postprocess(str(i.gold)) for i in items]
+    refs = []
+    for item in items:
+        if "#### " not in str(item.gold):
+            raise UserError(f"{ds.abbr} row {item.index}: the answer has no '#### ' before the final number "
+                            "(gsm8k's format, which gsm8k_dataset_postprocess reads)")
+        refs.append(gsm8k_dataset_postprocess(str(item.gold)))
     correct = [is_equal(a, r) for a, r in zip(answers, refs, strict=True)]
     result: dict[str, Any] = {"accuracy": 100 * sum(correct) / len(correct) if correct else 0.0}
     if dump_details:
