@@ -365,3 +365,15 @@ def test_bad_data_and_a_damaged_prediction_file_are_one_line(tmp_path: Path,
         pred.write_text("")
         assert _run(tmp_path, cfg, *base, "--mode", "eval", "--reuse") == 2
         assert "the answer has no '#### '" in capsys.readouterr().err
+
+
+def test_infer_with_reuse_sends_only_the_prompts_not_yet_predicted(tmp_path: Path) -> None:
+    with ScriptedServer(RULES, default="none") as srv:
+        cfg = _write_configs(tmp_path, int(srv.url.split(":")[2].split("/")[0]))
+        base = ["--models", "vllm_api_general", "--datasets", "gsm8k_gen_0_shot_cot_str", "--num-warmups", "0"]
+        assert _run(tmp_path, cfg, *base, "--mode", "infer", "--num-prompts", "2") == 0
+        assert _run(tmp_path, cfg, *base, "--reuse") == 0
+        assert [r["texts"][0].split("\n")[0] for r in srv.requests] == [f"Question: {r['question']}" for r in ROWS]
+        run = _only_run(tmp_path)
+        assert json.loads((run / "results" / "vllm-api-general" / "gsm8k.json").read_text())["accuracy"] == \
+            pytest.approx(200 / 3)  # fmt: skip
