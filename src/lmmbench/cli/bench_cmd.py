@@ -66,5 +66,8 @@ def register(app: typer.Typer) -> None:
         if run.inferred and run.sent and run.ok == 0:
             typer.echo(f"error: no request succeeded ({run.sent} sent) -> {run.run_dir}", err=True)
             raise typer.Exit(NOTHING_MEASURED)
+        if run.inferred and run.sent > run.ok:  # partial: said, scored as wrong answers (AISBench's rule)
+            typer.echo(f"warning: {run.sent - run.ok} of {run.sent} requests failed (predictions/<model>/"
+                       f"<data set>_failed.jsonl) -> {run.run_dir}", err=True)
 
     app.add_typer(bench, name="bench")
