@@ -340,7 +340,7 @@ def test_unhonoured_model_field_and_computed_value_are_refused_without_running(
     assert _run(tmp_path, cfg, "--models", "computed", "--datasets", "gsm8k_gen_0_shot_cot_str") == 2
     err = capsys.readouterr().err
     assert f"{models / 'computed.py'}:1:" in err and "Import" in err and not marker.exists()
-    (models / "summed.py").write_text("base = dict(abbr='x')\nmodels = [base] + [dict(abbr='y')]\n")
+    (models / "summed.py").write_text("base = dict(abbr='x')\nmodels = [base] * 2\n")
     assert _run(tmp_path, cfg, "--models", "summed", "--datasets", "gsm8k_gen_0_shot_cot_str") == 2
     assert f"{models / 'summed.py'}:2: a computed value (BinOp" in capsys.readouterr().err
     other = cfg / "datasets" / "mmlu.py"
@@ -377,3 +377,22 @@ def test_infer_with_reuse_sends_only_the_prompts_not_yet_predicted(tmp_path: Pat
         run = _only_run(tmp_path)
         assert json.loads((run / "results" / "vllm-api-general" / "gsm8k.json").read_text())["accuracy"] == \
             pytest.approx(200 / 3)  # fmt: skip
+
+
+def test_a_demo_config_adjusting_an_inherited_data_set_is_read(tmp_path: Path) -> None:
+    """AISBench's demo configs (configs/datasets/demo/) inherit a gsm8k config and change its abbr and test_range
+    with item assignments; read statically, as the rest."""
+    with ScriptedServer(RULES, default="none") as srv:
+        cfg = _write_configs(tmp_path, int(srv.url.split(":")[2].split("/")[0]))
+        (cfg / "datasets" / "demo").mkdir()
+        (cfg / "datasets" / "demo" / "demo_gsm8k_gen_0_shot_cot_str.py").write_text(
+            "from mmengine import read_base\n\nwith read_base():\n"
+            "    from ..gsm8k.gsm8k_gen_0_shot_cot_str import gsm8k_datasets\n\n"
+            "gsm8k_datasets[0]['abbr'] = 'demo_' + gsm8k_datasets[0]['abbr']\n"
+            "gsm8k_datasets[0]['reader_cfg']['test_range'] = '[0:2]'\n")  # fmt: skip
+        assert _run(tmp_path, cfg, "--models", "vllm_api_general", "--datasets", "demo_gsm8k_gen_0_shot_cot_str",
+                    "--num-warmups", "0") == 0  # fmt: skip
+        run = _only_run(tmp_path)
+        assert len(srv.requests) == 2
+        result = json.loads((run / "results" / "vllm-api-general" / "demo_gsm8k.json").read_text())
+        assert result == {"accuracy": 100.0}  # the first two scripted answers are right

@@ -6,8 +6,10 @@ shipped model and data set configs use: ``from X import NAME`` (kept as an :clas
 caller maps to one of lmmbench's behaviours by name), module-level ``NAME = value`` assignments, ``dict(...)``
 calls with keyword arguments, list / tuple / dict / string / number / bool / None literals, names of earlier
 variables, and ``with read_base():`` blocks importing variables of sibling config files (mmengine's
-inheritance). Anything else (a loop, a function call other than ``dict``, arithmetic, ``locals()``) is refused
-naming the file and line, and the file is never run.
+inheritance); and, because AISBench's demo configs (``configs/datasets/demo/``) adjust an inherited data set that
+way, ``NAME[k]...[k] = value`` with constant keys, ``NAME[k]...`` reads and ``+`` of two strings or two lists.
+Anything else (a loop, a function call other than ``dict``, other arithmetic, ``locals()``) is refused naming the
+file and line, and the file is never run.
 """
 
 from __future__ import annotations
@@ -90,9 +92,16 @@ class _Reader:
         elif isinstance(stmt, ast.With):
             self._read_base(stmt, path, names, chain)
         elif isinstance(stmt, ast.Assign):
-            if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
-                raise _Refused(stmt, "an assignment to something other than one name")
-            names[stmt.targets[0].id] = _value(stmt.value, names)
+            if len(stmt.targets) != 1:
+                raise _Refused(stmt, "a chained assignment (a = b = ...)")
+            target = stmt.targets[0]
+            if isinstance(target, ast.Name):
+                names[target.id] = _value(stmt.value, names)
+            elif isinstance(target, ast.Subscript):  # x[0]['abbr'] = ... (AISBench's demo configs)
+                container, key = _item_target(target, names)
+                container[key] = _value(stmt.value, names)
+            else:
+                raise _Refused(stmt, "an assignment to something other than a name or name[key]...")
         elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
             names[stmt.target.id] = _value(stmt.value, names)
         elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
@@ -167,11 +176,47 @@ def _value(node: ast.expr, names: dict[str, Any]) -> Any:
         if node.id not in names:
             raise _Refused(node, f"the name '{node.id}', which the file neither imports nor defines above")
         return _copy(names[node.id])
+    if isinstance(node, ast.Subscript):
+        container, key = _item_target(node, names)
+        return _copy(container[key])
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _value(node.left, names), _value(node.right, names)
+        if isinstance(left, str) and isinstance(right, str):
+            return left + right  # 'demo_' + abbr, as the demo configs do
+        if isinstance(left, list) and isinstance(right, list):
+            return left + right
+        raise _Refused(node, "a `+` of something other than two strings or two lists")
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) \
             and isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, (int, float)) \
             and not isinstance(node.operand.value, bool):  # fmt: skip
         return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
     raise _Refused(node, f"a computed value ({type(node).__name__}: {ast.unparse(node)[:60]})")
+
+
+def _item_target(node: ast.Subscript, names: dict[str, Any]) -> tuple[Any, Any]:
+    """(container, key) of ``name[k1][k2]...`` with constant keys, the container looked up in ``names``."""
+    keys: list[Any] = []
+    cur: ast.expr = node
+    while isinstance(cur, ast.Subscript):
+        if not (isinstance(cur.slice, ast.Constant) and isinstance(cur.slice.value, (int, str))):
+            raise _Refused(cur, "a subscript that is not a constant index or key")
+        keys.insert(0, cur.slice.value)
+        cur = cur.value
+    if not isinstance(cur, ast.Name) or cur.id not in names:
+        raise _Refused(node, "a subscript of something other than a variable defined above")
+    container = names[cur.id]
+    for key in keys[:-1]:
+        container = _index(container, key, node)
+    _index(container, keys[-1], node, assign=True)
+    return container, keys[-1]
+
+
+def _index(container: Any, key: Any, node: ast.AST, assign: bool = False) -> Any:
+    if isinstance(container, list) and isinstance(key, int) and -len(container) <= key < len(container):
+        return container[key]
+    if isinstance(container, dict) and (key in container or assign):
+        return container.get(key)
+    raise _Refused(node, f"the index or key {key!r} is not in the value")
 
 
 def _dict_call(node: ast.Call, names: dict[str, Any]) -> dict[str, Any]:
