@@ -333,6 +333,10 @@ def dataset_from_dict(cfg: Any, file: Path) -> AisDataset:
     name = type_name(cfg.get("type"))
     if name == "GSM8KDataset":
         return _gsm8k(cfg, file)
+    if name == "SyntheticDataset":
+        raise UserError(f"{file}: SyntheticDataset is AISBench's perf-mode workload, and --mode perf is not part of "
+                        "lmmbench's AISBench drop-in yet (`lmmbench perf --input-tokens/--output-tokens` is lmmbench's "
+                        "synthetic load)")
     raise UserError(f"{file}: data set type {name} is not supported by lmmbench's AISBench drop-in this round "
                     "(supported: GSM8KDataset)")
 
