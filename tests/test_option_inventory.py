@@ -78,6 +78,7 @@ def _bytemlperf_keys() -> list[str]:
 
 def options() -> dict[str, list[str]]:
     """Every option / field of the covered commands and files, by section."""
+    from lmmbench.config.dropins import aisbench_args
     from lmmbench.config.dropins import sglang_serving as sglang_bench_serving
     from lmmbench.config.dropins import vllm_serve as vllm_bench_serve
     from lmmbench.config.perf.options import PerfConfig
@@ -88,6 +89,7 @@ def options() -> dict[str, list[str]]:
     out = {name: _click_keys(cmds[name]) for name in COMMANDS}
     out["bench serve"] = _argparse_keys(vllm_bench_serve.build_parser())
     out["bench sglang"] = _argparse_keys(sglang_bench_serving.build_parser())
+    out["bench ais"] = [*_argparse_keys(aisbench_args._parser()), "<config>"]
     out["plan row"] = list(PlanRow.model_fields)
     out["perf workload file"] = [*PerfConfig.model_fields, "points"]
     out["bytemlperf workload"] = _bytemlperf_keys()
@@ -98,7 +100,7 @@ def options() -> dict[str, list[str]]:
 def other_commands() -> dict[str, int]:
     """Options of the commands not covered yet, counted."""
     cmds = _typer_commands()
-    skip = {*COMMANDS, "bench serve", "bench sglang"}
+    skip = {*COMMANDS, "bench serve", "bench sglang", "bench ais"}
     return {name: len(_click_keys(cmd)) for name, cmd in sorted(cmds.items()) if name not in skip and cmd.params}
 
 

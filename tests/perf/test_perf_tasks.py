@@ -260,3 +260,46 @@ def test_eval_mode_perf_on_an_lmms_benchmark_sends_the_bodies_eval_sends(
     run = _same_bodies_as_eval(url, tmp_path, ["--tasks", "chartqa", "--limit", "3", "--tokenizer", "tiny-vl"], 3)
     preds = [json.loads(x) for x in (run / "predictions" / "chartqa.jsonl").read_text().splitlines()]
     assert sorted(p["doc_id"] for p in preds) == [0, 1, 2]
+
+
+EVAL_OPTIONS = [  # (eval's spelling, perf's spelling) of each prompt / generation option, with a value
+    (["--num_fewshot", "2"], ["--num-fewshot", "2"]),
+    (["--gen_kwargs", "max_gen_toks=5,temperature=0"], ["--gen-kwargs", "max_gen_toks=5,temperature=0"]),
+    (["--system_instruction", "Be brief."], ["--system-instruction", "Be brief."]),
+    (["--seed", "7"], ["--seed", "7"]),
+    (["--prompt", "qa@1"], ["--prompt", "qa@1"]),
+]
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["plain", "chat-template"])
+def test_perf_tasks_takes_evals_prompt_and_generation_options(url: str, tmp_path: Path, chat: bool,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)  # ./prompts/qa@1.txt: the registered prompt of --prompt qa@1
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "qa@1.txt").write_text("Q: {{question}}\nA:")
+    chat_opts = (["--apply_chat_template", "--fewshot_as_multiturn"], ["--apply-chat-template",
+                                                                       "--fewshot-as-multiturn"])  # fmt: skip
+    ev = [a for e, _ in EVAL_OPTIONS for a in e] + (chat_opts[0] if chat else [])
+    pf = [a for _, p in EVAL_OPTIONS for a in p] + (chat_opts[1] if chat else [])
+    before = len(_received(url))
+    assert main(["eval", "--model", url, "--tasks", "sample_qa", "--tokenizer", "tiny-llm", "--limit", "4", *ev,
+                 "--out-dir", str(tmp_path / "eval")]) == 0  # fmt: skip
+    mid = len(_received(url))
+    from lmmbench.models import resolve_model
+
+    tok = str(resolve_model("tiny-llm").path)  # perf's --tokenizer is a folder
+    assert main(["perf", "--url", url, "--tasks", "sample_qa", "--task-limit", "4", "--tokenizer", tok, *pf,
+                 "--concurrency", "2", "--out-dir", str(tmp_path / "perf"), "--run-name", "o"]) == 0  # fmt: skip
+    got = _received(url)
+    by_eval = Counter(_canon(e) for e in got[before:mid])
+    by_perf = Counter(_canon(e) for e in got[mid:] if e["body"].get("stream") and _canon(e) in by_eval)
+    assert sum(by_eval.values()) == 4 and by_perf == by_eval
+    bodies = [e["body"] for e in got[before:mid]]
+    assert all(b["max_tokens"] == 5 for b in bodies)  # the options acted (not eval's defaults)
+    text = json.dumps(bodies)
+    assert "Be brief." in text and "Q: " in text and (("messages" in bodies[0]) == chat)
+
+
+def test_perf_prompt_options_without_tasks_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["perf", "--url", "http://127.0.0.1:9", "--gen-kwargs", "max_gen_toks=5", "--num-requests", "1"]) == 2
+    assert "--gen-kwargs act on --tasks" in capsys.readouterr().err

@@ -1,11 +1,13 @@
-"""An OpenAI-compatible chat server that answers from a script and records what it was sent.
+"""An OpenAI-compatible chat / completions server that answers from a script and records what it was sent.
 
 For accuracy tests and the lmms-eval cross-check: each rule is (text needle, media SHA-256 or None,
 answer); a request gets the answer of the longest needle found in its text whose media hash (if given)
 is among the request's media, else ``default``. Every request is recorded: its text parts, the SHA-256 of
 each image / audio payload (decoded from its data URI or base64), the roles of its messages and its generation
-settings (``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``). Run in a thread
-(``ScriptedServer``) or as ``python -m lmmbench.testing.scripted_server --port N --rules R.json --record F``.
+settings (``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``), with its path and whole body. A request with
+``"stream": true`` is answered as server-sent events (one word per chunk, usage when ``stream_options`` asks). Run
+in a thread (``ScriptedServer``) or as
+``python -m lmmbench.testing.scripted_server --port N --rules R.json --record F``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import contextlib
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -57,12 +60,22 @@ def parse_chat_request(body: dict[str, Any]) -> dict[str, Any]:
             "stop": body.get("stop"), "roles": [str(m.get("role")) for m in body.get("messages") or []]}  # fmt: skip
 
 
+def _completion_view(body: dict[str, Any]) -> dict[str, Any]:
+    """The recorded view of a completions request (its prompt as the one text)."""
+    prompt = body.get("prompt")
+    return {"texts": [prompt] if isinstance(prompt, str) else [str(p) for p in prompt or []], "media": [],
+            "layout": ["text"], "max_tokens": body.get("max_tokens"), "temperature": body.get("temperature"),
+            "top_p": body.get("top_p"), "seed": body.get("seed"), "stop": body.get("stop"), "roles": []}  # fmt: skip
+
+
 class ScriptedServer:
     """The server, on 127.0.0.1 (port chosen at start), serving until ``stop()`` / the ``with`` block ends."""
 
     def __init__(self, rules: Sequence[Rule], default: str = "", model: str = "scripted",
-                 record_path: Path | None = None, port: int = 0) -> None:  # fmt: skip
+                 record_path: Path | None = None, port: int = 0, delay_s: float = 0.0) -> None:  # fmt: skip
         self.rules = list(rules)
+        self.delay_s = delay_s  # each answer waits this long (to see how many requests are in flight at once)
+        self.in_flight = self.max_in_flight = 0
         self.default = default
         self.model = model
         self.record_path = record_path
@@ -91,7 +104,7 @@ class ScriptedServer:
             self.requests.append(seen)
             if self.record_path is not None:
                 with self.record_path.open("a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(seen) + "\n")
+                    fh.write(json.dumps({k: v for k, v in seen.items() if k != "body"}) + "\n")
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -121,16 +134,48 @@ class ScriptedServer:
                 except json.JSONDecodeError:
                     self._send(400, {"error": {"message": "body is not JSON"}})
                     return
-                if not self.path.endswith("/chat/completions"):
-                    self._send(404, {"error": {"message": f"only chat completions here, not {self.path}"}})
+                chat = self.path.endswith("/chat/completions")
+                if not chat and not self.path.endswith("/completions"):
+                    self._send(404, {"error": {"message": f"only (chat) completions here, not {self.path}"}})
                     return
-                seen = parse_chat_request(body)
+                seen = parse_chat_request(body) if chat else _completion_view(body)
                 seen["answer"] = server.answer(seen)
+                with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                time.sleep(server.delay_s)
+                with server._lock:
+                    server.in_flight -= 1
+                seen["path"], seen["body"] = self.path, body
                 server._record(seen)
-                self._send(200, {"id": "scripted", "object": "chat.completion", "model": server.model,
-                                 "choices": [{"index": 0, "finish_reason": "stop",
-                                              "message": {"role": "assistant", "content": seen["answer"]}}],
+                if body.get("stream"):
+                    self._stream(chat, seen["answer"], bool((body.get("stream_options") or {}).get("include_usage")))
+                    return
+                choice: dict[str, Any] = ({"index": 0, "finish_reason": "stop",
+                                           "message": {"role": "assistant", "content": seen["answer"]}} if chat
+                                          else {"index": 0, "finish_reason": "stop", "text": seen["answer"]})
+                self._send(200, {"id": "scripted", "object": "chat.completion" if chat else "text_completion",
+                                 "model": server.model, "choices": [choice],
                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})  # fmt: skip
+
+            def _stream(self, chat: bool, answer: str, usage: bool) -> None:
+                """The answer as server-sent events, one word per chunk, then usage (when asked) and [DONE]."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                words = [w + " " for w in answer.split(" ")]
+                words[-1] = words[-1][:-1]
+                for word in words:
+                    part = {"delta": {"content": word}} if chat else {"text": word}
+                    event = {"id": "scripted", "model": server.model, "choices": [{"index": 0, **part}]}
+                    self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                    self.wfile.flush()
+                if usage:
+                    tail = {"id": "scripted", "choices": [], "usage": {"prompt_tokens": 1,
+                                                                       "completion_tokens": len(words)}}  # fmt: skip
+                    self.wfile.write(b"data: " + json.dumps(tail).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
 
         return Handler
 

@@ -24,7 +24,12 @@ def parse_correct_if(text: str) -> tuple[str, float]:
 class TaskLoadOptions(BaseModel):
     """Evaluation tasks as a perf workload, their answers scored per load point, several models per run."""
 
-    CLI_PANEL: ClassVar[tuple[str, ...]] = ("tasks", "task_limit", "score", "correct_if", "models")
+    CLI_PANEL: ClassVar[tuple[str, ...]] = ("tasks", "task_limit", "num_fewshot", "gen_kwargs", "system_instruction",
+                                            "apply_chat_template", "fewshot_as_multiturn", "prompt", "score",
+                                            "correct_if", "models")  # fmt: skip
+    #: eval's prompt and generation options, passed to eval's own code as `eval` takes them
+    EVAL_OPTIONS: ClassVar[tuple[str, ...]] = ("num_fewshot", "gen_kwargs", "system_instruction",
+                                               "apply_chat_template", "fewshot_as_multiturn", "prompt")  # fmt: skip
 
     tasks: list[str] = Field(
         default_factory=list, description="Evaluation tasks (names, task YAML files, lm-eval catalogue names, "
@@ -37,6 +42,18 @@ class TaskLoadOptions(BaseModel):
                                    "METRIC>=X counts a request as correct, e.g. f1>=0.5.")
     models: dict[str, str] = Field(default_factory=dict, description="Several endpoints in one run, NAME=URL,"
                                    "NAME=URL: one run folder per model and one comparison table.")
+    num_fewshot: int | None = Field(None, ge=0, description="--tasks: the tasks' few-shot count (as eval's "
+                                    "--num-fewshot; --seed seeds the few-shot draw as eval's --seed does).")
+    gen_kwargs: str | None = Field(None, description="--tasks: generation settings, e.g. max_gen_toks=16,"
+                                   "temperature=0 (as eval's --gen_kwargs).")
+    system_instruction: str | None = Field(None, description="--tasks: a system instruction before every prompt "
+                                           "(as eval's --system_instruction).")
+    apply_chat_template: bool = Field(False, description="--tasks: prompts in the model's chat template (as eval's "
+                                      "--apply_chat_template; needs --tokenizer).")
+    fewshot_as_multiturn: bool = Field(False, description="--tasks: few-shot examples as chat turns (as eval's "
+                                       "--fewshot_as_multiturn).")
+    prompt: str | None = Field(None, description="--tasks: a registered prompt (name@version) asked instead of each "
+                               "task's own (as eval's --prompt).")
 
     @field_validator("correct_if")
     @classmethod
@@ -59,7 +76,8 @@ class TaskLoadOptions(BaseModel):
     @model_validator(mode="after")
     def _needs_tasks(self) -> TaskLoadOptions:
         if not self.tasks:
-            used = [f for f in ("task_limit", "score", "correct_if") if getattr(self, f) not in (None, False)]
+            used = [f for f in ("task_limit", "score", "correct_if", *self.EVAL_OPTIONS)
+                    if getattr(self, f) not in (None, False)]  # fmt: skip
             if used:
                 raise ValueError(f"{', '.join('--' + f.replace('_', '-') for f in used)} act on --tasks: give "
                                  "--tasks T1,T2 (evaluation tasks as the workload)")

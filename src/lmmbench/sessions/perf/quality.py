@@ -54,9 +54,12 @@ def prepare_task_run(cfg: PerfConfig, eval_cfg: Any = None) -> tuple[PerfConfig,
     if cfg.action != "run":
         raise UserError(f"perf {cfg.action} with --tasks: not supported; run `perf --tasks ...` at given loads")
     if eval_cfg is None:
+        options = {f: getattr(cfg, f) for f in cfg.EVAL_OPTIONS if f in cfg.model_fields_set}
+        if "seed" in cfg.model_fields_set:  # perf's --seed seeds the few-shot draw as eval's --seed N does
+            options["seed"] = str(cfg.seed)
         eval_cfg = EvalConfig.model_validate({
             "model": cfg.url, "tasks": cfg.tasks, "served_model": cfg.model, "limit": cfg.task_limit,
-            "tokenizer": str(cfg.tokenizer) if cfg.tokenizer is not None else None})  # fmt: skip
+            "tokenizer": str(cfg.tokenizer) if cfg.tokenizer is not None else None, **options})  # fmt: skip
     workload = build_task_workload(eval_cfg, cfg.model or "endpoint")
     quality = TaskQuality(workload, cfg)
     update: dict[str, Any] = {"keep_text": True}

@@ -128,18 +128,14 @@ def _resolve_tasks(eval_cfg: EvalConfig) -> tuple[list[TaskConfig], list[str], l
     """The tasks as eval resolves them (its own function): options applied, the first prompt rendered; the
     lm-eval catalogue names; the lmms-eval benchmarks."""
     from lmmbench.evaluation.lmms import is_lmms_task
-    from lmmbench.evaluation.modes import _split_catalogue, _tasks
+    from lmmbench.evaluation.modes import _split_catalogue, _tasks, _with_options
     from lmmbench.evaluation.runner import check_first_prompt
-    from lmmbench.evaluation.task_config import with_prompt
 
     lmms = [n for n in eval_cfg.tasks if is_lmms_task(n)]
     rest = [n for n in eval_cfg.tasks if n not in lmms]
     own, catalogue = _split_catalogue(eval_cfg.model_copy(update={"mode": "all", "tasks": rest})) if rest else ([], [])
     tasks, _groups = _tasks(eval_cfg, own)
-    if eval_cfg.prompt is not None:
-        from pathlib import Path
-
-        tasks = [with_prompt(t, eval_cfg.prompt, Path.cwd()) for t in tasks]
+    tasks = _with_options(eval_cfg, tasks, catalogue, lmms)  # eval's prompt and generation options, or refused
     for task in tasks:
         check_first_prompt(task)
     return tasks, catalogue, lmms
