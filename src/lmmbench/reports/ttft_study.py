@@ -168,7 +168,7 @@ def _pct(x: float | None) -> str:
 
 def _total(shares: Mapping[str, Any]) -> float | None:
     parts = [shares.get(k) for k in (*_FOUR, "remainder_share_pct")]
-    return None if any(p is None for p in parts) else float(sum(parts))
+    return None if any(p is None for p in parts) else float(sum(float(p or 0.0) for p in parts))
 
 
 def comparison_html(c: Mapping[str, Any] | None) -> str:

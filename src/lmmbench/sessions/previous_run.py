@@ -64,10 +64,13 @@ class Baseline:
 
 
 def _fingerprint_of(stored: Any) -> dict[str, Any] | None:
+    """The fingerprint an earlier run recorded; one written before fingerprints were kept gets one computed from its
+    log now (a field its log lacks then differs, and is named)."""
     try:
-        return stored_fingerprint(load_run_log(Path(stored.path)))
+        run_log = load_run_log(Path(stored.path))
     except UserError:  # its folder is gone or unreadable: nothing to compare with
         return None
+    return stored_fingerprint(run_log) or workload_fingerprint(run_log)
 
 
 def find_baseline(run_log: RunLog, store: Any, run_dir: Path | None = None) -> Baseline | None:
@@ -164,7 +167,8 @@ def compare_with_previous(run_dir: Path, run_log: RunLog, baseline: str | None =
         differs: list[str] = []
         if baseline:
             base_run = resolve_runs([baseline], store)[0]
-            differs = fingerprint_differences(stored_fingerprint(base_run.run_log),
+            base_log = base_run.run_log
+            differs = fingerprint_differences(stored_fingerprint(base_log) or workload_fingerprint(base_log),
                                               stored_fingerprint(run_log) or workload_fingerprint(run_log))
             ref = baseline
         else:

@@ -115,7 +115,7 @@ def fingerprint_differences(earlier: dict[str, Any] | None, this: dict[str, Any]
     if this is None:
         return []
     if earlier is None:
-        return ["workload fingerprint (not recorded: written by an older lmmbench)"]
+        return ["workload fingerprint (its run log cannot be read)"]
     if earlier.get("kind") != this.get("kind"):
         return [f"kind: {earlier.get('kind')} -> {this.get('kind')}"]
     a, b = earlier["fields"], this["fields"]
