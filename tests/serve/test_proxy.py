@@ -244,10 +244,12 @@ def test_an_lmms_benchmark_through_the_proxy_before_a_server_that_never_streams(
 def test_the_perf_client_keeps_the_builtin_servers_metrics(llm_server: Any, stream: bool) -> None:
     rec = _request(llm_server.url, "chat", stream=stream, model="tiny-llm", max_tokens=8,
                    extra={"temperature": 0, "ignore_eos": True})
-    assert rec.ok and rec.server_metrics is not None and set(rec.server_metrics) == METRIC_KEYS
+    server_keys = METRIC_KEYS - {"device_peak_memory_bytes"} | {"process_peak_memory_bytes"}  # its process's memory
+    assert rec.ok and rec.server_metrics is not None and set(rec.server_metrics) == server_keys
     values = request_values(rec)
     assert values["server_ttft_ms"] == rec.server_metrics["ttft_ms"] <= values["ttft_send_ms"]
     assert values["server_queue_ms"] is not None  # the built-in server sees its own queue
+    assert values["server_process_peak_memory_bytes"] > 0 and values["server_device_peak_memory_bytes"] is None
     assert values["server_e2e_ms"] <= values["e2e_send_ms"]
     if stream and rec.end_ns > rec.first_token_ns:  # (a fast model's whole stream may come in one read)
         assert values["client_minus_server_ttft_ms"] == values["ttft_send_ms"] - values["server_ttft_ms"]
