@@ -46,6 +46,10 @@ def test_an_unrelated_run_of_the_same_name_is_not_compared(
     assert data["baseline"] is None and data["regressions"] is None and data["metrics"] == []
     page = (second / "report.html").read_text()
     assert "No comparable earlier run" in page and "regression(s)" not in page
+    # `runs compare` of the two: they share no load point, so nothing is compared and no count is printed
+    assert main(["runs", "compare", str(first), str(second)]) == 0
+    out = capsys.readouterr().out
+    assert "no metric compared (the runs share no measured metric)" in out and "regression(s)" not in out
     # --baseline compares anyway, and says first what differs
     third = _perf(tmp_path / "day3", "--input-tokens", "64", "--seed", "3", "--baseline", str(first))
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[compare]")]
