@@ -130,7 +130,32 @@ def test_a_duration_point_that_outlasts_the_tasks_starts_numbered_passes(url: st
     assert {p["doc_id"] for p in preds} == {0, 1, 2}
     assert [p["doc_id"] for p in preds[:6]] == [0, 1, 2, 0, 1, 2]
     row = _rows(out / "perf" / "d" / "summary.csv")[0]
-    assert row["accuracy_docs"] == "3" and int(row["accuracy_answers"]) == len(preds)  # interval over documents
+    assert row["accuracy_docs"] == "3" and int(row["accuracy_requests_sent"]) == len(preds)  # interval over documents
+
+
+def test_accuracy_under_load_counts_every_request_sent(tmp_path: Path) -> None:
+    # the test server fails exactly 3 of every 10 requests with HTTP 500; one in flight, so every answer is right
+    key = _answer_key(tmp_path / "answers.json")
+    cfg = TestServerConfig(port=free_loopback_port(), ttft_ms=2, itl_ms=1, answers=key, correct_below_inflight=2,
+                           faults={"http_500": 0.3})  # fmt: skip
+    out = tmp_path / "out"
+    with running_testserver(cfg) as u:
+        assert main(["perf", "--url", u, "--tasks", "sample_qa", "--score", "--concurrency", "1", "--no-plots",
+                     "--no-progress", "--out-dir", str(out), "--run-name", "faults"]) == 0  # fmt: skip
+    run = out / "perf" / "faults"
+    row = _rows(run / "summary.csv")[0]
+    assert int(row["requests"]) == 20 and int(row["accuracy_requests_failed"]) == 6  # 3 of every 10 of 20 sent
+    assert float(row["accuracy"]) == 14 / 20 == 0.7  # correct / sent, exactly
+    assert float(row["accuracy_over_answered"]) == 1.0 and int(row["accuracy_requests_answered"]) == 14
+    low, high = wilson_interval(14, 20) or (0.0, 0.0)  # over the 20 documents sent, not the 14 answered
+    assert float(row["accuracy_ci_low"]) == pytest.approx(low, rel=1e-9)
+    assert float(row["accuracy_ci_high"]) == pytest.approx(high, rel=1e-9) and high < 1.0
+    preds = [json.loads(x) for x in (run / "predictions" / "sample_qa.jsonl").read_text().splitlines()]
+    failed = [p for p in preds if p["error"]]
+    assert len(failed) == 6 and all(p["correct"] is False for p in failed)
+    from lmmbench.core.runs.log import load_run_log
+
+    assert load_run_log(run).headline["accuracy"] == 0.7
 
 
 def test_two_models_in_one_run_give_two_run_folders_and_one_table(url: str, tmp_path: Path) -> None:

@@ -51,3 +51,23 @@ def test_plan_report_headlines_charts_links_and_failures(tmp_path: Path) -> None
     assert "- **broken** (eval): venv setup failed: no-such-pkg" in md
     assert "- **load**: ran beside row(s) mc-b on h" in md
     assert "5 of 6 rows ok" in md
+
+
+def test_a_row_whose_folder_a_later_row_rewrote_is_credited_with_its_own_numbers(tmp_path: Path) -> None:
+    # docs/plans/stages.yaml: the score row scores the infer row's predictions in place, rewriting run.json
+    shared = _folder(tmp_path, "infer", {"sample_mc.acc": 0.625})
+    rows = [
+        {"name": "infer", "kind": "eval", "model": "tiny-llm", "status": "ok", "folder": shared,
+         "metrics": {"sample_mc.n_samples": 8}, "ended_at_s": 100.0},
+        {"name": "score", "kind": "eval", "status": "ok", "folder": shared,
+         "metrics": {"sample_mc.acc": 0.625, "sample_mc.n_samples": 8}, "ended_at_s": 200.0},
+    ]  # fmt: skip
+    from lmmbench.reports.plan_report import folder_owners
+
+    owners = folder_owners(rows)
+    assert row_headline(rows[0], owners) == {}  # inference alone scored nothing
+    assert row_headline(rows[1], owners) == {"sample_mc.acc": 0.625}
+    html_path, md_path = write_plan_reports(rows, tmp_path, "lmmbench plan stages")
+    page, md = html_path.read_text(), md_path.read_text()
+    assert "sample_mc.acc · score (score): 0.625" in page and "(infer)" not in page.split("Across rows")[1]
+    assert "| infer | eval | tiny-llm | ok |  |" in md and "| score | eval |  | ok | sample_mc.acc 0.625 |" in md

@@ -36,6 +36,14 @@ def test_two_stage_example_gives_the_scores_of_mode_all(tmp_path: Path) -> None:
     assert got == want and want  # the same predictions scored the same way: equal, not close
     with (tmp_path / "plans" / "stages" / "collect" / "scores" / "summary.csv").open() as fh:
         assert any(row.get("task") == "sample_mc" for row in csv.DictReader(fh))
+    # the plan report credits each row with its own numbers: the score row's accuracy is not the infer row's
+    # (scoring rewrote the run.json of the folder they share), and its bars are drawn once
+    md = Path(run.report_md).read_text(encoding="utf-8")
+    infer_line = next(ln for ln in md.splitlines() if ln.startswith("| infer |"))
+    score_line = next(ln for ln in md.splitlines() if ln.startswith("| score |"))
+    assert "sample_mc.acc" not in infer_line and f"sample_mc.acc {want['sample_mc.acc']:.4g}" in score_line
+    page = Path(run.report_html).read_text(encoding="utf-8")
+    assert "(score): " in page and "(infer): " not in page
 
 
 def _cmd(name: str, command: str, needs: list[str] | None = None, **options: Any) -> dict[str, Any]:

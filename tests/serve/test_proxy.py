@@ -30,8 +30,10 @@ from lmmbench.metrics.perf_metrics import request_values
 from lmmbench.testing import running_testserver
 
 TTFT_MS, ITL_MS = 30.0, 5.0
-METRIC_KEYS = {"queue_ms", "ttft_ms", "tpot_ms", "e2e_ms", "prompt_tokens", "completion_tokens", "peak_memory_bytes",
-               "preprocess_ms"}  # the built-in server's metrics object (engines.requests.RequestMetrics.as_dict)
+# the built-in server's metrics object (engines.requests.RequestMetrics.as_dict), but memory: the proxy reads the
+# whole device's (NVML), so it says device_peak_memory_bytes where the server says process_peak_memory_bytes
+METRIC_KEYS = {"queue_ms", "ttft_ms", "tpot_ms", "e2e_ms", "prompt_tokens", "completion_tokens",
+               "device_peak_memory_bytes", "preprocess_ms"}
 
 
 @contextmanager
@@ -116,7 +118,7 @@ def test_server_ttft_is_the_injected_delay_or_more_and_the_clients_or_less(proxy
     assert m["completion_tokens"] == 4 and m["prompt_tokens"] == 3  # the upstream's usage
     assert m["tpot_ms"] == pytest.approx((m["e2e_ms"] - m["ttft_ms"]) / 3, abs=0.002)  # rounded to 1 us
     assert m["queue_ms"] is None and m["preprocess_ms"] is None  # the proxy cannot see the engine's queue
-    assert m["peak_memory_bytes"] is None  # no NVML on this machine: unmeasured, not 0
+    assert m["device_peak_memory_bytes"] is None  # no NVML on this machine: unmeasured, not 0
     assert rec.output_text == " alpha bravo charlie delta"  # the upstream's answer, unchanged
 
 
@@ -185,7 +187,8 @@ def test_perf_through_the_proxy_stores_server_metrics_and_the_client_minus_serve
         assert TTFT_MS <= r["server_ttft_ms"] <= r["ttft_send_ms"]
         assert r["client_minus_server_ttft_ms"] == pytest.approx(r["ttft_send_ms"] - r["server_ttft_ms"])
         assert r["server_e2e_ms"] <= r["e2e_send_ms"] and r["server_tpot_ms"] is not None
-        assert r["server_peak_memory_bytes"] is None and r["server_queue_ms"] is None
+        assert r["server_device_peak_memory_bytes"] is None and r["server_queue_ms"] is None
+        assert "server_peak_memory_bytes" not in r and r["server_process_peak_memory_bytes"] is None
     row = next(csv.DictReader((run / "summary.csv").open()))
     diffs = sorted(r["client_minus_server_ttft_ms"] for r in records)
     assert float(row["client_minus_server_ttft_ms_p50"]) == pytest.approx((diffs[5] + diffs[6]) / 2, rel=1e-6)
@@ -241,10 +244,12 @@ def test_an_lmms_benchmark_through_the_proxy_before_a_server_that_never_streams(
 def test_the_perf_client_keeps_the_builtin_servers_metrics(llm_server: Any, stream: bool) -> None:
     rec = _request(llm_server.url, "chat", stream=stream, model="tiny-llm", max_tokens=8,
                    extra={"temperature": 0, "ignore_eos": True})
-    assert rec.ok and rec.server_metrics is not None and set(rec.server_metrics) == METRIC_KEYS
+    server_keys = METRIC_KEYS - {"device_peak_memory_bytes"} | {"process_peak_memory_bytes"}  # its process's memory
+    assert rec.ok and rec.server_metrics is not None and set(rec.server_metrics) == server_keys
     values = request_values(rec)
     assert values["server_ttft_ms"] == rec.server_metrics["ttft_ms"] <= values["ttft_send_ms"]
     assert values["server_queue_ms"] is not None  # the built-in server sees its own queue
+    assert values["server_process_peak_memory_bytes"] > 0 and values["server_device_peak_memory_bytes"] is None
     assert values["server_e2e_ms"] <= values["e2e_send_ms"]
     if stream and rec.end_ns > rec.first_token_ns:  # (a fast model's whole stream may come in one read)
         assert values["client_minus_server_ttft_ms"] == values["ttft_send_ms"] - values["server_ttft_ms"]

@@ -126,15 +126,18 @@ def test_server_metrics_survive_a_resumed_perf_run_and_summarize_with_their_spre
     for i, server_ttft in enumerate((10.0, 12.0, 14.0)):
         rec = make_record(request_id=i, ttft_ms=20.0)  # client: 20 ms to the first token, from sending
         rec.server_metrics = {"queue_ms": None, "ttft_ms": server_ttft, "tpot_ms": 5.0, "e2e_ms": 30.0,
-                              "peak_memory_bytes": 1000 + i}  # fmt: skip
+                              "process_peak_memory_bytes": 1000 + i, "device_peak_memory_bytes": 5000 + i}  # fmt: skip
         recs.append(rec)
     diffs = summarize_records(recs).metrics["client_minus_server_ttft_ms"]
     assert (diffs.p50, diffs.min, diffs.max) == (pytest.approx(8.0), pytest.approx(6.0), pytest.approx(10.0))
-    assert summarize_records(recs).metrics["server_peak_memory_bytes"].unit == "bytes"
+    summary = summarize_records(recs).metrics  # the process's and the device's memory: two series, two names
+    process, device = summary["server_process_peak_memory_bytes"], summary["server_device_peak_memory_bytes"]
+    assert process.unit == "bytes" == device.unit and process.max == 1002 and device.max == 5002
+    assert "server_peak_memory_bytes" not in summary
     rows = [json.loads(json.dumps({**request_values(r), "labels": {}})) for r in recs]  # as records.jsonl holds it
     again = [request_values(record_from_row(row)) for row in rows]
     keys = [k for k in rows[0] if k.startswith(("server_", "client_minus_server_"))]
-    assert len(keys) == 7 and [{k: a[k] for k in keys} for a in again] == [{k: r[k] for k in keys} for r in rows]
+    assert len(keys) == 8 and [{k: a[k] for k in keys} for a in again] == [{k: r[k] for k in keys} for r in rows]
     assert "client_minus_server_ttft_ms" not in summarize_records([make_record()]).metrics  # none carried: none made
 
 

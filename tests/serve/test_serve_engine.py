@@ -201,7 +201,7 @@ def test_metrics_are_ordered_and_consistent(llm_engine: BatchEngine) -> None:
         m = o.metrics
         assert 0 <= m.queue_ms <= m.ttft_ms <= m.e2e_ms
         assert m.tpot_ms > 0 and m.completion_tokens == 6 and m.prompt_tokens > 0
-        assert m.peak_memory_bytes > 10 * 2**20
+        assert m.process_peak_memory_bytes > 10 * 2**20
 
 
 def test_background_thread_serves_concurrent_submissions(llm_engine: BatchEngine) -> None:

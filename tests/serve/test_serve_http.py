@@ -13,7 +13,8 @@ from serve_helpers import free_port, png_data_uri
 
 from lmmbench.serve import ServeConfig, ServerThread
 
-METRIC_KEYS = {"queue_ms", "ttft_ms", "tpot_ms", "e2e_ms", "prompt_tokens", "completion_tokens", "peak_memory_bytes"}
+METRIC_KEYS = {"queue_ms", "ttft_ms", "tpot_ms", "e2e_ms", "prompt_tokens", "completion_tokens",
+               "process_peak_memory_bytes"}  # this server process's memory, never the whole device's
 
 
 def _client(srv: ServerThread, key: str = "none") -> openai.OpenAI:
@@ -166,7 +167,8 @@ def test_metrics_endpoint_is_prometheus_text(llm_server: ServerThread) -> None:
     text = httpx.get(llm_server.url + "/metrics", timeout=5).text
     for name in (
         "lmmbench_queue_depth ", "lmmbench_running_batch_size ", "lmmbench_generation_tokens_per_second ",
-        "lmmbench_peak_memory_bytes ", "lmmbench_time_to_first_token_seconds_bucket{le=\"+Inf\"}",
+        "lmmbench_process_peak_memory_bytes ",
+        "lmmbench_process_memory_bytes ", "lmmbench_time_to_first_token_seconds_bucket{le=\"+Inf\"}",
         "lmmbench_time_per_output_token_seconds_count", "lmmbench_e2e_request_latency_seconds_sum",
     ):  # fmt: skip
         assert name in text, name
@@ -260,6 +262,7 @@ def test_one_token_response_says_null_for_tpot_and_a_measured_peak_memory(llm_se
     one = httpx.post(llm_server.url + "/v1/completions", json=body, timeout=30).json()["metrics"]
     assert one["completion_tokens"] == 1
     assert one["tpot_ms"] is None
-    assert isinstance(one["peak_memory_bytes"], int) and one["peak_memory_bytes"] > 10 * 2**20
+    assert isinstance(one["process_peak_memory_bytes"], int) and one["process_peak_memory_bytes"] > 10 * 2**20
+    assert "peak_memory_bytes" not in one and "device_peak_memory_bytes" not in one  # the process's, by its name
     three = httpx.post(llm_server.url + "/v1/completions", json={**body, "max_tokens": 3}, timeout=30).json()
     assert three["metrics"]["completion_tokens"] == 3 and three["metrics"]["tpot_ms"] > 0

@@ -94,11 +94,23 @@ def test_the_run_is_laid_beside_the_ttft_study(breakdown_run: Path) -> None:
     study = sum(shares[k] for k in ("visual_share_pct", "audio_share_pct", "prefill_share_pct", "others_share_pct"))
     assert study == pytest.approx(100.0, abs=0.1)  # the study's four stages cover TTFT
     assert shares["prefill_share_pct"] > shares["llm_prefill_share_pct"] > 0
+    # both sides: the four stages and the unattributed remainder add to 100 % of TTFT, and the study's prefill
+    # ("LLM prefill": merge + LLM forward) is set beside the run's prefill_ms, not beside the LLM forward alone
+    four = ("visual_share_pct", "audio_share_pct", "prefill_share_pct", "others_share_pct", "remainder_share_pct")
+    assert sum(shares[k] for k in four) == pytest.approx(100.0, abs=1e-9)
+    assert sum(comp["study"][k] for k in four) == 100.0 and comp["study"]["prefill_share_pct"] == 17.0
+    assert "llm_prefill_share_pct" not in comp["study"]
+    prefill = [v for v in comp["verdicts"] if v.startswith("prefill (prefill_ms")]
+    assert len(prefill) == 1 and f"{shares['prefill_share_pct']:.1f} % of TTFT" in prefill[0]
+    assert not any("llm_prefill_ms" in v for v in comp["verdicts"])
+    assert any(v.startswith("the four stages add to") and "(100 % in all)" in v for v in comp["verdicts"])
     assert comp["visual_fit"]["n_samples"] == 3 and comp["audio_vs_duration"]["n_samples"] == 4  # image + wav has both
     assert comp["prefill_fit"]["r2"] is not None and len(comp["verdicts"]) >= 6
     page = (breakdown_run / "report.html").read_text(encoding="utf-8")
     assert "Beside the TTFT study" in page and "<table class='study'>" in page
     assert "53 %" in page and "constant, ≈ 22 ms" in page and "≈ 0.5" in page
+    assert "<td>the four stages and the remainder, % of TTFT</td><td>100.0 %</td><td>100.0 %</td>" in page
+    assert "unattributed to the four stages (TTFT − their sum)" in page
     for verdict in comp["verdicts"]:  # every verdict in words is on the page
         assert html.escape(verdict) in page
 

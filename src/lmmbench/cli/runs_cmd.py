@@ -127,6 +127,9 @@ def _print_comparison(result: Any, show_all: bool) -> None:
         table.add_row(group, m.metric, m.statistic, _fmt(m.a), _fmt(m.b), f"{m.change:+.1f} {m.unit}", ci,
                       f"[{style}]{m.verdict}[/]" if style else m.verdict)  # fmt: skip
     con.print(table)
+    if not any(math.isfinite(m.change) for _g, m in result.metrics):  # nothing checked: no count that implies it was
+        con.print("no metric compared (the runs share no measured metric): no verdict", highlight=False)
+        return
     con.print(f"{len(result.regressions)} regression(s), {len(result.improvements)} improvement(s) "
               f"(flagged when the interval excludes 0 and the change exceeds its threshold)", highlight=False)
 

@@ -73,7 +73,7 @@ class BatchEngine:
         self._stop = False
         self.steps = 0
         self.generated_tokens = 0
-        self.peak_memory_bytes: int | None = None  # None until a forward's reading
+        self.process_peak_memory_bytes: int | None = None  # None until a forward's reading
 
     @classmethod
     def from_model(
@@ -246,9 +246,9 @@ class BatchEngine:
             memory = int(self.engine.memory_bytes())
         except Exception:  # a profiling read never fails a request
             return
-        self.peak_memory_bytes = max(self.peak_memory_bytes or 0, memory)
+        self.process_peak_memory_bytes = max(self.process_peak_memory_bytes or 0, memory)
         for s in states:
-            s.peak_memory_bytes = max(s.peak_memory_bytes or 0, memory)
+            s.process_peak_memory_bytes = max(s.process_peak_memory_bytes or 0, memory)
 
     # -- running ------------------------------------------------------------------------------
     def start(self) -> None:

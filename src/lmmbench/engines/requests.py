@@ -114,9 +114,11 @@ class PreparedInput:
 class RequestMetrics:
     """Server-side timings of one request (milliseconds from its arrival) and its token counts.
 
-    ``tpot_ms`` is None for fewer than two output tokens (no interval to measure); ``peak_memory_bytes`` is the
-    largest memory reading taken right after each engine forward the request took part in, None when no reading
-    was taken (the request never reached a forward) or memory cannot be read."""
+    ``tpot_ms`` is None for fewer than two output tokens (no interval to measure); ``process_peak_memory_bytes`` is
+    the largest reading of this process's memory (its CUDA allocator's on GPU, its resident set on CPU; not the
+    whole device's, which the measuring proxy reports as ``device_peak_memory_bytes``) taken right after each
+    engine forward the request took part in, None when no reading was taken (the request never reached a forward)
+    or memory cannot be read."""
 
     queue_ms: float
     ttft_ms: float
@@ -124,7 +126,7 @@ class RequestMetrics:
     e2e_ms: float
     prompt_tokens: int
     completion_tokens: int
-    peak_memory_bytes: int | None
+    process_peak_memory_bytes: int | None
     preprocess_ms: float = 0.0
 
     def as_dict(self) -> dict[str, float | int | None]:
@@ -136,7 +138,7 @@ class RequestMetrics:
             "e2e_ms": round(self.e2e_ms, 3),
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
-            "peak_memory_bytes": self.peak_memory_bytes,
+            "process_peak_memory_bytes": self.process_peak_memory_bytes,
             "preprocess_ms": round(self.preprocess_ms, 3),
         }
 
@@ -186,7 +188,7 @@ class RequestState:
     emitted_chars: int = 0
     finish_reason: FinishReason | None = None
     error: str | None = None
-    peak_memory_bytes: int | None = None  # None until a reading is taken during one of its forwards
+    process_peak_memory_bytes: int | None = None  # None until a reading is taken during one of its forwards
     sampler_state: Any = None
 
     @property
@@ -219,7 +221,7 @@ class RequestState:
             e2e_ms=ns_to_ms(end - self.arrival_ns),
             prompt_tokens=self.prompt_tokens,
             completion_tokens=n,
-            peak_memory_bytes=self.peak_memory_bytes,
+            process_peak_memory_bytes=self.process_peak_memory_bytes,
             preprocess_ms=self.prepared.preprocess_ms,
         )
 

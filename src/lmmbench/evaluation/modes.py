@@ -383,6 +383,9 @@ def _finish_run_log(run_log: RunLog, run: EvalRun, run_dir: Path) -> None:
         run_log.measurement = run_log.measurement.model_copy(update={
             "truncated_requests": truncation_totals(run.results)})  # fmt: skip
     run_log.run["infer"] = run.infer
+    if run.results:  # in the workload fingerprint (core.runs.fingerprint): a task's new version is another workload
+        tasks = [r for r in run.results if r.get("kind") != "group"]
+        run_log.run["task_versions"] = {str(r["task"]): r.get("version") for r in tasks}
     run_log.finished_at = wall_label()
     write_run_log(run_dir, run_log, index=False)
     from lmmbench.reports.html_report import write_reports

@@ -47,9 +47,12 @@ LATENCY_METRICS = (
 
 
 #: The server's ``metrics`` fields kept per request, as ``server_<name>``.
-SERVER_METRICS = ("queue_ms", "ttft_ms", "tpot_ms", "e2e_ms", "peak_memory_bytes")
+#: ``process_peak_memory_bytes``: the server process's own memory (lmmbench's server); ``device_peak_memory_bytes``:
+#: the whole device's used memory, every process on it (the measuring proxy, through NVML) — two quantities
+SERVER_METRICS = ("queue_ms", "ttft_ms", "tpot_ms", "e2e_ms", "process_peak_memory_bytes", "device_peak_memory_bytes")
 #: Per-request server-side metrics summarized when a run's responses carry them.
-SERVER_SERIES = ("server_ttft_ms", "server_tpot_ms", "server_e2e_ms", "server_peak_memory_bytes",
+SERVER_SERIES = ("server_ttft_ms", "server_tpot_ms", "server_e2e_ms", "server_process_peak_memory_bytes",
+                 "server_device_peak_memory_bytes",
                  "client_minus_server_ttft_ms", "client_minus_server_e2e_ms")  # fmt: skip
 
 

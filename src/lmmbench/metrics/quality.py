@@ -1,5 +1,9 @@
-"""Quality under load: accuracy of the answers of one load point, its interval, and McNemar's exact test of
-one point against another on the documents answered at both.
+"""Quality under load: accuracy of the requests of one load point, its interval, and McNemar's exact test of
+one point against another on the documents sent at both.
+
+Every request sent counts: one that failed (an HTTP error, a dropped stream, a time-out) was not answered
+correctly, so the headline ``accuracy`` is correct / sent, with its Wilson interval over the documents sent;
+the accuracy over the answered requests and the failure count stand beside it.
 
 Pure functions of (document, correct) answers; the session layer scores the answers with the task's metric.
 """
@@ -16,26 +20,31 @@ __all__ = ["Answer", "PointQuality", "mcnemar_exact", "point_quality", "wilson_i
 
 @dataclass(frozen=True)
 class Answer:
-    """One answered request: its document (task, doc id), the pass over the tasks it was sent in, whether the
-    answer was correct and whether the request met every SLO."""
+    """One request sent: its document (task, doc id), the pass over the tasks it was sent in, whether it was
+    answered correctly, whether it met every SLO, and whether it was answered at all (False: it failed)."""
 
     doc: tuple[str, int]
     pass_no: int
     correct: bool
     met_slo: bool
+    answered: bool = True
 
 
 @dataclass
 class PointQuality:
-    """Accuracy of one load point (answers / distinct documents), its 95 % Wilson interval over the distinct
-    documents, correct goodput, and McNemar's test against the first point (None at the first point)."""
+    """Accuracy of one load point: correct / sent (a failed request counts, as not correct), its 95 % Wilson
+    interval over the distinct documents sent; the accuracy over the answered requests and the failures beside
+    it; correct goodput; McNemar's test against the first point (None at the first point)."""
 
-    answers: int
+    sent: int
+    answered: int
+    failures: int
     docs: int
     correct: int
     accuracy: float | None
     ci_low: float | None
     ci_high: float | None
+    accuracy_over_answered: float | None
     correct_goodput_qps: float | None
     mcnemar_p: float | None = None
     mcnemar_b: int | None = None  # correct at the first point, wrong here
@@ -46,7 +55,9 @@ class PointQuality:
     def row(self) -> dict[str, Any]:
         """The summary.csv columns of this point."""
         return {"accuracy": self.accuracy, "accuracy_ci_low": self.ci_low, "accuracy_ci_high": self.ci_high,
-                "accuracy_answers": self.answers, "accuracy_docs": self.docs,
+                "accuracy_over_answered": self.accuracy_over_answered, "accuracy_correct": self.correct,
+                "accuracy_requests_sent": self.sent, "accuracy_requests_answered": self.answered,
+                "accuracy_requests_failed": self.failures, "accuracy_docs": self.docs,
                 "correct_goodput_qps": self.correct_goodput_qps, "accuracy_mcnemar_p": self.mcnemar_p,
                 "accuracy_changed": self.changed}  # fmt: skip
 
@@ -73,26 +84,29 @@ def mcnemar_exact(b: int, c: int) -> float:
 
 
 def first_answers(answers: Sequence[Answer]) -> dict[tuple[str, int], bool]:
-    """Correctness per document from its first answer (lowest pass) at a point."""
+    """Correctness per document from its first request (lowest pass) at a point (a failed one: not correct)."""
     out: dict[tuple[str, int], tuple[int, bool]] = {}
     for a in answers:
         if a.doc not in out or a.pass_no < out[a.doc][0]:
-            out[a.doc] = (a.pass_no, a.correct)
+            out[a.doc] = (a.pass_no, a.correct and a.answered)
     return {d: c for d, (_p, c) in out.items()}
 
 
 def point_quality(answers: Sequence[Answer], duration_s: float | None,
                   first: Sequence[Answer] | None = None, alpha: float = 0.05) -> PointQuality:  # fmt: skip
-    """Accuracy, interval and correct goodput of ``answers``; with ``first`` (the first point's answers),
-    McNemar's exact test on the documents answered at both (``changed`` when p < ``alpha``)."""
+    """Accuracy (correct / sent), its interval over the documents sent, the accuracy over the answered requests
+    and correct goodput of ``answers`` (every request sent); with ``first`` (the first point's), McNemar's exact
+    test on the documents sent at both (``changed`` when p < ``alpha``)."""
     n = len(answers)
-    correct = sum(1 for a in answers if a.correct)
+    correct = sum(1 for a in answers if a.correct and a.answered)
+    answered = sum(1 for a in answers if a.answered)
     docs = len({a.doc for a in answers})
     acc = correct / n if n else None
     ci = wilson_interval(acc * docs, docs) if acc is not None else None
-    good = sum(1 for a in answers if a.correct and a.met_slo)
+    good = sum(1 for a in answers if a.correct and a.answered and a.met_slo)
     goodput = good / duration_s if duration_s and math.isfinite(duration_s) and duration_s > 0 else None
-    q = PointQuality(n, docs, correct, acc, ci[0] if ci else None, ci[1] if ci else None, goodput)
+    q = PointQuality(n, answered, n - answered, docs, correct, acc, ci[0] if ci else None, ci[1] if ci else None,
+                     correct / answered if answered else None, goodput)  # fmt: skip
     if first is not None:
         mine, base = first_answers(answers), first_answers(first)
         paired = sorted(set(mine) & set(base))

@@ -5,7 +5,9 @@ TTFT breakdown, episodic success and speed-up), charts across rows (accuracy per
 against load, inline SVG as the run reports draw them), a link to each row's own report, and every
 failed row with its cause; ``final_report.md`` references the same charts drawn as PNG files beside it
 (``reports.plan_charts``). Numbers come from each row's ``status.json`` metrics and its run log's
-headline (``run.json``); a number a row did not measure is left out, never drawn as zero.
+headline (``run.json``); a number a row did not measure is left out, never drawn as zero. A folder that a later
+row wrote into as well (a scoring stage that scores an inference row's predictions in place rewrites its
+``run.json``) holds the later row's numbers: the earlier row is credited with its own metrics only.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 from lmmbench.core.numbers import to_float
 from lmmbench.reports.svg_charts import CHART_CSS, CHART_SCRIPT, bar_chart, line_chart
 
-__all__ = ["row_headline", "write_plan_reports"]
+__all__ = ["folder_owners", "row_headline", "write_plan_reports"]
 
 _PERF_KEYS = ("ttft_ms_mean", "ttft_ms_p99", "tpot_ms_mean", "qps", "output_token_throughput")
 _EPISODIC_KEYS = ("success_rate", "episodes_per_s", "speedup_vs_serial_median")
@@ -63,12 +65,35 @@ def _stage_shares(headline: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def row_headline(row: dict[str, Any]) -> dict[str, float]:
-    """The few numbers that say what a row measured (empty for a failed row; an interrupted row's measured part)."""
+def _folder_key(folder: Any) -> str | None:
+    if not folder:
+        return None
+    try:
+        return str(Path(str(folder)).resolve())
+    except OSError:
+        return str(folder)
+
+
+def folder_owners(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Run folder -> the row that wrote it last (by end time, then plan order): its files hold that row's numbers."""
+    owners: dict[str, str] = {}
+    ran = [(i, r) for i, r in enumerate(rows) if r.get("status") in ("ok", "interrupted")]
+    for _i, r in sorted(ran, key=lambda ir: (to_float(ir[1].get("ended_at_s")) or 0.0, ir[0])):
+        key = _folder_key(r.get("folder"))
+        if key is not None:
+            owners[key] = r["name"]
+    return owners
+
+
+def row_headline(row: dict[str, Any], owners: dict[str, str] | None = None) -> dict[str, float]:
+    """The few numbers that say what a row measured (empty for a failed row; an interrupted row's measured part).
+    ``owners`` (``folder_owners`` of the plan): a row whose folder a later row rewrote reads no file of it."""
     if row.get("status") not in ("ok", "interrupted"):
         return {}
     metrics = row.get("metrics") or {}
-    headline = _run_log(row.get("folder")).get("headline") or {}
+    key = _folder_key(row.get("folder"))
+    own = owners is None or key is None or owners.get(key, row["name"]) == row["name"]
+    headline = (_run_log(row.get("folder")).get("headline") or {}) if own else {}
     kind = row.get("kind")
     if kind == "eval":
         return _accuracy(metrics) or _accuracy(headline)
@@ -81,10 +106,11 @@ def row_headline(row: dict[str, Any]) -> dict[str, float]:
     return {}
 
 
-def _perf_points(row: dict[str, Any]) -> list[tuple[float, float]]:
+def _perf_points(row: dict[str, Any], owners: dict[str, str]) -> list[tuple[float, float]]:
     """(offered load, mean TTFT) per load point of a perf row, from its summary.csv."""
     folder = row.get("folder")
-    if not folder or not (Path(folder) / "summary.csv").is_file():
+    key = _folder_key(folder)
+    if not folder or not (Path(folder) / "summary.csv").is_file() or owners.get(key or "", row["name"]) != row["name"]:
         return []
     points = []
     with (Path(folder) / "summary.csv").open(newline="", encoding="utf-8") as fh:
@@ -115,7 +141,8 @@ def _chart_data(rows: list[dict[str, Any]], heads: dict[str, dict[str, float]]
     keys = list(dict.fromkeys(k for r in evals for k in heads[r["name"]]))
     series = {f"{r.get('model') or r['name']} ({r['name']})": [heads[r["name"]].get(k) for k in keys]
               for r in evals}  # fmt: skip
-    curves = {r["name"]: pts for r in rows if r.get("kind") == "perf" and (pts := _perf_points(r))}
+    owners = folder_owners(rows)
+    curves = {r["name"]: pts for r in rows if r.get("kind") == "perf" and (pts := _perf_points(r, owners))}
     return (keys, series), curves
 
 
@@ -201,7 +228,8 @@ def _markdown(title: str, rows: list[dict[str, Any]], heads: dict[str, dict[str,
 
 def write_plan_reports(rows: list[dict[str, Any]], plan_dir: Path, title: str) -> tuple[Path, Path]:
     """Write ``plan_report.html`` and ``final_report.md`` into ``plan_dir``; returns both paths."""
-    heads = {r["name"]: row_headline(r) for r in rows}
+    owners = folder_owners(rows)
+    heads = {r["name"]: row_headline(r, owners) for r in rows}
     links = {r["name"]: _report_link(r, plan_dir) for r in rows}
     html_path = plan_dir / "plan_report.html"
     html_path.write_text(_html(title, rows, heads, links, _charts(rows, heads)), encoding="utf-8")

@@ -2,10 +2,13 @@
 
 The TTFT study (a Qwen2.5-Omni-7B TTFT benchmark on a 32 GB GPU) states its findings in its own stages
 (``core.ttft_names.STUDY_STAGES``): Others 53 % of TTFT, visual encoder 17 %, audio encoder 13 %,
-LLM prefill 17 %; the visual encoder linear in its tokens (R² 0.986, 0.088 ms per token); the audio
-encoder constant at about 22 ms whatever the token count; prefill against tokens R² ≈ 0.50 ("not purely
-linear, which is normal"). ``study_comparison`` computes the same quantities from a run's ok rows and
-says in words where they agree and where not; ``comparison_html`` renders it for report.html.
+LLM prefill 17 % — four shares that add to 100 %. The study's "LLM prefill" is its ``prefill_ms``: the thinker
+forward minus the encoders, i.e. embedding merge + LLM forward, so it is compared with the run's ``prefill_ms``
+(lmmbench's ``llm_prefill_ms``, the LLM forward alone, is a finer part shown beside it, not compared); the
+visual encoder linear in its tokens (R² 0.986, 0.088 ms per token); the audio encoder constant at about 22 ms
+whatever the token count; prefill against tokens R² ≈ 0.50 ("not purely linear, which is normal").
+``study_comparison`` computes the same quantities from a run's ok rows and says in words where they agree and
+where not; ``comparison_html`` renders it for report.html.
 The model, its size and the hardware differ from the study's, so absolute milliseconds are not expected
 to match; shares and shapes (linear / constant, R²) are what the comparison is about.
 """
@@ -28,8 +31,9 @@ SOURCE = "the TTFT study (Qwen2.5-Omni-7B, 32 GB GPU; its known findings)"
 STUDY_PUBLISHED: dict[str, Any] = {
     "visual_share_pct": 17.0,
     "audio_share_pct": 13.0,
-    "llm_prefill_share_pct": 17.0,
+    "prefill_share_pct": 17.0,  # the study's "LLM prefill": its prefill_ms = embedding merge + LLM forward
     "others_share_pct": 53.0,
+    "remainder_share_pct": 0.0,  # its four stages add to 100 % of TTFT (others is defined as the rest)
     "visual_ms_per_token_slope": 0.088,  # not "..._token": keys ending so are masked as secrets in files
     "visual_r2": 0.986,
     "audio_encoder_ms": 22.0,
@@ -37,6 +41,8 @@ STUDY_PUBLISHED: dict[str, Any] = {
     "prefill_r2": 0.50,
 }
 
+#: the study's four stages, as share keys (they add to 100 % of TTFT with the remainder)
+_FOUR = ("visual_share_pct", "audio_share_pct", "prefill_share_pct", "others_share_pct")
 _SHARE_CLOSE_PTS = 5.0  # a share within 5 percentage points of the study's "agrees"
 _LINEAR_R2 = 0.95  # a fit this good is "linear"
 _CONSTANT_RISE = 0.10  # an encoder whose fitted rise over the measured range is < 10 % of its median is "constant"
@@ -47,15 +53,20 @@ def _num(x: float) -> float | None:
 
 
 def _shares(rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Each stage's share of TTFT (sums of per-sample means over the sum of per-sample mean TTFTs), and
+    ``remainder_share_pct``: what the study's four stages leave of TTFT (100 minus their sum), so that the four
+    and the remainder add to 100 % (None when a stage is unmeasured)."""
     fields = ("visual_encoder_ms", "audio_encoder_ms", "prefill_ms", "llm_prefill_ms", "others_ms",
               "others_unattributed_ms", "ttft_ms")
     mean = per_sample_medians([dict(r) for r in rows], fields, stat="mean")
     total = sum(m["ttft_ms"] for m in mean.values() if math.isfinite(m["ttft_ms"]))
     out: dict[str, float | None] = {}
     for f in fields[:-1]:
-        vals = [m[f] for m in mean.values() if math.isfinite(m[f])]
+        vals = [m[f] for m in mean.values() if math.isfinite(m[f]) and math.isfinite(m["ttft_ms"])]
         key = f.removesuffix("_ms").replace("_encoder", "") + "_share_pct"
         out[key] = 100.0 * sum(vals) / total if vals and total > 0 else None
+    four = [out[k] for k in _FOUR]
+    out["remainder_share_pct"] = None if any(v is None for v in four) else 100.0 - sum(v or 0.0 for v in four)
     return out
 
 
@@ -96,8 +107,13 @@ def _verdicts(c: dict[str, Any]) -> list[str]:
     s, pub = c["shares_pct"], STUDY_PUBLISHED
     lines = [_share_line("visual encoder", s["visual_share_pct"], pub["visual_share_pct"]),
              _share_line("audio encoder", s["audio_share_pct"], pub["audio_share_pct"]),
-             _share_line("LLM prefill (llm_prefill_ms)", s["llm_prefill_share_pct"], pub["llm_prefill_share_pct"]),
+             _share_line("prefill (prefill_ms: merge + LLM forward, the study's \"LLM prefill\")",
+                         s["prefill_share_pct"], pub["prefill_share_pct"]),
              _share_line("others", s["others_share_pct"], pub["others_share_pct"])]
+    if s.get("remainder_share_pct") is not None:
+        four = 100.0 - s["remainder_share_pct"]
+        lines.append(f"the four stages add to {four:.1f} % of TTFT, {s['remainder_share_pct']:.1f} % unattributed to "
+                     "any of them (100 % in all); the study's four add to 100 %")
     vis = c["visual_fit"]
     if vis["r2"] is not None:
         linear = "linear in its tokens, as in the study" if vis["r2"] >= _LINEAR_R2 else "less linear than the study's"
@@ -146,6 +162,15 @@ def _fmt(x: Any, unit: str = "") -> str:
     return f"{x:.3g}{unit}" if isinstance(x, float) else f"{x}{unit}"
 
 
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{round(x, 1) + 0.0:.1f} %"  # + 0.0: a rounded -0.0 shows as 0.0
+
+
+def _total(shares: Mapping[str, Any]) -> float | None:
+    parts = [shares.get(k) for k in (*_FOUR, "remainder_share_pct")]
+    return None if any(p is None for p in parts) else float(sum(float(p or 0.0) for p in parts))
+
+
 def comparison_html(c: Mapping[str, Any] | None) -> str:
     """The comparison as a table and its verdicts in words (empty when there is none)."""
     if not c:
@@ -154,12 +179,16 @@ def comparison_html(c: Mapping[str, Any] | None) -> str:
     rows = [
         ("visual encoder, % of TTFT", _fmt(s.get("visual_share_pct"), " %"), _fmt(pub.get("visual_share_pct"), " %")),
         ("audio encoder, % of TTFT", _fmt(s.get("audio_share_pct"), " %"), _fmt(pub.get("audio_share_pct"), " %")),
-        ("prefill (merge + rope index + LLM forward), % of TTFT", _fmt(s.get("prefill_share_pct"), " %"),
-         "— (LLM prefill 17 %)"),
-        ("LLM forward (llm_prefill_ms), % of TTFT", _fmt(s.get("llm_prefill_share_pct"), " %"),
-         _fmt(pub.get("llm_prefill_share_pct"), " %")),
+        ("prefill (prefill_ms: merge + rope index + LLM forward), % of TTFT", _fmt(s.get("prefill_share_pct"), " %"),
+         f"{_fmt(pub.get('prefill_share_pct'), ' %')} (its \"LLM prefill\": merge + LLM forward)"),
         ("others, % of TTFT", _fmt(s.get("others_share_pct"), " %"), _fmt(pub.get("others_share_pct"), " %")),
-        ("  of which unattributed", _fmt(s.get("others_unattributed_share_pct"), " %"), "— (not split)"),
+        ("unattributed to the four stages (TTFT − their sum), % of TTFT", _pct(s.get("remainder_share_pct")),
+         _pct(pub.get("remainder_share_pct"))),
+        ("the four stages and the remainder, % of TTFT", _pct(_total(s)), _pct(_total(pub))),
+        ("  prefill's LLM forward alone (llm_prefill_ms), % of TTFT", _fmt(s.get("llm_prefill_share_pct"), " %"),
+         "— (not published)"),
+        ("  others' unattributed part (others_unattributed_ms), % of TTFT",
+         _fmt(s.get("others_unattributed_share_pct"), " %"), "— (not split)"),
         ("visual encoder, ms per visual token", _fmt(vis["slope"]), _fmt(pub.get("visual_ms_per_token_slope"))),
         ("visual encoder ~ tokens, R²", _fmt(vis["r2"]), _fmt(pub.get("visual_r2"))),
         ("audio encoder against duration", _fmt(aud["shape"]), f"constant, ≈ {_fmt(pub.get('audio_encoder_ms'))} ms"),

@@ -312,7 +312,7 @@ async def prometheus(request: Any) -> Any:
         generated_total=engine.generated_tokens,
         steps=engine.steps,
         memory_bytes=engine.engine.memory_bytes,
-        peak_memory_bytes=engine.peak_memory_bytes,
+        process_peak_memory_bytes=engine.process_peak_memory_bytes,
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 

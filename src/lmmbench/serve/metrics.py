@@ -100,7 +100,7 @@ class ServerMetrics:
         generated_total: int,
         steps: int,
         memory_bytes: Callable[[], int],
-        peak_memory_bytes: int | None,
+        process_peak_memory_bytes: int | None,
     ) -> str:
         """The ``/metrics`` page."""
         tps = self.tokens_per_second(generated_total)
@@ -112,10 +112,11 @@ class ServerMetrics:
         gauge("lmmbench_queue_depth", "Requests waiting for a batch slot.", waiting)
         gauge("lmmbench_running_batch_size", "Requests in the running batch.", running)
         gauge("lmmbench_generation_tokens_per_second", "Generated tokens per second, recent window.", tps)
-        gauge("lmmbench_memory_bytes", "Memory in use (device on GPU, resident set on CPU).", memory_bytes())
-        if peak_memory_bytes is not None:  # no forward yet: no sample, so no value (not 0)
-            gauge("lmmbench_peak_memory_bytes", "Peak of lmmbench_memory_bytes read after engine forwards.",
-                  peak_memory_bytes)
+        gauge("lmmbench_process_memory_bytes", "This server process's memory in use (its CUDA allocator's on GPU, "
+              "its resident set on CPU; not the whole device's).", memory_bytes())
+        if process_peak_memory_bytes is not None:  # no forward yet: no sample, so no value (not 0)
+            gauge("lmmbench_process_peak_memory_bytes", "Peak of lmmbench_process_memory_bytes read after engine "
+                  "forwards.", process_peak_memory_bytes)
         gauge("lmmbench_engine_steps_total", "Engine steps run.", steps, "counter")
         with self._lock:
             gauge("lmmbench_prompt_tokens_total", "Prompt tokens of finished requests.", self.prompt_tokens, "counter")

@@ -340,6 +340,8 @@ class EpisodicEvalSpec(Spec):
         ae_call = getattr(self._policy, "ae_call", None)
         if ae_call is not None and "episodic_eval" in ctx.environment:  # the captures are known only now
             ctx.environment["episodic_eval"]["ae_call"] = ae_call.report()
+        if "episodic_eval" in ctx.environment:  # the effective N: the slots that ran an episode of this run's file
+            ctx.environment["episodic_eval"]["slots_ran"] = _slots_ran(ctx.spec_dir / f"{self.name}_results.csv")
         if self._results is not None:  # a run stopped early still closes its environments
             self._results.close()  # type: ignore[attr-defined]
         if self._traces is not None:
@@ -408,3 +410,15 @@ def plot_episodes(findings: dict[str, Any], path: Path, title: str) -> None:
     if runs:
         ax2.legend(fontsize=8)
     save_figure(fig, path)
+
+
+def _slots_ran(results: Path) -> int | None:
+    """How many distinct slots ran the episodes of a results file (None: no episode in it)."""
+    import csv
+
+    try:
+        with results.open(newline="", encoding="utf-8") as fh:
+            slots = {r.get("slot") for r in csv.DictReader(fh) if r.get("slot") not in (None, "")}
+    except OSError:
+        return None
+    return len(slots) or None

@@ -73,6 +73,11 @@ def write_run_log(run_dir: Path, run_log: RunLog, *, index: bool = True) -> Path
 
     if resolved_snapshots() and "hub_snapshots" not in run_log.environment:  # the commit of every hub id used
         run_log.environment["hub_snapshots"] = resolved_snapshots()
+    from lmmbench.core.runs.fingerprint import FINGERPRINT_KEY, workload_fingerprint
+
+    fingerprint = workload_fingerprint(run_log)  # what decides comparability with an earlier run (docs/runs.md)
+    if fingerprint is not None:
+        run_log.run[FINGERPRINT_KEY] = fingerprint
 
     data = redact_config(_finite(run_log.model_dump(mode="json", exclude_none=False)))  # no --api-key in files
     run_log = RunLog.model_validate(data)  # the store and the sinks get the redacted log too

@@ -103,7 +103,7 @@ async def _relay_stream(resp: Any, relay: StreamRelay, measure: Measure, memory:
                 yield out
         splitter.flush(_now(), times, datas)
         out = b"".join(relay.feed(t, d) for t, d in zip(times, datas, strict=True))
-        measure.peak_memory_bytes = memory.end(key)
+        measure.device_peak_memory_bytes = memory.end(key)
         key = None
         yield out + relay.finish(measure.metrics())
     finally:
@@ -202,7 +202,7 @@ class _Proxy:
                 content = await resp.read()
                 measure.end_ns = _now()
             finally:
-                measure.peak_memory_bytes = self.memory.end(key)
+                measure.device_peak_memory_bytes = self.memory.end(key)
                 resp.release()
             return _with_metrics(200, resp.headers.get("content-type"), content, measure)
         if stream:
@@ -218,7 +218,7 @@ class _Proxy:
         try:
             await _collect(resp, measure, whole)
         finally:
-            measure.peak_memory_bytes = self.memory.end(key)
+            measure.device_peak_memory_bytes = self.memory.end(key)
             resp.release()
         return JSONResponse(whole.body(measure.usage, measure.metrics()))
 
@@ -238,7 +238,7 @@ class _Proxy:
                 measure.end_ns = _now()
                 status, media = resp.status, resp.headers.get("content-type")
         finally:
-            measure.peak_memory_bytes = self.memory.end(key)
+            measure.device_peak_memory_bytes = self.memory.end(key)
         return _with_metrics(status, media, content, measure)
 
 

@@ -1,8 +1,8 @@
 """What the measuring proxy (``lmmbench proxy``) does with one upstream answer: time it, relay it, add ``metrics``.
 
 ``Measure`` holds one request's instants (``perf_counter_ns``) and the upstream's ``usage`` and turns them into
-the ``metrics`` object lmmbench's own server returns (``engines.requests.RequestMetrics.as_dict``: the same keys;
-what the proxy cannot see, the engine's queue and preprocessing, is null):
+the ``metrics`` object lmmbench's own server returns (``engines.requests.RequestMetrics.as_dict``: the same keys,
+but memory, which is the device's here; what the proxy cannot see, the engine's queue and preprocessing, is null):
 
 - ``ttft_ms``: from the proxy receiving the request to the first upstream chunk carrying generated text
   (content or reasoning; a role-only or empty chunk is not a token);
@@ -10,7 +10,9 @@ what the proxy cannot see, the engine's queue and preprocessing, is null):
 - ``tpot_ms``: (e2e - ttft) / (completion_tokens - 1), null for a one-token answer, without ``usage``, or for
   several choices (``n`` > 1: ``usage`` counts the tokens of all of them);
 - ``prompt_tokens`` / ``completion_tokens``: the upstream's ``usage``, null when it sends none;
-- ``peak_memory_bytes``: from ``serve.proxy.memory`` (NVML), null without it.
+- ``device_peak_memory_bytes``: from ``serve.proxy.memory`` (NVML: used memory of the whole device, every process
+  on it; lmmbench's server reports its own process's memory under another name, ``process_peak_memory_bytes``),
+  null without it.
 
 ``StreamRelay`` forwards each upstream SSE event as it arrives, except the events that end a stream (a chunk
 with ``finish_reason``, the usage chunk): those are held until the stream ends, so that ``metrics`` rides on
@@ -49,7 +51,7 @@ class Measure:
     first_token_ns: int = 0
     end_ns: int = 0
     usage: dict[str, Any] | None = None
-    peak_memory_bytes: int | None = None
+    device_peak_memory_bytes: int | None = None
     token_seen: bool = True  # False: an answer forwarded whole, whose first token the proxy cannot see
     several_choices: bool = False  # n > 1: usage counts every choice's tokens, so TPOT is not one stream's
 
@@ -68,7 +70,7 @@ class Measure:
             self.first_token_ns = t_ns
 
     def metrics(self) -> dict[str, float | int | None]:
-        """The ``metrics`` object (keys of lmmbench's server; null where unmeasured)."""
+        """The ``metrics`` object (keys of lmmbench's server, memory the device's; null where unmeasured)."""
         e2e = (self.end_ns - self.arrival_ns) / _MS if self.end_ns else None
         ttft = (self.first_token_ns - self.arrival_ns) / _MS if self.first_token_ns and self.token_seen else None
         usage = self.usage or {}
@@ -84,7 +86,7 @@ class Measure:
             "e2e_ms": None if e2e is None else round(e2e, 3),
             "prompt_tokens": _int_or_none(usage.get("prompt_tokens")),
             "completion_tokens": completion,
-            "peak_memory_bytes": self.peak_memory_bytes,
+            "device_peak_memory_bytes": self.device_peak_memory_bytes,
             "preprocess_ms": None,
         }
 

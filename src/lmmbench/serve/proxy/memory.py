@@ -3,8 +3,9 @@
 The proxy does not run the engine, so it cannot read the engine's allocator: it reads what NVML reports as
 used on every GPU the machine's driver shows (all processes, summed over GPUs) when a request arrives, every
 ``interval_ms`` while requests are in flight (one sampling thread for all of them), and when it ends. A
-request's ``peak_memory_bytes`` is the largest of those readings. Without pynvml or a driver every request's
-peak is None (unmeasured), never 0.
+request's ``device_peak_memory_bytes`` is the largest of those readings: the whole device's memory, every process
+on it — not the engine process's own, which lmmbench's server reports as ``process_peak_memory_bytes``. Without
+pynvml or a driver every request's peak is None (unmeasured), never 0.
 """
 
 from __future__ import annotations

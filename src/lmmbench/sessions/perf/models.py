@@ -18,7 +18,8 @@ __all__ = ["COMPARISON_COLUMNS", "run_models"]
 #: the comparison table's columns after model and point (those a run's summary.csv has)
 COMPARISON_COLUMNS = ("rate", "concurrency", "requests", "ok", "qps", "output_token_throughput", "ttft_ms_p50",
                       "ttft_ms_p99", "tpot_ms_mean", "e2e_ms_p50", "goodput_qps", "accuracy", "accuracy_ci_low",
-                      "accuracy_ci_high", "correct_goodput_qps", "accuracy_changed")  # fmt: skip
+                      "accuracy_ci_high", "accuracy_over_answered", "accuracy_requests_failed", "correct_goodput_qps",
+                      "accuracy_changed")  # fmt: skip
 
 
 def run_models(cfg: PerfConfig) -> list[Any]:

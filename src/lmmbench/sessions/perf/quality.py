@@ -1,7 +1,9 @@
 """Evaluation tasks under load, after each load point: the answers written as AISBench writes them
 (``predictions/<task>.jsonl``), and with ``--score`` each answer scored with its task's own metric, so the point
-reports its accuracy (95 % Wilson interval over distinct documents), correct goodput (requests that met every SLO
-AND were answered correctly, per second) and McNemar's exact test against the first point
+reports its accuracy over every request sent (correct / sent: a failed request counts as not correct; 95 % Wilson
+interval over the distinct documents sent; the accuracy over the answered requests and the failures beside it),
+correct goodput (requests that met every SLO AND were answered correctly, per second) and McNemar's exact test
+against the first point
 (``results/quality.json``, ``summary/quality.csv``, columns of ``summary.csv``, ``report.json``'s ``quality``,
 ``quality_vs_load.png``).
 
@@ -147,9 +149,9 @@ class TaskQuality:
                 if doc.task not in handles:
                     handles[doc.task] = (run_dir / "predictions" / f"{doc.task}.jsonl").open("a", encoding="utf-8")
                 handles[doc.task].write(json.dumps(row, ensure_ascii=False) + "\n")
-                if "correct" in row:
+                if "correct" in row:  # every request sent with --score: a failed one counts, as not correct
                     met = meets_slo(request_values(rec), self.cfg.slo) if self.cfg.slo else rec.ok
-                    a = Answer((doc.task, doc.doc_id), row["pass"], bool(row["correct"]), met)
+                    a = Answer((doc.task, doc.doc_id), row["pass"], bool(row["correct"]), met, rec.ok)
                     answers.append(a)
                     per_task.setdefault(doc.task, []).append(a)
         finally:
@@ -163,11 +165,13 @@ class TaskQuality:
         row: dict[str, Any] = {"point": i, "pass": pass_no, "request_id": rec.request_id, "task": doc.task,
                                "doc_id": doc.doc_id, "part": doc.part, "output": rec.output_text if rec.ok else None,
                                "error": None if rec.ok else f"{rec.error_kind}: {rec.error_message}"[:300]}  # fmt: skip
-        if self.cfg.score and rec.ok and doc.kind == "generate":
-            try:
-                row["correct"], row["metric_value"] = self._correct(doc, rec.output_text)
-            except (ValueError, KeyError, TypeError, IndexError) as exc:
-                row["error"] = f"scoring failed: {type(exc).__name__}: {exc}"
+        if self.cfg.score and doc.kind == "generate":
+            row["correct"] = False  # a request that failed, or whose answer cannot be scored, was not answered right
+            if rec.ok:
+                try:
+                    row["correct"], row["metric_value"] = self._correct(doc, rec.output_text)
+                except (ValueError, KeyError, TypeError, IndexError) as exc:
+                    row["error"] = f"scoring failed: {type(exc).__name__}: {exc}"
         return row
 
     def _report(self, i: int, labels: dict[str, Any], res: LoadResult, answers: list[Answer],
@@ -186,6 +190,10 @@ class TaskQuality:
         run_dir: Path = out.run_dir
         (run_dir / "results" / "quality.json").write_text(json.dumps(self.points, indent=2, default=str) + "\n")
         self._summary_csv(run_dir / "summary" / "quality.csv")
+        if q.failures:
+            print(f"[perf] accuracy at point {i}: {q.correct} correct of {q.sent} sent = {q.accuracy:.3f} "
+                  f"({q.failures} failed, counted as not correct; over the {q.answered} answered: "
+                  f"{_fmt(q.accuracy_over_answered)})", file=sys.stderr)
         if q.changed:
             print(f"[perf] accuracy at point {i} ({q.accuracy:.3f}) differs from the first point's "
                   f"(McNemar exact p = {q.mcnemar_p:.3g}, {q.mcnemar_b} answers lost, {q.mcnemar_c} gained)",
@@ -194,8 +202,9 @@ class TaskQuality:
             _chart(run_dir / "quality_vs_load.png", self.points)
 
     def _summary_csv(self, path: Path) -> None:
-        cols = ["point", "rate", "concurrency", "task", "accuracy", "ci_low", "ci_high", "answers", "docs",
-                "correct_goodput_qps", "mcnemar_p", "changed", "ttft_ms_p50"]  # fmt: skip
+        cols = ["point", "rate", "concurrency", "task", "accuracy", "ci_low", "ci_high", "correct", "sent", "docs",
+                "answered", "failures", "accuracy_over_answered", "correct_goodput_qps", "mcnemar_p", "changed",
+                "ttft_ms_p50"]  # fmt: skip
         with path.open("w", encoding="utf-8", newline="") as fh:
             w = csv.DictWriter(fh, cols, extrasaction="ignore")
             w.writeheader()
@@ -204,6 +213,10 @@ class TaskQuality:
                 for t, tq in p["tasks"].items():
                     w.writerow({"point": p["point"], "rate": p["rate"], "concurrency": p["concurrency"], "task": t,
                                 **tq})
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def _chart(path: Path, points: list[dict[str, Any]]) -> None:
