@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 from lmmbench.core.errors import UserError
 
-__all__ = ["Fields", "check", "fill_argv", "fill_shell", "fill_text", "names_in", "shell_syntax"]
+__all__ = ["Fields", "check", "fill_argv", "fill_shell", "fill_text", "names_in", "server_command_check",
+           "shell_syntax"]
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+)*"
 _ESCAPED = re.compile(r"\{\{(" + _NAME + r")\}\}")
@@ -152,3 +153,19 @@ def shell_syntax(line: str) -> str | None:
                 return "*"
         i += 1
     return None
+
+
+def server_command_check(line: str, names: tuple[str, ...], example: str) -> None:
+    """The check of a server command line at validation (``ValueError`` for pydantic): its placeholders among
+    ``names``, ``{port}`` among them (the server must listen where lmmbench waits for it), splittable."""
+    try:
+        check(line, Fields("the command line", later=frozenset(names)))
+        words = shlex.split(line)
+    except UserError as exc:
+        raise ValueError(str(exc)) from None
+    except ValueError as exc:
+        raise ValueError(f"cannot split the command line: {exc}") from None
+    if not words:
+        raise ValueError("the command line is empty")
+    if "port" not in names_in(line):
+        raise ValueError(f"a server command line must take its port from {{port}}, e.g. {example}")
