@@ -66,11 +66,14 @@ def names_in(template: str) -> list[str]:
     return [m.group(1) for m in _PLACEHOLDER.finditer(_ESCAPED.sub("", template))]
 
 
-def check(template: str, fields: Fields) -> None:
+def check(template: str, fields: Fields, scope: str = "") -> None:
     """Refuse (``UserError``) a placeholder that names no field of ``fields`` or one not available there, and a
-    field's placeholder left open (``{port`` with no ``}``)."""
+    field's placeholder left open (``{port`` with no ``}``). With ``scope`` (e.g. ``"rows."``), only names that
+    start with it are placeholders; the rest are text (an option's value that holds braces of its own)."""
     text = _ESCAPED.sub("", template)
     for name in names_in(template):
+        if not name.startswith(scope):
+            continue
         if name in fields.values or name in fields.later:
             continue
         if name in fields.unavailable:
@@ -84,25 +87,29 @@ def check(template: str, fields: Fields) -> None:
             raise UserError(f"{fields.where}: '{{{m.group(1)}' is not closed; write {{{m.group(1)}}}")
 
 
-def _fill(template: str, fields: Fields, convert: Callable[[str], str]) -> str:
-    check(template, fields)
-    pending = [n for n in names_in(template) if n not in fields.values]
+def _fill(template: str, fields: Fields, convert: Callable[[str], str], scope: str = "") -> str:
+    check(template, fields, scope)
+    pending = [n for n in names_in(template) if n.startswith(scope) and n not in fields.values]
     if pending:
         raise UserError(f"{fields.where}: {{{pending[0]}}} is not known yet")
     escaped: list[str] = []
 
     def keep(m: re.Match[str]) -> str:
+        if not m.group(1).startswith(scope):
+            return m.group(0)  # not this scope's: its text as written
         escaped.append("{" + m.group(1) + "}")
         return f"{_SENTINEL}{len(escaped) - 1}{_SENTINEL}"
 
     text = _ESCAPED.sub(keep, template)
-    text = _PLACEHOLDER.sub(lambda m: convert(fields.values[m.group(1)]), text)
+    text = _PLACEHOLDER.sub(lambda m: convert(fields.values[m.group(1)]) if m.group(1).startswith(scope)
+                            else m.group(0), text)  # fmt: skip
     return re.sub(re.escape(_SENTINEL) + r"(\d+)" + re.escape(_SENTINEL), lambda m: escaped[int(m.group(1))], text)
 
 
-def fill_text(template: str, fields: Fields) -> str:
-    """``template`` with its placeholders replaced by the values as they are (an option's value)."""
-    return _fill(template, fields, str)
+def fill_text(template: str, fields: Fields, scope: str = "") -> str:
+    """``template`` with its placeholders replaced by the values as they are (an option's value); with
+    ``scope``, only the names that start with it (see ``check``)."""
+    return _fill(template, fields, str, scope)
 
 
 def fill_shell(template: str, fields: Fields) -> str:
