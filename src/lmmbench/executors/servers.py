@@ -58,7 +58,8 @@ class CommandServer(BaseModel):
     command: str = Field(description="The server's command line, with {port} (and {host}, {model}, {python}).")
     readiness: str = Field("auto", description="auto: /health or /v1/models answering 200; or one of them.")
     ready_timeout_s: float = Field(600.0, gt=0, description="Give up when not ready after this many seconds.")
-    telemetry_interval_s: float = Field(1.0, ge=0, description="Sample /metrics this often (0: off).")
+    telemetry_interval_s: float = Field(1.0, ge=0, le=3600, allow_inf_nan=False,
+                                        description="Sample /metrics this often (0: off).")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment of the server process.")
 
     @field_validator("readiness")

@@ -39,6 +39,6 @@ def run_in_stages(jobs: list[Job], needs: dict[str, list[str]], done: dict[str, 
                 wave.append(job)
             else:
                 finish(RowResult(name=job.name, kind=job.kind, status="skipped", executor=job.executor,
-                                 model=job.model, error=cause))  # fmt: skip
+                                 model=job.model, attempts=0, error=cause))  # fmt: skip
         if wave:
             run_wave(refresh(wave))

@@ -55,7 +55,8 @@ class CommandRowConfig(BaseModel):
     outputs: list[str] = Field(default_factory=list, description="Paths under the row's folder the command must "
                                "write; the row fails when one is missing.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment of the command.")
-    timeout_s: float | None = Field(None, gt=0, description="Fail the row when the command runs longer.")
+    timeout_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="Fail the row when the command "
+                                    "runs longer.")
     out_dir: Path = Field(Path("."), description="The row's folder (set by the plan).")
     handoff: dict[str, str] = Field(default_factory=dict, description="The values of {model} and {rows.NAME.*} "
                                     "(set by the plan).")
@@ -69,6 +70,17 @@ class CommandRowConfig(BaseModel):
             raise ValueError(f"cannot split the command line: {exc}") from None
         if not words:
             raise ValueError("an empty command line")
+        return value
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _timeout(cls, value: float | None) -> float | None:
+        from lmmbench.config.limits import check_limit
+
+        try:
+            check_limit("duration_s", value, "timeout_s")
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     @model_validator(mode="after")
