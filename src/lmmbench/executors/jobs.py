@@ -144,6 +144,10 @@ def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | No
         config = data  # a plugin spec installed by the row's own requirements: validated where it runs
     else:
         cfg = validate_options(config_model(row.kind, row.spec), {**data, "out_dir": str(row_dir)})
+        if row.kind == "eval":
+            from lmmbench.evaluation.modes import check_group_by_options
+
+            check_group_by_options(cfg)  # type: ignore[arg-type]
         if row.kind == "command":
             from lmmbench.executors.stages import check_command_line
 

@@ -166,6 +166,19 @@ def _stop_servers(servers: dict[str, RunningServer], rows: dict[str, PlanRow], t
                          error="the plan was interrupted" if interrupted else None))  # fmt: skip
 
 
+def _check_local_gpus(jobs: list[Job], source: str) -> None:
+    """Refuse a row on this machine (every executor but Ray, whose cluster is checked by its ``prepare``) that
+    asks for more GPUs than this machine has."""
+    local = [(j.name, j.num_gpus) for j in jobs if j.num_gpus > 0 and j.executor != "ray"]
+    if local:
+        from lmmbench.executors.gpus import check_gpu_requests, discover_gpus
+
+        try:
+            check_gpu_requests(local, len(discover_gpus()), "this machine")
+        except UserError as exc:
+            raise UserError(f"{source}: {exc}") from None
+
+
 def _failed(job: Job, error: str) -> RowResult:
     return RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model,
                      error=error)
@@ -270,6 +283,7 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, re
             if echo is not None:
                 echo(result)
 
+    _check_local_gpus(pending, plan.source or plan.name)
     settings = ExecutorSettings(plan_dir, plan.workers, plan.max_retries, ray_address, constraints)
     executors = {name: EXECUTORS.get(name)(settings) for name in {j.executor for j in pending}}
     try:
