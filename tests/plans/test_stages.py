@@ -90,3 +90,25 @@ def test_command_row_declared_outputs_and_handoff(write_plan: Any) -> None:
     assert (path.parent / "out" / "cmd" / "use" / "copy.txt").read_text() == "42\n"
     assert res["lazy"].status == "failed" and "did not write its declared output(s): never.txt" in (
         res["lazy"].error or "")
+
+
+@pytest.mark.parametrize("executor", ["subprocess"])
+def test_a_row_starts_when_its_needs_end_not_after_an_unrelated_slow_row(write_plan: Any, tmp_path: Path,
+                                                                        executor: str) -> None:
+    """Order of events, no clock: 'slow' ends only once 'after' (which needs the quick 'first') has written its
+    mark, so in waves 'slow' would wait for ever (here: fail after 60 s) while 'after' waits for it."""
+    mark = tmp_path / "after-ran"
+    wait = tmp_path / "wait.py"
+    wait.write_text(f"import pathlib, sys, time\nm, t = pathlib.Path({str(mark)!r}), time.monotonic()\n"
+                    "while not m.exists() and time.monotonic() - t < 60:\n    time.sleep(0.05)\n"
+                    "sys.exit(0 if m.exists() else 1)\n")
+    path = write_plan([
+        _cmd("slow", f"{{python}} {wait}"),
+        _cmd("first", "true"),
+        _cmd("after", f"touch {mark}", ["first"]),
+    ], name="order", executor=executor, workers=2)  # fmt: skip
+    assert main(["batch", str(path)]) == 0
+    out = path.parent / "out" / "order"
+    st = {n: json.loads((out / n / "status.json").read_text()) for n in ("slow", "first", "after")}
+    assert all(s["status"] == "ok" for s in st.values()), st
+    assert st["after"]["started_at_s"] < st["slow"]["ended_at_s"]

@@ -22,6 +22,7 @@ slots than the pool has fails alone, with the cause.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import math
 import os
@@ -39,7 +40,7 @@ from lmmbench.executors.base import DoneCallback, ExecutorSettings
 from lmmbench.executors.gpus import GpuInfo, GpuSampler, discover_gpus, load_nvml
 from lmmbench.executors.jobs import Job, RowResult, is_timing
 
-__all__ = ["Launcher", "Slot", "WorkerPool", "interrupted_result", "make_slots", "slots_needed"]
+__all__ = ["GATE", "Gate", "Launcher", "Slot", "WorkerPool", "interrupted_result", "make_slots", "slots_needed"]
 
 JOB_NAME = "job.json"
 RESULT_NAME = "result.json"
@@ -62,6 +63,10 @@ class Slot:
 
 # (job, its job file, the slot) -> (argv, extra environment)
 Launcher = Callable[[Job, Path, Slot], tuple[list[str], dict[str, str]]]
+# (job, "has the pool been stopped?") -> the job to run once every row it needs has ended (its hand-off filled
+# in), or None when it is not to run (skipped, already reported; or the pool was stopped)
+Gate = Callable[[Job, Callable[[], bool]], "Job | None"]
+GATE: contextvars.ContextVar[Gate | None] = contextvars.ContextVar("lmmbench_pool_gate", default=None)
 
 
 def make_slots(workers: int, gpus: list[GpuInfo]) -> list[Slot]:
@@ -147,8 +152,14 @@ class WorkerPool:
         """Run every job on the first free slot; ``done`` is called from the pool's threads. An interruption
         (or any exception) of this thread stops every worker (see the module docstring) and is raised again."""
         slots = _Slots(self.slots)
+        gate = GATE.get()  # stages: each row waits for its needs in its own thread, then for a slot
 
         def one(job: Job) -> None:
+            if gate is not None:
+                waited = gate(job, lambda: self._stopped_by is not None)
+                if waited is None:
+                    return
+                job = waited
             gpu = bool(self.slots and self.slots[0].gpu is not None)
             count = slots_needed(job, gpu)
             if count > slots.total:
@@ -161,7 +172,8 @@ class WorkerPool:
             finally:
                 slots.give(held)
 
-        ex = ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="plan-worker")
+        threads = max(1, len(jobs)) if gate is not None else len(self.slots)  # a waiting row holds no slot
+        ex = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="plan-worker")
         try:
             for fut in [ex.submit(one, j) for j in jobs]:
                 fut.result()
