@@ -31,6 +31,10 @@ from lmmbench.executors.pool import Slot, WorkerPool
 __all__ = ["ContainerExecutor", "engine_command"]
 
 RUN_MOUNT = "/lmmbench/run"
+# docker / podman run's own failures (not the row's): 125 the engine's error, 126 the command cannot run, 127 no
+# such command in the image; such a row fails once with the engine's line, never retried as a worker crash
+ENGINE_EXIT_CODES = {125: "the container engine failed to run the row", 126: "the container's command cannot run",
+                     127: "the container's command was not found in the image"}
 HOME_MOUNT = "/lmmbench/home"
 _NAMED_PATHS = {"model", "tokenizer", "tasks"}  # text fields that may name a host path
 
@@ -186,7 +190,7 @@ class ContainerExecutor:
             if line is not None:
                 print(f"warning: {line}", file=sys.stderr)
 
-        WorkerPool(self.settings, self._launch).run(ready, finished)
+        WorkerPool(self.settings, self._launch, final_codes=ENGINE_EXIT_CODES).run(ready, finished)
 
     def cleanup(self) -> None:
         """The orchestration design's ``cleanup()``: remove the images this plan built (said on stderr when

@@ -97,6 +97,15 @@ def _log_tail(path: Path, n: int = 5) -> str:
     return " | ".join(lines[-n:])
 
 
+def _exit_code(crash: str) -> int | None:
+    """The exit code in a crash note (``attempt N: exit code C``), None when there is none."""
+    head, _, code = crash.rpartition("exit code ")
+    try:
+        return int(code) if head else None
+    except ValueError:
+        return None
+
+
 def interrupted_result(job: Job, error: str) -> RowResult:
     """The result of a row stopped by a signal before it wrote one of its own (nothing measured kept)."""
     now = time.time()
@@ -139,9 +148,12 @@ class WorkerPool:
     """Runs jobs on a pool of slots, one process per job, with crash retries."""
 
     def __init__(self, settings: ExecutorSettings, launcher: Launcher, slots: list[Slot] | None = None,
-                 nvml: Any | None = None) -> None:  # fmt: skip
+                 nvml: Any | None = None, final_codes: dict[int, str] | None = None) -> None:  # fmt: skip
         self.settings = settings
         self.launcher = launcher
+        # exit codes of the launcher itself (a container engine's 125 / 126 / 127): the row fails at once, with
+        # the launcher's last line, never retried as a crash of the worker
+        self.final_codes = final_codes or {}
         self.nvml = nvml if nvml is not None else load_nvml()
         self.slots = slots if slots is not None else make_slots(settings.workers, discover_gpus(self.nvml))
         self._lock = threading.Lock()
@@ -211,6 +223,13 @@ class WorkerPool:
                 return interrupted_result(job, f"stopped by signal {self._stopped_by} {what}").model_copy(
                     update={"attempts": attempt})
             crashes.append(crash)
+            code = _exit_code(crash)
+            if code in self.final_codes:
+                log = row_dir / f"worker-attempt{attempt}.log"
+                return RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
+                                 model=job.model, attempts=attempt,
+                                 error=f"{self.final_codes[code]} (exit code {code}): {_log_tail(log, 1)}; "
+                                       f"log {log}")  # fmt: skip
         log = row_dir / f"worker-attempt{len(crashes)}.log"
         return RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model,
                          attempts=len(crashes),
