@@ -213,3 +213,44 @@ def _tiny_wheel(tmp_path: Path) -> Path:
             zf.writestr(name, text)
     assert os.path.getsize(path) > 0
     return path
+
+
+def test_handoff_container_to_host_and_host_to_container_gives_the_scores_of_mode_all_podman(
+        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
+    """Issue 58: a container infer row's folder is recorded as its host path (status, summary, report links), so
+    a host score row reads it through {rows.infer_c.folder}; a host infer row's folder reaches a container score
+    row the same way. Both score as `eval --mode all` does."""
+    from lmmbench.evaluation.eval_config import EvalConfig
+    from lmmbench.evaluation.modes import run_eval
+
+    image, mounts = test_image
+    opts = {"tasks": ["sample_mc"], "limit": 4, "threads": 1}
+    box = {"executor": "container", "image": image, "mounts": mounts}
+    path = write_plan([
+        {"name": "infer_c", "kind": "eval", "model": "tiny-llm", **box, "options": {**opts, "mode": "infer"}},
+        {"name": "score_h", "kind": "eval", "executor": "subprocess", "needs": ["infer_c"],
+         "options": {**opts, "mode": "eval", "resume": "{rows.infer_c.folder}"}},
+        {"name": "infer_h", "kind": "eval", "model": "tiny-llm", "executor": "subprocess",
+         "options": {**opts, "mode": "infer"}},
+        {"name": "score_c", "kind": "eval", **box, "needs": ["infer_h"],
+         "options": {**opts, "mode": "eval", "resume": "{rows.infer_h.folder}"}},
+    ], name="cross", executor="subprocess")  # fmt: skip
+    run = run_plan(load_plan(path))
+    res = {r.name: r for r in run.results}
+    assert all(r.status == "ok" for r in res.values()), {n: r.error for n, r in res.items()}
+    plan_dir = tmp_path / "out" / "cross"
+    for name in res:
+        assert res[name].folder and Path(res[name].folder).is_dir() and str(plan_dir) in res[name].folder
+    assert res["score_h"].folder == res["infer_c"].folder and res["score_c"].folder == res["infer_h"].folder
+    ref = run_eval(EvalConfig(model="tiny-llm", tasks=["sample_mc"], limit=4, mode="all", threads=1,
+                              out_dir=tmp_path / "all"), show_progress=False)  # fmt: skip
+    want = {f"{r['task']}.{m}": v["value"] for r in ref.results for m, v in r["metrics"].items()}
+    for name in ("score_h", "score_c"):
+        assert {k: v for k, v in res[name].metrics.items() if k in want} == want
+    import csv
+
+    with (plan_dir / "plan_summary.csv").open() as fh:
+        folders = [row["folder"] for row in csv.DictReader(fh)]
+    assert folders and all(Path(f).is_dir() for f in folders if f)
+    report = (plan_dir / "final_report.md").read_text(encoding="utf-8")
+    assert "/lmmbench/run" not in report

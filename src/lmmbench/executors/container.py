@@ -24,7 +24,7 @@ from pathlib import Path
 from lmmbench.core.errors import UserError
 from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
 from lmmbench.executors.container_images import ImageBuilder
-from lmmbench.executors.container_mounts import Mount, check_mounts, container_paths
+from lmmbench.executors.container_mounts import Mount, check_mounts, container_paths, host_path
 from lmmbench.executors.jobs import Job, RowResult
 from lmmbench.executors.pool import Slot, WorkerPool
 
@@ -107,7 +107,7 @@ class ContainerExecutor:
     def _in_container(self, job: Job) -> Job:
         """``job`` with its host paths rewritten to the container's; its mounts kept for the launch."""
         fixed = self._fixed(job)
-        config, added = container_paths(job.config, fixed, path_fields(job))
+        config, added = container_paths(job.config, fixed, path_fields(job), self.settings.plan_dir.absolute())
         self.mounts[job.name] = [*fixed[2:], *added]
         return job.model_copy(update={"config": config})
 
@@ -182,6 +182,10 @@ class ContainerExecutor:
         lock = threading.Lock()
 
         def finished(result: RowResult) -> None:  # a built image goes when the last row that runs from it ends
+            if result.folder:  # the folder as the host sees it: status, summary, reports and hand-offs read it
+                mounts = [*self._fixed(next(j for j in ready if j.name == result.name))[:2],
+                          *self.mounts.get(result.name, [])]  # fmt: skip
+                result = result.model_copy(update={"folder": host_path(result.folder, mounts)})
             done(result)
             with lock:
                 tag = self.run_image.get(result.name, "")
