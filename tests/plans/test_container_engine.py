@@ -254,3 +254,25 @@ def test_handoff_container_to_host_and_host_to_container_gives_the_scores_of_mod
     assert folders and all(Path(f).is_dir() for f in folders if f)
     report = (plan_dir / "final_report.md").read_text(encoding="utf-8")
     assert "/lmmbench/run" not in report
+
+
+def test_a_container_install_gets_the_hosts_pip_config_podman(
+        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Issue 58: the package is only in a local folder that the host's pip configuration names (no index is
+    reachable from here); the row's install in the container finds it there, the folder and the file mounted
+    read-only."""
+    image, mounts = test_image
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _tiny_wheel(wheels)
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nno-index = true\nfind-links = {wheels}\n")
+    for key in [k for k in os.environ if k.startswith(("PIP_", "UV_"))]:
+        monkeypatch.delenv(key)  # only the configuration file names the folder
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    row = {"name": "r", "kind": "command", "image": image, "mounts": mounts, "requirements": ["lmmbench-probe"],
+           "options": {"command": f"python -c \"{PROBE}\""}}
+    run = run_plan(load_plan(write_plan([row], executor="container")), constraints=_empty(tmp_path))
+    assert run.results[0].status == "ok", run.results[0].error
+    assert "lmmbench_probe" in (run.plan_dir / "r" / "command.log").read_text()
