@@ -168,12 +168,15 @@ class ContainerExecutor:
         if not self.engine_checked:
             check_engine(self.engine)
             self.engine_checked = True
+        from lmmbench.executors.pool import GATE
+
+        gated = GATE.get() is not None  # stages: a row's paths are rewritten once its needs ended (hand-off filled)
         ready = []
         for job in jobs:
             try:
                 if job.name not in self.run_image:
                     self._setup(job)
-                ready.append(self._in_container(job))
+                ready.append(job if gated else self._in_container(job))
             except UserError as exc:
                 done(_failed(job, str(exc)))
         users: dict[str, int] = {}
@@ -194,7 +197,8 @@ class ContainerExecutor:
             if line is not None:
                 print(f"warning: {line}", file=sys.stderr)
 
-        WorkerPool(self.settings, self._launch, final_codes=ENGINE_EXIT_CODES).run(ready, finished)
+        WorkerPool(self.settings, self._launch, final_codes=ENGINE_EXIT_CODES,
+                   after_gate=self._in_container if gated else None).run(ready, finished)
 
     def cleanup(self) -> None:
         """The orchestration design's ``cleanup()``: remove the images this plan built (said on stderr when

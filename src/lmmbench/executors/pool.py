@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.children import start_group, stop_groups
+from lmmbench.core.errors import UserError
 from lmmbench.executors.base import DoneCallback, ExecutorSettings
 from lmmbench.executors.gpus import GpuInfo, GpuSampler, discover_gpus, load_nvml
 from lmmbench.executors.jobs import Job, RowResult, is_timing
@@ -148,9 +149,11 @@ class WorkerPool:
     """Runs jobs on a pool of slots, one process per job, with crash retries."""
 
     def __init__(self, settings: ExecutorSettings, launcher: Launcher, slots: list[Slot] | None = None,
-                 nvml: Any | None = None, final_codes: dict[int, str] | None = None) -> None:  # fmt: skip
+                 nvml: Any | None = None, final_codes: dict[int, str] | None = None,
+                 after_gate: Callable[[Job], Job] | None = None) -> None:  # fmt: skip
         self.settings = settings
         self.launcher = launcher
+        self.after_gate = after_gate  # what the executor makes of a job once its needs ended (container paths)
         # exit codes of the launcher itself (a container engine's 125 / 126 / 127): the row fails at once, with
         # the launcher's last line, never retried as a crash of the worker
         self.final_codes = final_codes or {}
@@ -172,6 +175,13 @@ class WorkerPool:
                 if waited is None:
                     return
                 job = waited
+            if self.after_gate is not None:
+                try:
+                    job = self.after_gate(job)
+                except UserError as exc:
+                    done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
+                                   model=job.model, error=str(exc)))
+                    return
             gpu = bool(self.slots and self.slots[0].gpu is not None)
             count = slots_needed(job, gpu)
             if count > slots.total:

@@ -1,9 +1,9 @@
 """Running a plan's rows by their ``needs`` (see ``executors.stages``): a row starts as soon as every row it needs
 has ended and a pool slot is free; a row whose needs did not all succeed is finished as skipped, naming the row.
 
-On the local pool (``subprocess``, ``venv``), every row is handed to the pool at once and waits for its needs in
-its own thread (``pool.GATE``), holding no slot meanwhile, so an unrelated slow row never delays it. Plans whose
-rows run on other executors (``inprocess``, which runs one row at a time in the driver; ``container``, ``ray``,
+On the local pool (``subprocess``, ``venv``, ``container``), every row is handed to the pool at once and waits
+for its needs in its own thread (``pool.GATE``), holding no slot meanwhile, so an unrelated slow row never delays
+it. Plans whose rows run on other executors (``inprocess``, which runs one row at a time in the driver; ``ray``,
 third-party ones), or on several executors, run in waves: a wave holds every row whose needs have all ended.
 """
 
@@ -16,7 +16,7 @@ from lmmbench.executors.jobs import Job, RowResult
 
 __all__ = ["GATED_EXECUTORS", "run_in_stages", "skipped_by"]
 
-GATED_EXECUTORS = ("subprocess", "venv")  # executors whose pool starts each row when its needs end
+GATED_EXECUTORS = ("subprocess", "venv", "container")  # executors whose pool starts each row when its needs end
 _POLL_S = 0.02
 
 
