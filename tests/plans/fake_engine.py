@@ -2,7 +2,8 @@
 on the host with the container paths of `-v` / `-w` / `-e` mapped back to host paths. It records
 every argv in $FAKE_ENGINE_LOG. With FAKE_ENGINE_DOWN=1 `info` fails like an unreachable daemon. An install
 container (`run --name lmmbench-build-...`) runs nothing (it would install into the host's Python): it succeeds, or
-fails with FAKE_ENGINE_INSTALL_FAIL=1; `commit`, `rm`, `rmi`, `image inspect` succeed."""
+fails with FAKE_ENGINE_INSTALL_FAIL=1; `commit`, `rm`, `rmi`, `image inspect` succeed. With FAKE_ENGINE_RUN_EXIT=N a
+row's `run` fails as the engine itself does (exit N, one line on stderr)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ def main(argv: list[str]) -> int:
             print("ERROR: No matching distribution found for pkg-a>=1", file=sys.stderr)
             return 1
         return 0
+    if os.environ.get("FAKE_ENGINE_RUN_EXIT"):  # the engine's own failure (125 / 126 / 127), nothing run
+        print(f"Error: fake engine failure {os.environ['FAKE_ENGINE_RUN_EXIT']}", file=sys.stderr)
+        return int(os.environ["FAKE_ENGINE_RUN_EXIT"])
     mounts: dict[str, str] = {}
     env: dict[str, str] = {}
     workdir = None

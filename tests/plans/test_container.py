@@ -174,3 +174,20 @@ def test_gpu_flags_of_docker_and_podman() -> None:
     assert gpu_flags(["/usr/bin/docker"], [0, 1]) == ["--gpus", '"device=0,1"']
     assert gpu_flags(["podman", "--runtime", "runc"], [0, 1]) == ["--device", "nvidia.com/gpu=0", "--device",
                                                                  "nvidia.com/gpu=1"]
+
+
+@pytest.mark.parametrize("code", [125, 126, 127])
+def test_engine_exit_fails_the_row_once_with_the_engines_line_fake_engine(
+        write_plan: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    log = tmp_path / "engine.log"
+    monkeypatch.setenv("LMMBENCH_CONTAINER_ENGINE", f"{sys.executable} {FAKE_ENGINE}")
+    monkeypatch.setenv("FAKE_ENGINE_LOG", str(log))
+    monkeypatch.setenv("FAKE_ENGINE_RUN_EXIT", str(code))
+    path = write_plan([{"name": "c", "kind": "command", "image": "lmmbench:test", "options": {"command": "true"}}],
+                      executor="container", max_retries=2)  # fmt: skip
+    run = run_plan(load_plan(path))
+    row = next(r for r in run.results if r.name == "c")
+    assert row.status == "failed" and row.attempts == 1, row
+    assert f"(exit code {code}): Error: fake engine failure {code}" in (row.error or "")
+    runs = [c for c in (json.loads(line) for line in log.read_text().splitlines()) if c[0] == "run"]
+    assert len(runs) == 1  # not retried as a crash

@@ -213,3 +213,66 @@ def _tiny_wheel(tmp_path: Path) -> Path:
             zf.writestr(name, text)
     assert os.path.getsize(path) > 0
     return path
+
+
+def test_handoff_container_to_host_and_host_to_container_gives_the_scores_of_mode_all_podman(
+        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
+    """Issue 58: a container infer row's folder is recorded as its host path (status, summary, report links), so
+    a host score row reads it through {rows.infer_c.folder}; a host infer row's folder reaches a container score
+    row the same way. Both score as `eval --mode all` does."""
+    from lmmbench.evaluation.eval_config import EvalConfig
+    from lmmbench.evaluation.modes import run_eval
+
+    image, mounts = test_image
+    opts = {"tasks": ["sample_mc"], "limit": 4, "threads": 1}
+    box = {"executor": "container", "image": image, "mounts": mounts}
+    path = write_plan([
+        {"name": "infer_c", "kind": "eval", "model": "tiny-llm", **box, "options": {**opts, "mode": "infer"}},
+        {"name": "score_h", "kind": "eval", "executor": "subprocess", "needs": ["infer_c"],
+         "options": {**opts, "mode": "eval", "resume": "{rows.infer_c.folder}"}},
+        {"name": "infer_h", "kind": "eval", "model": "tiny-llm", "executor": "subprocess",
+         "options": {**opts, "mode": "infer"}},
+        {"name": "score_c", "kind": "eval", **box, "needs": ["infer_h"],
+         "options": {**opts, "mode": "eval", "resume": "{rows.infer_h.folder}"}},
+    ], name="cross", executor="subprocess")  # fmt: skip
+    run = run_plan(load_plan(path))
+    res = {r.name: r for r in run.results}
+    assert all(r.status == "ok" for r in res.values()), {n: r.error for n, r in res.items()}
+    plan_dir = tmp_path / "out" / "cross"
+    for name in res:
+        assert res[name].folder and Path(res[name].folder).is_dir() and str(plan_dir) in res[name].folder
+    assert res["score_h"].folder == res["infer_c"].folder and res["score_c"].folder == res["infer_h"].folder
+    ref = run_eval(EvalConfig(model="tiny-llm", tasks=["sample_mc"], limit=4, mode="all", threads=1,
+                              out_dir=tmp_path / "all"), show_progress=False)  # fmt: skip
+    want = {f"{r['task']}.{m}": v["value"] for r in ref.results for m, v in r["metrics"].items()}
+    for name in ("score_h", "score_c"):
+        assert {k: v for k, v in res[name].metrics.items() if k in want} == want
+    import csv
+
+    with (plan_dir / "plan_summary.csv").open() as fh:
+        folders = [row["folder"] for row in csv.DictReader(fh)]
+    assert folders and all(Path(f).is_dir() for f in folders if f)
+    report = (plan_dir / "final_report.md").read_text(encoding="utf-8")
+    assert "/lmmbench/run" not in report
+
+
+def test_a_container_install_gets_the_hosts_pip_config_podman(
+        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Issue 58: the package is only in a local folder that the host's pip configuration names (no index is
+    reachable from here); the row's install in the container finds it there, the folder and the file mounted
+    read-only."""
+    image, mounts = test_image
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _tiny_wheel(wheels)
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nno-index = true\nfind-links = {wheels}\n")
+    for key in [k for k in os.environ if k.startswith(("PIP_", "UV_"))]:
+        monkeypatch.delenv(key)  # only the configuration file names the folder
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    row = {"name": "r", "kind": "command", "image": image, "mounts": mounts, "requirements": ["lmmbench-probe"],
+           "options": {"command": f"python -c \"{PROBE}\""}}
+    run = run_plan(load_plan(write_plan([row], executor="container")), constraints=_empty(tmp_path))
+    assert run.results[0].status == "ok", run.results[0].error
+    assert "lmmbench_probe" in (run.plan_dir / "r" / "command.log").read_text()

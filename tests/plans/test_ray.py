@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from lmmbench.cli.main import main
 from lmmbench.config.perf.options import PerfConfig
 from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
@@ -165,3 +166,16 @@ def test_a_stopped_plan_on_ray_cancels_its_row_and_keeps_the_measured_requests(
                                     args=("--ray-address", address))  # fmt: skip
     load = check_interrupted_files(plan_dir)
     assert load["executor"] == "ray" and "2 interrupted (ts, load)" in text, text[-2000:]
+
+
+def test_num_gpus_beyond_the_ray_clusters_refused_before_anything_runs(
+        ray_cluster: None, write_plan: Any, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    import ray
+
+    have = int(ray.cluster_resources().get("GPU", 0))
+    path = write_plan([{"name": "g", "kind": "command", "executor": "ray", "num_gpus": have + 1,
+                        "options": {"command": "true"}}], name="raygpu")  # fmt: skip
+    assert main(["batch", str(path)]) == 2
+    assert f"row 'g': num_gpus: {have + 1} but the Ray cluster has {have} GPU(s)" in capsys.readouterr().err
+    assert not (path.parent / "out" / "raygpu" / "g" / "status.json").exists()
+    assert ray.is_initialized()  # the cluster the plan found is left as it was

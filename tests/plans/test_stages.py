@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +99,28 @@ def test_command_row_declared_outputs_and_handoff(write_plan: Any) -> None:
     assert (path.parent / "out" / "cmd" / "use" / "copy.txt").read_text() == "42\n"
     assert res["lazy"].status == "failed" and "did not write its declared output(s): never.txt" in (
         res["lazy"].error or "")
+
+
+@pytest.mark.parametrize("executor", ["subprocess", "container"], ids=["subprocess", "container_fake_engine"])
+def test_a_row_starts_when_its_needs_end_not_after_an_unrelated_slow_row(write_plan: Any, tmp_path: Path,
+                                                                        executor: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Order of events, no clock: 'slow' ends only once 'after' (which needs the quick 'first') has written its
+    mark, so in waves 'slow' would wait for ever (here: fail after 60 s) while 'after' waits for it."""
+    mark = tmp_path / "after-ran"
+    wait = tmp_path / "wait.py"
+    wait.write_text(f"import pathlib, sys, time\nm, t = pathlib.Path({str(mark)!r}), time.monotonic()\n"
+                    "while not m.exists() and time.monotonic() - t < 60:\n    time.sleep(0.05)\n"
+                    "sys.exit(0 if m.exists() else 1)\n")
+    rows = [_cmd("slow", f"{{python}} {wait}"), _cmd("first", "true"), _cmd("after", f"touch {mark}", ["first"])]
+    if executor == "container":  # the fake engine (no container engine is mocked beyond its argv: it runs on the host)
+        fake = Path(__file__).parent / "fake_engine.py"
+        monkeypatch.setenv("LMMBENCH_CONTAINER_ENGINE", f"{sys.executable} {fake}")
+        monkeypatch.setenv("FAKE_ENGINE_LOG", str(tmp_path / "engine.log"))
+        rows = [{**r, "image": "lmmbench:test"} for r in rows]
+    path = write_plan(rows, name="order", executor=executor, workers=2)
+    assert main(["batch", str(path)]) == 0
+    out = path.parent / "out" / "order"
+    st = {n: json.loads((out / n / "status.json").read_text()) for n in ("slow", "first", "after")}
+    assert all(s["status"] == "ok" for s in st.values()), st
+    assert st["after"]["started_at_s"] < st["slow"]["ended_at_s"]

@@ -64,19 +64,16 @@ def _batch(cfg: BatchConfig) -> None:
         assert isinstance(r, RowResult)
         tail = f" ({r.error})" if r.error else ""
         wall = "" if r.wall_s is None else f" {r.wall_s:.1f} s"
-        typer.echo(f"[batch] {r.name}: {r.kind} {r.status} on {r.executor}, attempt(s) {r.attempts}{wall}{tail}",
-                   err=True)
+        tries = f", attempt(s) {r.attempts}" if r.attempts else ""
+        typer.echo(f"[batch] {r.name}: {r.kind} {r.status} on {r.executor}{tries}{wall}{tail}", err=True)
 
     run = run_plan(plan, cfg.executor, rerun=cfg.rerun, resume=cfg.resume, ray_address=cfg.ray_address,
                    constraints=cfg.constraints, echo=echo)  # fmt: skip
     for warning in run.warnings:
         typer.echo(warning, err=True)
-    failed = [r.name for r in run.results if r.status == "failed"]
-    cut = [r.name for r in run.results if r.status == "interrupted"]
     if run.skipped:
-        typer.echo(f"already done (skipped): {', '.join(run.skipped)}")
-    typer.echo(f"{len(run.results) - len(failed) - len(cut)} ok, {len(failed)} failed"
-               + (f", {len(cut)} interrupted ({', '.join(cut)})" if cut else "")
+        typer.echo(f"already done (not run again): {', '.join(run.skipped)}")
+    typer.echo(closing_counts([r.status for r in run.results], [r.name for r in run.results])
                + f"; table: {run.summary_csv} and {run.summary_html}; report: {run.report_html} and {run.report_md}")
     if run.interrupted:
         raise KeyboardInterrupt  # exit 130 / 143 (SIGTERM), every plan file written
@@ -85,6 +82,14 @@ def _batch(cfg: BatchConfig) -> None:
     code = plan_exit_code((r.status == "failed", "unexpected" in (r.error or "")) for r in run.results)
     if code:
         raise typer.Exit(code)
+
+
+def closing_counts(statuses: list[str], names: list[str]) -> str:
+    """The closing line's counts, each status apart: ``N ok, N failed, N skipped, N interrupted (names)``."""
+    count = {s: statuses.count(s) for s in ("ok", "failed", "skipped", "interrupted")}
+    cut = [n for n, s in zip(names, statuses, strict=True) if s == "interrupted"]
+    return (f"{count['ok']} ok, {count['failed']} failed, {count['skipped']} skipped"
+            + (f", {count['interrupted']} interrupted ({', '.join(cut)})" if cut else ""))
 
 
 def register(app: typer.Typer) -> None:

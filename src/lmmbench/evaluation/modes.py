@@ -31,7 +31,7 @@ from lmmbench.evaluation.runner import InferStats, run_infer
 from lmmbench.evaluation.task_config import TaskConfig, group_columns
 from lmmbench.evaluation.task_registry import resolve_selection
 
-__all__ = ["EvalConfig", "EvalRun", "make_backend", "run_eval", "truncation_totals"]
+__all__ = ["EvalConfig", "EvalRun", "check_group_by_options", "make_backend", "run_eval", "truncation_totals"]
 
 log = logging.getLogger(__name__)
 runlog = logging.getLogger("lmmbench.evaluation.runlog")  # the run's own log file, never the console
@@ -155,6 +155,25 @@ def _has_predictions(run: Path) -> bool:
     return pred.is_dir() and any(p.stat().st_size > 0 for p in pred.glob("*.jsonl"))
 
 
+def check_group_by_options(cfg: EvalConfig) -> None:
+    """Refuse, without running anything, a ``group_by`` column that none of lmmbench's own tasks' samples has
+    or that is named twice (a plan's eval row, checked when the plan is validated). Names lmmbench does not
+    know (lm-eval's catalogue, lmms-eval's) are checked where they run."""
+    if not cfg.group_by:
+        return
+    own = []
+    for name in cfg.tasks:
+        try:
+            resolve_selection([name], cfg.include_path)
+            own.append(name)
+        except UserError:
+            continue
+    from lmmbench.evaluation.runner import check_group_by
+
+    for task in _tasks(cfg, own)[0]:
+        check_group_by(task)
+
+
 def _split_catalogue(cfg: EvalConfig) -> tuple[list[str], list[str]]:
     """``--tasks`` as (lmmbench's own, lm-eval catalogue names): a name lmmbench does not know goes to lm-eval's
     catalogue when lm-eval is installed and knows it."""
@@ -205,6 +224,9 @@ def _tasks(cfg: EvalConfig, names: list[str]) -> tuple[list[TaskConfig], list[Lm
             updates["fewshot"] = task.fewshot.model_copy(update={"num": cfg.num_fewshot})
         if cfg.group_by:
             group_columns(cfg.group_by)  # a malformed joint grouping ('a+') is refused before the model loads
+            twice = next((g for i, g in enumerate(cfg.group_by) if g in cfg.group_by[:i]), None)
+            if twice is not None:
+                raise UserError(f"--group-by: '{twice}' is given twice")
             updates["group_by"] = list(dict.fromkeys([*task.group_by, *cfg.group_by]))
         out.append(task.model_copy(update=updates))
     return out, selection.groups
@@ -284,9 +306,11 @@ def run_eval(cfg: EvalConfig, show_progress: bool = True) -> EvalRun:
     own, catalogue = _split_catalogue(cfg.model_copy(update={"tasks": [n for n in cfg.tasks if n not in lmms]}))
     tasks, groups = _tasks(cfg, own)
     tasks = _with_options(cfg, tasks, catalogue, lmms)
-    if cfg.mode in ("all", "infer"):  # a broken template is found before the model loads, not after
-        from lmmbench.evaluation.runner import check_first_prompt
+    from lmmbench.evaluation.runner import check_first_prompt, check_group_by
 
+    for task in tasks:  # a --group-by column no sample has is refused before anything loads
+        check_group_by(task)
+    if cfg.mode in ("all", "infer"):  # a broken template is found before the model loads, not after
         for task in tasks:
             check_first_prompt(task)
     run_dir = _run_dir(cfg)

@@ -22,11 +22,11 @@ from lmmbench.backends.scoring import GenRequest, LLRequest, ScoringBackend
 from lmmbench.core.errors import UserError
 from lmmbench.evaluation.eval_options import request_seed
 from lmmbench.evaluation.prompts import PromptRenderer, RenderedSample, chat_messages, maybe_delimit
-from lmmbench.evaluation.task_config import TaskConfig, group_columns
+from lmmbench.evaluation.task_config import TaskConfig, check_group_columns, group_columns
 from lmmbench.evaluation.task_data import read_source
 
 __all__ = [
-    "InferStats", "SampleJob", "build_jobs", "check_first_prompt", "read_predictions", "run_infer",
+    "InferStats", "SampleJob", "build_jobs", "check_first_prompt", "check_group_by", "read_predictions", "run_infer",
     "server_metrics_of", "truncated_flags",
 ]
 
@@ -97,6 +97,13 @@ def check_first_prompt(task: TaskConfig) -> None:
     """Render the first sample of ``task`` before any model loads: a template error or a prompt past the
     ``prompt_chars`` bound is one line in seconds, not after the model's load."""
     _render(task, first_only=True)
+
+
+def check_group_by(task: TaskConfig) -> None:
+    """Refuse a ``group_by`` column that none of ``task``'s samples has (``task_config.check_group_columns``)."""
+    if task.group_by:
+        full = read_source(task.data.model_copy(update={"limit": None}), task)
+        check_group_columns(task.task, task.group_by, set().union(*(d.keys() for d in full)))
 
 
 def build_jobs(task: TaskConfig, model_id: str, chat_prompt: ChatPrompt | None = None) -> list[SampleJob]:

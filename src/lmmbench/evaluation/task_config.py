@@ -181,7 +181,20 @@ def group_parts(entry: str) -> list[str]:
     parts = [p.strip() for p in entry.split("+")]
     if not all(parts):
         raise UserError(f"--group-by '{entry}': columns joined by '+' (e.g. doc_type+field_name), none empty")
+    twice = next((p for i, p in enumerate(parts) if p in parts[:i]), None)
+    if twice is not None:
+        raise UserError(f"--group-by '{entry}': the column '{twice}' is named twice; a joint grouping pairs "
+                        f"different columns")
     return parts
+
+
+def check_group_columns(task: str, group_by: list[str], columns: set[str]) -> None:
+    """Refuse a ``group_by`` column that no sample of ``task`` has (it would make one "None" group of every
+    sample), naming the columns there are."""
+    for col in group_columns(group_by):
+        if col not in columns:
+            raise UserError(f"--group-by: task '{task}' has no column '{col}'; its columns: "
+                            f"{', '.join(sorted(columns)) or 'none'}")
 
 
 def group_columns(group_by: list[str]) -> list[str]:

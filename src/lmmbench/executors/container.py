@@ -24,13 +24,17 @@ from pathlib import Path
 from lmmbench.core.errors import UserError
 from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
 from lmmbench.executors.container_images import ImageBuilder
-from lmmbench.executors.container_mounts import Mount, check_mounts, container_paths
+from lmmbench.executors.container_mounts import Mount, check_mounts, container_paths, host_path
 from lmmbench.executors.jobs import Job, RowResult
 from lmmbench.executors.pool import Slot, WorkerPool
 
 __all__ = ["ContainerExecutor", "engine_command"]
 
 RUN_MOUNT = "/lmmbench/run"
+# docker / podman run's own failures (not the row's): 125 the engine's error, 126 the command cannot run, 127 no
+# such command in the image; such a row fails once with the engine's line, never retried as a worker crash
+ENGINE_EXIT_CODES = {125: "the container engine failed to run the row", 126: "the container's command cannot run",
+                     127: "the container's command was not found in the image"}
 HOME_MOUNT = "/lmmbench/home"
 _NAMED_PATHS = {"model", "tokenizer", "tasks"}  # text fields that may name a host path
 
@@ -103,7 +107,7 @@ class ContainerExecutor:
     def _in_container(self, job: Job) -> Job:
         """``job`` with its host paths rewritten to the container's; its mounts kept for the launch."""
         fixed = self._fixed(job)
-        config, added = container_paths(job.config, fixed, path_fields(job))
+        config, added = container_paths(job.config, fixed, path_fields(job), self.settings.plan_dir.absolute())
         self.mounts[job.name] = [*fixed[2:], *added]
         return job.model_copy(update={"config": config})
 
@@ -164,12 +168,15 @@ class ContainerExecutor:
         if not self.engine_checked:
             check_engine(self.engine)
             self.engine_checked = True
+        from lmmbench.executors.pool import GATE
+
+        gated = GATE.get() is not None  # stages: a row's paths are rewritten once its needs ended (hand-off filled)
         ready = []
         for job in jobs:
             try:
                 if job.name not in self.run_image:
                     self._setup(job)
-                ready.append(self._in_container(job))
+                ready.append(job if gated else self._in_container(job))
             except UserError as exc:
                 done(_failed(job, str(exc)))
         users: dict[str, int] = {}
@@ -178,6 +185,10 @@ class ContainerExecutor:
         lock = threading.Lock()
 
         def finished(result: RowResult) -> None:  # a built image goes when the last row that runs from it ends
+            if result.folder:  # the folder as the host sees it: status, summary, reports and hand-offs read it
+                mounts = [*self._fixed(next(j for j in ready if j.name == result.name))[:2],
+                          *self.mounts.get(result.name, [])]  # fmt: skip
+                result = result.model_copy(update={"folder": host_path(result.folder, mounts)})
             done(result)
             with lock:
                 tag = self.run_image.get(result.name, "")
@@ -186,7 +197,8 @@ class ContainerExecutor:
             if line is not None:
                 print(f"warning: {line}", file=sys.stderr)
 
-        WorkerPool(self.settings, self._launch).run(ready, finished)
+        WorkerPool(self.settings, self._launch, final_codes=ENGINE_EXIT_CODES,
+                   after_gate=self._in_container if gated else None).run(ready, finished)
 
     def cleanup(self) -> None:
         """The orchestration design's ``cleanup()``: remove the images this plan built (said on stderr when

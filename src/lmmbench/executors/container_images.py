@@ -9,6 +9,8 @@ installs nothing again); a failed install fails the rows that need it before any
 is removed when the last row that runs from it ends, and at the plan's end (``cleanup``) whatever is left
 (rows that never ran: a stop); the images rows name are never removed.
 A plan may build at most ``built_images`` images (the limits table): images are kept while the plan runs.
+The install gets the host's pip and uv settings (environment, configuration files, the files they name: all
+read-only; ``container_pip``).
 """
 
 from __future__ import annotations
@@ -68,8 +70,12 @@ class ImageBuilder:
         check_limit("built_images", len(self.built) + 1, "container executor: images this plan builds")
         tag, box = f"{BUILT_REPO}:{key}", f"lmmbench-build-{key}"
         subprocess.run([*self.engine, "rm", "-f", box], capture_output=True, check=False)
-        volumes = [a for m in [f"{constraints}:{CONSTRAINTS_MOUNT}:ro", *mounts] for a in ("-v", m)]
-        argv = [*self.engine, "run", "--name", box, "--network", "host", *volumes, image, "sh", "-c",
+        from lmmbench.executors.container_pip import install_settings
+
+        env, pip_mounts = install_settings()  # the host's pip / uv settings, read-only
+        volumes = [a for m in [f"{constraints}:{CONSTRAINTS_MOUNT}:ro", *pip_mounts, *mounts] for a in ("-v", m)]
+        envs = [a for k, v in sorted(env.items()) for a in ("-e", f"{k}={v}")]
+        argv = [*self.engine, "run", "--name", box, "--network", "host", *volumes, *envs, image, "sh", "-c",
                 install_line(requirements)]  # fmt: skip
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, check=False)

@@ -20,7 +20,7 @@ from typing import Any
 
 from lmmbench.core.errors import UserError
 
-__all__ = ["HOST_MOUNT", "Mount", "check_mounts", "container_paths", "parse_mount"]
+__all__ = ["HOST_MOUNT", "Mount", "check_mounts", "container_paths", "host_path", "parse_mount"]
 
 HOST_MOUNT = "/lmmbench/host"  # where a host path an option names appears: /lmmbench/host/<absolute path>
 _MODES = ("ro", "rw")
@@ -92,10 +92,26 @@ def _as_host_path(value: str, typed_path: bool) -> Path | None:
         return None
 
 
-def container_paths(config: dict[str, Any], fixed: list[Mount], path_fields: set[str]) -> tuple[dict[str, Any],
-                                                                                                  list[Mount]]:
-    """``config`` with every host path its values name rewritten to where the container sees it, and the read-only
-    mounts added for the paths no mount in ``fixed`` (row folder, home, the row's ``mounts``) holds."""
+def host_path(path: str, mounts: list[Mount]) -> str:
+    """A path the container wrote (a row's ``folder``) as the host sees it, through the mount that holds it (the
+    deepest); ``path`` unchanged when no mount holds it."""
+    inside = PurePosixPath(path)
+    best: Mount | None = None
+    for m in mounts:
+        ctr = PurePosixPath(m.container)
+        if (inside == ctr or ctr in inside.parents) and (best is None or len(ctr.parts) > len(
+                PurePosixPath(best.container).parts)):  # fmt: skip
+            best = m
+    if best is None:
+        return path
+    return str(best.host / inside.relative_to(PurePosixPath(best.container)))
+
+
+def container_paths(config: dict[str, Any], fixed: list[Mount], path_fields: set[str],
+                    writable: Path | None = None) -> tuple[dict[str, Any], list[Mount]]:
+    """``config`` with every host path its values name rewritten to where the container sees it, and the mounts
+    added for the paths no mount in ``fixed`` (row folder, home, the row's ``mounts``) holds: read-only, except
+    under ``writable`` (the plan's folder: another row's folder handed off, which a scoring row writes into)."""
     added: list[Mount] = []
 
     def rewrite(value: Any, typed: bool) -> Any:
@@ -109,7 +125,8 @@ def container_paths(config: dict[str, Any], fixed: list[Mount], path_fields: set
         if inside is None:  # a file goes with its folder: a task's data file, an include, beside it
             folder = path.parent if path.is_file() and path.parent != Path(path.anchor) else path
             added[:] = [m for m in added if not (m.host == folder or folder in m.host.parents)]  # now inside it
-            added.append(Mount(folder, HOST_MOUNT + str(folder)))
+            rw = writable is not None and (folder == writable or writable in folder.parents)
+            added.append(Mount(folder, HOST_MOUNT + str(folder), read_only=not rw))
             inside = HOST_MOUNT + str(path)
         return inside
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GpuInfo", "GpuSampler", "discover_gpus", "load_nvml"]
+__all__ = ["GpuInfo", "GpuSampler", "check_gpu_requests", "discover_gpus", "load_nvml"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,18 @@ def discover_gpus(nvml: Any | None = None) -> list[GpuInfo]:
     except ImportError:
         pass
     return []
+
+
+def check_gpu_requests(requests: list[tuple[str, float]], have: int, where: str) -> None:
+    """Refuse (``UserError``, before anything runs) the first row whose ``num_gpus`` exceeds the ``have`` GPUs of
+    ``where`` (this machine, the Ray cluster): such a row would otherwise run on the CPU without a word.
+    ``requests``: (row name, num_gpus)."""
+    from lmmbench.core.errors import UserError
+
+    for name, want in requests:
+        if want > have:
+            raise UserError(f"row '{name}': num_gpus: {want:g} but {where} has {have} GPU(s); lower num_gpus (0: "
+                            f"the CPU) or run the row where the GPUs are")
 
 
 @dataclass

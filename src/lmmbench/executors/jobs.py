@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from lmmbench.config.loaders import parse_model
 from lmmbench.core.errors import user_error_from_validation
+from lmmbench.core.placeholders import Fields
 from lmmbench.executors.plan import PlanRow
 
 if TYPE_CHECKING:
@@ -110,8 +111,10 @@ def validate_options(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
         raise user_error_from_validation(exc, field="options.{}", root="options") from None
 
 
-def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | None) -> Job:
-    """Validate ``row``'s options into its run's config; ``server_url`` is its serve row's URL."""
+def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | None,
+                handoff: Fields | None = None) -> Job:
+    """Validate ``row``'s options into its run's config; ``server_url`` is its serve row's URL; ``handoff``: the
+    ``{rows.NAME.*}`` fields of its needs (a command row's line is filled with them where it runs)."""
     if row.kind == "serve" or row.kind == "proxy":
         raise ValueError("serve and proxy rows are started by the plan, not run as jobs")
     data: dict[str, Any] = dict(row.options)
@@ -122,8 +125,8 @@ def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | No
         if row.model is not None:
             data["model"] = row.model
     elif row.kind == "command":
-        if row.model is not None:
-            data["command"] = str(data.get("command", "")).replace("{model}", row.model)
+        data["handoff"] = {**(handoff.values if handoff is not None else {}),
+                           **({"model": row.model} if row.model is not None else {})}
     elif row.kind == "eval":
         if server_url is not None:
             data["model"] = server_url
@@ -141,6 +144,14 @@ def resolve_job(row: PlanRow, row_dir: Path, executor: str, server_url: str | No
         config = data  # a plugin spec installed by the row's own requirements: validated where it runs
     else:
         cfg = validate_options(config_model(row.kind, row.spec), {**data, "out_dir": str(row_dir)})
+        if row.kind == "eval":
+            from lmmbench.evaluation.modes import check_group_by_options
+
+            check_group_by_options(cfg)  # type: ignore[arg-type]
+        if row.kind == "command":
+            from lmmbench.executors.stages import check_command_line
+
+            check_command_line(cfg, handoff.later if handoff is not None else frozenset())  # type: ignore[arg-type]
         config = cfg.model_dump(mode="json", exclude_unset=True)
         config.pop("out_dir", None)
     return Job(name=row.name, kind=row.kind, spec=row.spec, model=row.model, config=config, row_dir=str(row_dir),

@@ -24,13 +24,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lmmbench.core.errors import UserError, user_error_from_validation
 
-__all__ = ["CSV_COLUMNS", "Plan", "PlanRow", "load_plan", "parse_options"]
+__all__ = ["CSV_COLUMNS", "Plan", "PlanRow", "check_url", "load_plan", "parse_options"]
 
 CSV_COLUMNS = ("name", "kind", "model", "options", "executor", "requirements", "image")
 _OPTIONAL_CSV_COLUMNS = ("python", "num_cpus", "num_gpus", "spec", "server", "needs", "isolation", "mounts")
 RowKind = Literal["run", "perf", "eval", "serve", "command", "proxy"]
 SERVER_KINDS = ("serve", "proxy")  # rows the plan starts in the background for the rows that name them
 Isolation = Literal["isolated", "shared"]
+MAX_CPUS = 65_536  # bounds of a row's numeric fields: a typo (.inf, 1e9) refused at validation, not in the executor
+MAX_GPUS = 4_096
+MAX_WORKERS = 4_096
+MAX_RETRIES = 100
+URL_SCHEMES = ("http", "https")
 
 
 class PlanRow(BaseModel):
@@ -48,8 +53,10 @@ class PlanRow(BaseModel):
     requirements: list[str] = Field(default_factory=list, description="Packages installed for the row.")
     image: str | None = Field(None, description="Container image (container executor).")
     python: str | None = Field(None, description="Python version of the row's venv (default: the running one).")
-    num_cpus: float = Field(1.0, ge=0, description="CPUs the row needs (ray; CPU slots of the local pool).")
-    num_gpus: float = Field(0.0, ge=0, description="GPUs the row needs (ray; GPU slots of the local pool).")
+    num_cpus: float = Field(1.0, ge=0, le=MAX_CPUS, allow_inf_nan=False,
+                            description="CPUs the row needs (ray; CPU slots of the local pool).")
+    num_gpus: float = Field(0.0, ge=0, le=MAX_GPUS, allow_inf_nan=False,
+                            description="GPUs the row needs (ray; GPU slots of the local pool).")
     needs: list[str] = Field(default_factory=list, description="Rows that must succeed before this one starts.")
     isolation: Isolation | None = Field(None, description="venv executor: isolated (nothing of the driver's "
                                         "environment) or shared (the driver's packages visible); default: "
@@ -61,6 +68,17 @@ class PlanRow(BaseModel):
     @classmethod
     def _options_text(cls, value: Any) -> Any:
         return parse_options(value) if isinstance(value, str) else value
+
+    @field_validator("requirements")
+    @classmethod
+    def _package_specs(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            option = next((w for w in entry.split() if w.startswith("-")), None)
+            if option is not None:
+                raise ValueError(f"'{entry}': '{option}' is an installer option; a requirement is a package spec "
+                                 f"(name[extras] version, a URL or a path), and the row's installs stay in its "
+                                 f"own environment")
+        return value
 
     @field_validator("requirements", "needs", "mounts", mode="before")
     @classmethod
@@ -78,8 +96,10 @@ class Plan(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     out_dir: Path = Field(Path("lmmbench-plans"), description="Rows go to <out-dir>/<plan>/<row>/.")
     executor: str = Field("inprocess", description="Executor of rows that name none.")
-    workers: int = Field(1, ge=1, description="Local pool size (CPU slots; one per GPU when GPUs exist).")
-    max_retries: int = Field(2, ge=0, description="Re-runs of a row whose worker crashed or was killed.")
+    workers: int = Field(1, ge=1, le=MAX_WORKERS, description="Local pool size (CPU slots; one per GPU when GPUs "
+                         "exist).")
+    max_retries: int = Field(2, ge=0, le=MAX_RETRIES, description="Re-runs of a row whose worker crashed or was "
+                             "killed.")
     isolation: Isolation | None = Field(None, description="venv isolation of rows that name none (see rows).")
     rows: list[PlanRow]
     source: str | None = Field(None, exclude=True, description="The file the plan was read from (for errors).")
@@ -196,6 +216,8 @@ def _check_links(path: Path, plan: Plan) -> None:
             _check_upstream(where, row.options.get("upstream"), kinds)
         if row.kind == "perf" and row.server is None and "url" not in row.options:
             raise UserError(f"{where}: options: a perf row needs server=<serve row> or url=<server URL>")
+        if row.kind == "perf" and isinstance(row.options.get("url"), str):
+            check_url(f"{where}: options.url", row.options["url"])
 
 
 def _check_upstream(where: str, upstream: Any, kinds: Mapping[str, str]) -> None:
@@ -205,3 +227,20 @@ def _check_upstream(where: str, upstream: Any, kinds: Mapping[str, str]) -> None
     if "://" not in upstream and kinds.get(upstream) != "serve":
         raise UserError(f"{where}: options.upstream: '{upstream}' is neither a URL nor the name of a serve row of "
                         f"this plan")
+    if "://" in upstream:
+        check_url(f"{where}: options.upstream", upstream)
+
+
+def check_url(where: str, url: str) -> None:
+    """Refuse a server URL that is not ``http(s)://host[:port]...`` (``ftp://``, no host, a port out of range)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise UserError(f"{where}: '{url}' is not a URL ({exc})") from None
+    if parts.scheme not in URL_SCHEMES or not parts.hostname:
+        raise UserError(f"{where}: '{url}' must be an http:// or https:// URL with a host (a server lmmbench "
+                        f"sends to), e.g. http://127.0.0.1:8000")
+    del port

@@ -22,6 +22,7 @@ slots than the pool has fails alone, with the cause.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import math
 import os
@@ -35,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.children import start_group, stop_groups
+from lmmbench.core.errors import UserError
 from lmmbench.executors.base import DoneCallback, ExecutorSettings
 from lmmbench.executors.gpus import GpuInfo, GpuSampler, discover_gpus, load_nvml
 from lmmbench.executors.jobs import Job, RowResult, is_timing
 
-__all__ = ["Launcher", "Slot", "WorkerPool", "interrupted_result", "make_slots", "slots_needed"]
+__all__ = ["GATE", "Gate", "Launcher", "Slot", "WorkerPool", "interrupted_result", "make_slots", "slots_needed"]
 
 JOB_NAME = "job.json"
 RESULT_NAME = "result.json"
@@ -62,6 +64,10 @@ class Slot:
 
 # (job, its job file, the slot) -> (argv, extra environment)
 Launcher = Callable[[Job, Path, Slot], tuple[list[str], dict[str, str]]]
+# (job, "has the pool been stopped?") -> the job to run once every row it needs has ended (its hand-off filled
+# in), or None when it is not to run (skipped, already reported; or the pool was stopped)
+Gate = Callable[[Job, Callable[[], bool]], "Job | None"]
+GATE: contextvars.ContextVar[Gate | None] = contextvars.ContextVar("lmmbench_pool_gate", default=None)
 
 
 def make_slots(workers: int, gpus: list[GpuInfo]) -> list[Slot]:
@@ -90,6 +96,15 @@ def _log_tail(path: Path, n: int = 5) -> str:
     except OSError:
         return ""
     return " | ".join(lines[-n:])
+
+
+def _exit_code(crash: str) -> int | None:
+    """The exit code in a crash note (``attempt N: exit code C``), None when there is none."""
+    head, _, code = crash.rpartition("exit code ")
+    try:
+        return int(code) if head else None
+    except ValueError:
+        return None
 
 
 def interrupted_result(job: Job, error: str) -> RowResult:
@@ -134,9 +149,14 @@ class WorkerPool:
     """Runs jobs on a pool of slots, one process per job, with crash retries."""
 
     def __init__(self, settings: ExecutorSettings, launcher: Launcher, slots: list[Slot] | None = None,
-                 nvml: Any | None = None) -> None:  # fmt: skip
+                 nvml: Any | None = None, final_codes: dict[int, str] | None = None,
+                 after_gate: Callable[[Job], Job] | None = None) -> None:  # fmt: skip
         self.settings = settings
         self.launcher = launcher
+        self.after_gate = after_gate  # what the executor makes of a job once its needs ended (container paths)
+        # exit codes of the launcher itself (a container engine's 125 / 126 / 127): the row fails at once, with
+        # the launcher's last line, never retried as a crash of the worker
+        self.final_codes = final_codes or {}
         self.nvml = nvml if nvml is not None else load_nvml()
         self.slots = slots if slots is not None else make_slots(settings.workers, discover_gpus(self.nvml))
         self._lock = threading.Lock()
@@ -147,8 +167,21 @@ class WorkerPool:
         """Run every job on the first free slot; ``done`` is called from the pool's threads. An interruption
         (or any exception) of this thread stops every worker (see the module docstring) and is raised again."""
         slots = _Slots(self.slots)
+        gate = GATE.get()  # stages: each row waits for its needs in its own thread, then for a slot
 
         def one(job: Job) -> None:
+            if gate is not None:
+                waited = gate(job, lambda: self._stopped_by is not None)
+                if waited is None:
+                    return
+                job = waited
+            if self.after_gate is not None:
+                try:
+                    job = self.after_gate(job)
+                except UserError as exc:
+                    done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
+                                   model=job.model, error=str(exc)))
+                    return
             gpu = bool(self.slots and self.slots[0].gpu is not None)
             count = slots_needed(job, gpu)
             if count > slots.total:
@@ -161,7 +194,8 @@ class WorkerPool:
             finally:
                 slots.give(held)
 
-        ex = ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="plan-worker")
+        threads = max(1, len(jobs)) if gate is not None else len(self.slots)  # a waiting row holds no slot
+        ex = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="plan-worker")
         try:
             for fut in [ex.submit(one, j) for j in jobs]:
                 fut.result()
@@ -199,6 +233,13 @@ class WorkerPool:
                 return interrupted_result(job, f"stopped by signal {self._stopped_by} {what}").model_copy(
                     update={"attempts": attempt})
             crashes.append(crash)
+            code = _exit_code(crash)
+            if code in self.final_codes:
+                log = row_dir / f"worker-attempt{attempt}.log"
+                return RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
+                                 model=job.model, attempts=attempt,
+                                 error=f"{self.final_codes[code]} (exit code {code}): {_log_tail(log, 1)}; "
+                                       f"log {log}")  # fmt: skip
         log = row_dir / f"worker-attempt{len(crashes)}.log"
         return RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model,
                          attempts=len(crashes),

@@ -79,12 +79,14 @@ class RayExecutor:
 
     def __init__(self, settings: ExecutorSettings) -> None:
         self.settings = settings
+        self._started = False  # this plan started (or joined) the Ray cluster: run shuts it down at its end
 
     def prepare(self, jobs: list[Job], done: DoneCallback) -> list[Job]:
         """Before any row runs: on a local cluster (no ``--ray-address``), rows with requirements fail alone when
         ``virtualenv`` (which Ray's pip runtime_env needs) is not installed. Returns the rows that can run."""
         import importlib.util
 
+        self._check_gpus(jobs)
         if self.settings.ray_address is not None or importlib.util.find_spec("virtualenv") is not None:
             return jobs
         ready = []
@@ -97,11 +99,30 @@ class RayExecutor:
                 ready.append(job)
         return ready
 
+    def _check_gpus(self, jobs: list[Job]) -> None:
+        """Refuse (before any row runs) a row asking more GPUs than the whole cluster has: Ray would keep it
+        pending for ever. The cluster is joined (or started) here; ``run`` leaves it as it found it."""
+        wanted = [(j.name, j.num_gpus) for j in jobs if j.num_gpus > 0]
+        if not wanted:
+            return
+        from lmmbench.executors.gpus import check_gpu_requests
+        from lmmbench.loadgen.ray_fanout import init_ray
+
+        self._started = init_ray(self.settings.ray_address) or self._started
+        import ray
+
+        try:
+            check_gpu_requests(wanted, int(ray.cluster_resources().get("GPU", 0)), "the Ray cluster")
+        except BaseException:
+            if self._started:
+                ray.shutdown()
+            raise
+
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
         """Run ``jobs`` as Ray tasks (resources and retries from the plan)."""
         from lmmbench.loadgen.ray_fanout import MACHINE_RESOURCE, init_ray
 
-        started = init_ray(self.settings.ray_address)
+        started = init_ray(self.settings.ray_address) or self._started
         import ray
 
         try:

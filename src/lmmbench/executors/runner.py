@@ -64,7 +64,7 @@ def resolve_plan(plan: Plan, executor: str | None = None, urls: dict[str, str] |
     """Validate every run row into a ``Job`` (serve rows' URLs are placeholders until they start; the hand-off
     ``{rows.NAME.folder}`` is filled from ``results``, the rows ended so far)."""
     from lmmbench.executors.row_checks import check_row_fields
-    from lmmbench.executors.stages import check_needs, fill_handoff
+    from lmmbench.executors.stages import check_needs, fill_handoff, handoff_fields
 
     check_needs(plan.source or plan.name, plan)
     plan_dir = (plan.out_dir / plan.name).resolve()
@@ -83,15 +83,16 @@ def resolve_plan(plan: Plan, executor: str | None = None, urls: dict[str, str] |
             srv = next((r for r in plan.rows if r.name == srv.options.get("upstream")), None)
         if row.kind == "perf" and row.model is None and srv is not None and srv.model and is_command_line(srv):
             row = row.model_copy(update={"model": srv.model})  # an engine serves the model under the name it got
-        if row.needs:
-            folders = None if results is None else {k: r.folder for k, r in results.items()}
-            row = row.model_copy(update={"options": fill_handoff(row.options, plan_dir, folders)})
+        folders = None if results is None else {k: r.folder for k, r in results.items()}
+        handoff = handoff_fields("options", row.needs, plan_dir, folders)
         try:
+            row = row.model_copy(update={"options": fill_handoff(row.options, handoff,
+                                                                 ("command",) if row.kind == "command" else ())})
             name = _executor_of(plan, row, executor)
             check_row_fields(row, name)
             if name == "venv" and row.isolation is None and plan.isolation is not None:
                 row = row.model_copy(update={"isolation": plan.isolation})
-            jobs.append(resolve_job(row, plan_dir / row.name, name, url))
+            jobs.append(resolve_job(row, plan_dir / row.name, name, url, handoff))
         except UserError as exc:
             raise UserError(f"{plan.source or plan.name}: row {n} '{row.name}': {exc}") from None
     return jobs
@@ -163,6 +164,19 @@ def _stop_servers(servers: dict[str, RunningServer], rows: dict[str, PlanRow], t
                          model=rows[name].model, folder=str(srv.log_path.parent),
                          wall_s=(time.perf_counter_ns() - t0) / 1e9, metrics={"url": srv.url, **metrics},
                          error="the plan was interrupted" if interrupted else None))  # fmt: skip
+
+
+def _check_local_gpus(jobs: list[Job], source: str) -> None:
+    """Refuse a row on this machine (every executor but Ray, whose cluster is checked by its ``prepare``) that
+    asks for more GPUs than this machine has."""
+    local = [(j.name, j.num_gpus) for j in jobs if j.num_gpus > 0 and j.executor != "ray"]
+    if local:
+        from lmmbench.executors.gpus import check_gpu_requests, discover_gpus
+
+        try:
+            check_gpu_requests(local, len(discover_gpus()), "this machine")
+        except UserError as exc:
+            raise UserError(f"{source}: {exc}") from None
 
 
 def _failed(job: Job, error: str) -> RowResult:
@@ -269,6 +283,7 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, re
             if echo is not None:
                 echo(result)
 
+    _check_local_gpus(pending, plan.source or plan.name)
     settings = ExecutorSettings(plan_dir, plan.workers, plan.max_retries, ray_address, constraints)
     executors = {name: EXECUTORS.get(name)(settings) for name in {j.executor for j in pending}}
     try:

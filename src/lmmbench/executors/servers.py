@@ -37,6 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from lmmbench.config.limits import check_limit
 from lmmbench.core.children import start_group, stop_groups
 from lmmbench.core.errors import UserError
+from lmmbench.core.net import ensure_port_free, foreign_listener
+from lmmbench.core.placeholders import Fields, check, fill_argv
 from lmmbench.executors.jobs import validate_options
 from lmmbench.executors.plan import PlanRow
 
@@ -44,6 +46,7 @@ __all__ = ["CommandServer", "RunningServer", "is_command_line", "server_config",
            "wait_for_command_server", "wait_until_ready", "with_upstream"]
 
 SERVER_COMMANDS = ("serve", "testserver")
+SERVER_FIELDS = ("port", "host", "model", "python")  # the placeholders of a serve row's command line
 READINESS = ("auto", "/health", "/v1/models")
 
 
@@ -55,7 +58,8 @@ class CommandServer(BaseModel):
     command: str = Field(description="The server's command line, with {port} (and {host}, {model}, {python}).")
     readiness: str = Field("auto", description="auto: /health or /v1/models answering 200; or one of them.")
     ready_timeout_s: float = Field(600.0, gt=0, description="Give up when not ready after this many seconds.")
-    telemetry_interval_s: float = Field(1.0, ge=0, description="Sample /metrics this often (0: off).")
+    telemetry_interval_s: float = Field(1.0, ge=0, le=3600, allow_inf_nan=False,
+                                        description="Sample /metrics this often (0: off).")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment of the server process.")
 
     @field_validator("readiness")
@@ -68,13 +72,9 @@ class CommandServer(BaseModel):
     @field_validator("command")
     @classmethod
     def _command(cls, value: str) -> str:
-        if "{port}" not in value:
-            raise ValueError("a server command line must take its port from {port}, e.g. "
-                             "'vllm serve MODEL --port {port}'")
-        try:
-            shlex.split(value)
-        except ValueError as exc:
-            raise ValueError(f"cannot split the command line: {exc}") from None
+        from lmmbench.core.placeholders import server_command_check
+
+        server_command_check(value, SERVER_FIELDS, "'vllm serve {model} --port {port}'")
         return value
 
 
@@ -109,6 +109,7 @@ def server_config(row: PlanRow) -> tuple[str, BaseModel]:
     """The server command of a serve row and its validated options (port 0 until it starts)."""
     if is_command_line(row):
         cfg: Any = validate_options(CommandServer, dict(row.options))
+        check(cfg.command, command_fields(row, None))
         # every wait is bounded: a readiness wait past the limits table's duration_s is a typo, not a plan
         check_limit("duration_s", cfg.ready_timeout_s, "ready_timeout_s")
         return "command", cfg
@@ -232,11 +233,24 @@ def _log_tail(path: Path, n: int = 3) -> str:
     return " | ".join(line[:200] for line in lines[-n:])
 
 
+def command_fields(row: PlanRow, port: int | None) -> Fields:
+    """The fields of a serve row's command line: ``{port}`` (chosen when it starts), ``{host}``, ``{model}``
+    (the row's ``model:``; unavailable without one), ``{python}`` (this interpreter)."""
+    values = {"host": "127.0.0.1", "python": sys.executable}
+    unavailable = {}
+    if port is not None:
+        values["port"] = str(port)
+    if row.model is not None:
+        values["model"] = row.model
+    else:
+        unavailable["model"] = "this row has no model:; give the row model: NAME"
+    later = frozenset({"port"} if port is None else set())
+    return Fields("options.command", values, later, unavailable)
+
+
 def _argv(row: PlanRow, command: str, cfg: BaseModel, port: int) -> tuple[list[str], dict[str, str]]:
     if isinstance(cfg, CommandServer):
-        line = cfg.command.format(port=port, host="127.0.0.1", model=row.model or "",
-                                  python=shlex.quote(sys.executable))
-        return shlex.split(line), cfg.env
+        return fill_argv(cfg.command, command_fields(row, port)), cfg.env
     update: dict[str, Any] = {"port": port}
     if "host" not in cfg.model_fields_set:  # a row's own host (e.g. 0.0.0.0) is kept; its URL stays on loopback
         update["host"] = "127.0.0.1"
@@ -253,6 +267,7 @@ def start_server(row: PlanRow, row_dir: Path, timeout_s: float = 300.0) -> Runni
 
     command, cfg = server_config(row)
     port = int(getattr(cfg, "port", 0) or 0) or free_loopback_port()  # a row's own port: that one
+    ensure_port_free("127.0.0.1", port, what="port: for this row")  # never wait on a server someone else runs
     argv, env = _argv(row, command, cfg, port)
     row_dir.mkdir(parents=True, exist_ok=True)
     log_path = row_dir / "server.log"
@@ -272,6 +287,9 @@ def start_server(row: PlanRow, row_dir: Path, timeout_s: float = 300.0) -> Runni
                                     alive=lambda: proc.poll() is None)  # fmt: skip
         else:
             wait_until_ready(server.url, timeout_s, alive=lambda: proc.poll() is None)
+        other = foreign_listener(port, proc.pid)
+        if other is not None:
+            raise UserError(f"port {port} is answered by {other}, not by the server this row started")
     except UserError as exc:
         server.stop()
         raise UserError(f"{exc}; log {log_path}: {_log_tail(log_path)}") from None

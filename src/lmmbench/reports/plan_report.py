@@ -191,10 +191,11 @@ def _html(title: str, rows: list[dict[str, Any]], heads: dict[str, dict[str, flo
 
 
 def _counts(rows: list[dict[str, Any]]) -> str:
-    """``N of M rows ok`` and, when a stop signal cut rows short, how many were interrupted."""
-    ok = sum(1 for r in rows if r.get("status") == "ok")
-    cut = sum(1 for r in rows if r.get("status") == "interrupted")
-    return f"{ok} of {len(rows)} rows ok" + (f", {cut} interrupted (what they measured is kept)" if cut else "")
+    """``N of M rows ok``, then the failed, the skipped (a needed row did not succeed) and the interrupted (what
+    they measured is kept), each counted apart."""
+    count = {s: sum(1 for r in rows if r.get("status") == s) for s in ("ok", "failed", "skipped", "interrupted")}
+    return (f"{count['ok']} of {len(rows)} rows ok, {count['failed']} failed, {count['skipped']} skipped"
+            + (f", {count['interrupted']} interrupted (what they measured is kept)" if count["interrupted"] else ""))
 
 
 def _markdown(title: str, rows: list[dict[str, Any]], heads: dict[str, dict[str, float]],

@@ -138,6 +138,16 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions, HubData
             out[k] = float(limit)
         return out
 
+    @field_validator("server_cmd")
+    @classmethod
+    def _server_cmd(cls, v: str | None) -> str | None:
+        if v is not None:
+            from lmmbench.core.placeholders import server_command_check
+
+            server_command_check(v, ("port", "host", "model", "tp", "batch", "python"),
+                                 "'vllm serve MODEL --tensor-parallel-size {tp} --port {port}'")
+        return v
+
     @field_validator("extra_body", mode="before")
     @classmethod
     def _json_values(cls, v: Any) -> Any:

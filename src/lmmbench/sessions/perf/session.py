@@ -46,7 +46,7 @@ from lmmbench.sessions.perf.run_dir import (
     remove_empty_run,
 )
 from lmmbench.sessions.perf.search import run_search
-from lmmbench.sessions.perf.server import sweep, wait_ready
+from lmmbench.sessions.perf.server import check_server_cmd, sweep, wait_ready
 from lmmbench.sessions.perf.telemetry import finish_telemetry, start_telemetry
 from lmmbench.sessions.perf.workload import check_tp_sizes, run_accuracy, workload_flags
 
@@ -254,6 +254,7 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None, eval_cf
     base, points = resolve_points(cfg)
     flags = workload_flags(base)
     points = check_tp_sizes(base, points)
+    check_server_cmd(base, points)
     tok = _check_before_measuring(base, points)
     run_dir = claim_run_dir(base)
     pf: Preflight | None = None

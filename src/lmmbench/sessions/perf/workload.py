@@ -67,7 +67,7 @@ def run_accuracy(base: PerfConfig, run_dir: Path) -> dict[str, Any]:
     from lmmbench.sessions.perf.server import start_server, stop_server, wait_ready
 
     assert base.reference is not None
-    proc = start_server(base.server_cmd, 1, 1, base.url) if base.server_cmd else None
+    proc = start_server(base, 1, 1) if base.server_cmd else None
     try:
         if proc is not None:
             wait_ready(base, proc)
