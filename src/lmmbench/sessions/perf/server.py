@@ -1,4 +1,5 @@
-"""Servers of a perf run: ``--server-cmd`` started per ``tp`` group and stopped after it, readiness waits,
+"""Servers of a perf run: ``--server-cmd`` started per group of points (one point each for a ByteMLPerf
+workload, as its launcher does; else per ``tp``) and stopped after it, readiness waits,
 and the sweep over the load points grouped that way. The server leads its own process group and dies with
 perf (``core.children``); it is stopped as a group: SIGTERM, SIGKILL after the ``stop_grace_s`` limit."""
 
@@ -21,13 +22,18 @@ from lmmbench.loadgen.api import LoadResult, ModelNotServed, Preflight, prefligh
 from lmmbench.sessions.perf.points import point_config
 from lmmbench.sessions.perf.resume import Previous
 
-__all__ = ["start_server", "stop_server", "sweep", "wait_ready"]
+__all__ = ["fill_server_cmd", "server_groups", "start_server", "stop_server", "sweep", "wait_ready"]
+
+
+def fill_server_cmd(cmd: str, tp: Any, batch: Any, port: int) -> list[str]:
+    """The argv of ``--server-cmd`` with its ``{tp}``, ``{batch}`` and ``{port}`` filled in (the one place a
+    perf server command is filled)."""
+    return shlex.split(cmd.format(tp=tp, batch=batch, port=port))
 
 
 def start_server(cmd: str, tp: Any, batch: Any, url: str) -> subprocess.Popen[bytes]:
     """Start ``--server-cmd`` with its ``{tp}``, ``{batch}`` and ``{port}`` (the URL's) filled in."""
-    port = urlsplit(url).port or 80
-    argv = shlex.split(cmd.format(tp=tp, batch=batch, port=port))
+    argv = fill_server_cmd(cmd, tp, batch, urlsplit(url).port or 80)
     print(f"[perf] starting server: {' '.join(argv)}", file=sys.stderr)
     return start_group(argv)
 
@@ -54,31 +60,42 @@ def _largest_batch(items: list[tuple[int, PerfConfig]]) -> Any:
     return max(known) if known else None
 
 
+def server_groups(base: PerfConfig, points: list[dict[str, Any]], per_point: bool
+                  ) -> list[list[tuple[int, PerfConfig]]]:  # fmt: skip
+    """The points each started server measures, in order: one point each (``per_point``: ByteMLPerf's launcher,
+    a fresh server per point), else grouped by ``tp`` label when ``--server-cmd`` starts servers, else one group."""
+    groups: dict[Any, list[tuple[int, PerfConfig]]] = {}
+    for i, point in enumerate(points):
+        pcfg = point_config(base, point)
+        key = i if per_point and base.server_cmd else (pcfg.labels.get("tp") if base.server_cmd else None)
+        groups.setdefault(key, []).append((i, pcfg))
+    return list(groups.values())
+
+
 def stop_server(proc: subprocess.Popen[bytes]) -> None:
     """Stop a started server's whole process group: SIGTERM, then SIGKILL after the limits table's stop_grace_s."""
     stop_groups([proc], signal.SIGTERM, float(limit_value("stop_grace_s")))
 
 
 def sweep(base: PerfConfig, points: list[dict[str, Any]], done: Previous | None,
-          one: Callable[[int, PerfConfig, Preflight], LoadResult], pf: Preflight | None) -> None:  # fmt: skip
-    """Every load point in order, grouped by ``tp`` when ``--server-cmd`` starts a server per group;
-    points a resumed run already measured are skipped. An interrupted point raises KeyboardInterrupt."""
-    groups: dict[Any, list[tuple[int, PerfConfig]]] = {}
-    for i, point in enumerate(points):
-        pcfg = point_config(base, point)
-        groups.setdefault(pcfg.labels.get("tp") if base.server_cmd else None, []).append((i, pcfg))
-    for tp, items in groups.items():
+          one: Callable[[int, PerfConfig, Preflight], LoadResult], pf: Preflight | None,
+          per_point: bool = False) -> None:  # fmt: skip
+    """Every load point in order, each group of ``server_groups`` on a server of its own when ``--server-cmd``
+    starts them; points a resumed run already measured are skipped (and a group of only those starts nothing).
+    An interrupted point raises KeyboardInterrupt."""
+    for items in server_groups(base, points, per_point):
+        todo = [(i, pcfg) for i, pcfg in items if done is None or i not in done.done]
+        if not todo:
+            continue  # measured by the session this --resume continues
         proc = None
         if base.server_cmd:
-            proc = start_server(base.server_cmd, tp, _largest_batch(items), base.url)
+            proc = start_server(base.server_cmd, items[0][1].labels.get("tp"), _largest_batch(items), base.url)
         try:
             if proc is not None:
                 pf = wait_ready(base, proc)
             if pf is None:
                 raise UserError("perf: no server to send to (give --url, or --server-cmd to start one)")
-            for i, pcfg in items:
-                if done is not None and i in done.done:
-                    continue  # measured by the session this --resume continues
+            for i, pcfg in todo:
                 if one(i, pcfg, pf).interrupted:
                     raise KeyboardInterrupt
         finally:
