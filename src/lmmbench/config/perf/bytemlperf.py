@@ -28,13 +28,18 @@ from typing import Any, Literal
 
 from lmmbench.core.errors import UserError
 
-__all__ = ["BYTEMLPERF_KEYS", "ByteMLPerfWorkload", "is_bytemlperf_workload", "parse_bytemlperf", "read_json_file"]
+__all__ = ["BYTEMLPERF_KEYS", "WORKLOAD_FIELDS", "ByteMLPerfWorkload", "is_bytemlperf_workload", "parse_bytemlperf",
+           "read_json_file"]
 
 _NESTED_TOP = ("model", "test_accuracy", "test_perf", "min_tp_size", "accuracy_config", "perf_config")
 _ACCURACY = ("dataset", "min_new_tokens", "max_new_tokens")
 _PERF = ("tp_sizes", "batch_sizes", "input_tokens", "output_tokens", "perf_time")
 _FLAT = ("model", "test_accuracy", "test_perf", "min_tp_size", "min_new_tokens", "max_new_tokens", "tp_sizes",
          "batch_sizes", "input_tokens", "dataset", "perf_time")  # fmt: skip
+#: Every field either layout has (nested ones as ``section.key``), for the option inventory.
+WORKLOAD_FIELDS = tuple(dict.fromkeys([*(k for k in _NESTED_TOP if not k.endswith("_config")),
+                                       *(f"accuracy_config.{k}" for k in _ACCURACY),
+                                       *(f"perf_config.{k}" for k in _PERF), *_FLAT]))  # fmt: skip
 #: Keys only a ByteMLPerf workload has (a mapping with any of them is read as one).
 BYTEMLPERF_KEYS = frozenset({"accuracy_config", "perf_config", "min_tp_size", "tp_sizes", "batch_sizes", "perf_time",
                              "test_perf", "test_accuracy", "min_new_tokens", "max_new_tokens"})  # fmt: skip

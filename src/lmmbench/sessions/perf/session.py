@@ -285,6 +285,8 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None, eval_cf
     session = _PerfSession(base, points, run_dir, done, requests, tok, fresh)
     configure_header(session.out.header, base, plan)
     session.plan = plan
+    if plan is not None:  # how servers started: ByteMLPerf's launcher's way, or the --server-per-tp speed-up
+        session.run_log.run["servers"] = plan.servers
     session.tasks = tasks
     session.measure(done, pf)
     run = session.run

@@ -71,10 +71,17 @@ def workload_plan(base: PerfConfig) -> WorkloadPlan | None:
 
 
 def _check_reference(reference: Path, wl: ByteMLPerfWorkload) -> None:
-    """The reference must hold the first prompts of the workload's dataset, in ByteMLPerf's template."""
+    """The reference must hold the first prompts of the workload's dataset, in ByteMLPerf's template, generated
+    for ``accuracy_config.max_new_tokens`` steps (every step greedy, end-of-sequence ignored: this meets any
+    ``min_new_tokens`` up to it, where ByteMLPerf's server may stop at end-of-sequence after ``min_new_tokens``)."""
     from lmmbench.evaluation.reference.run import load_prompts, read_reference
 
     meta, _first = read_reference(reference)
+    steps = int(meta["max_new_tokens"])
+    if wl.layout == "nested" and wl.max_new_tokens is not None and steps != wl.max_new_tokens:
+        raise UserError(f"--reference {reference}: dumped with --max-new-tokens {steps}, but the workload's "
+                        f"accuracy_config.max_new_tokens is {wl.max_new_tokens}; dump it with --max-new-tokens "
+                        f"{wl.max_new_tokens}")  # fmt: skip
     if wl.dataset is None:
         return
     path = dataset_path(wl)
