@@ -365,3 +365,12 @@ def test_accuracy_config_max_new_tokens_and_dataset_must_match_the_reference(
     assert main(["perf", "--url", dead, "--workload", str(wl), "--reference", str(dump), "--out-dir",
                  str(tmp_path / "o")]) == 2  # fmt: skip
     assert "not the first 2" in _one_line(capsys.readouterr().err) and not (tmp_path / "o").exists()
+
+
+def test_a_yaml_workload_names_only_its_unknown_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text("model: m\nconcurrency: 2\npoints:\n  - {input_token: 8, output_tokens: 4}\n")
+    assert main(["perf", "--workload", str(path), "--url", "http://127.0.0.1:9", "--out-dir", str(tmp_path / "o")]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "points[0]: unknown field(s) 'input_token' (did you mean 'input_tokens'?)" in line
+    assert "output_tokens'" not in line.split("did you mean")[0] and "'model'" not in line

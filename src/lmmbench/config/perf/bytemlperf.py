@@ -29,7 +29,7 @@ from typing import Any, Literal
 from lmmbench.core.errors import UserError
 
 __all__ = ["BYTEMLPERF_KEYS", "WORKLOAD_FIELDS", "ByteMLPerfWorkload", "is_bytemlperf_workload", "parse_bytemlperf",
-           "read_json_file"]
+           "read_json_file", "refuse_unknown"]
 
 _NESTED_TOP = ("model", "test_accuracy", "test_perf", "min_tp_size", "accuracy_config", "perf_config")
 _ACCURACY = ("dataset", "min_new_tokens", "max_new_tokens")
@@ -99,15 +99,18 @@ def is_bytemlperf_workload(data: dict[str, Any]) -> bool:
     return bool(BYTEMLPERF_KEYS & set(data))
 
 
-def _unknown(path: Path, where: str, mapping: dict[str, Any], known: tuple[str, ...], hint: str = "") -> None:
+def refuse_unknown(path: Path, where: str, mapping: dict[str, Any], known: tuple[str, ...] | list[str],
+                   hint: str = "", list_known: bool = True) -> None:  # fmt: skip
+    """One line naming only the keys of ``mapping`` not in ``known``, each with the nearest known one."""
     unknown = [k for k in mapping if k not in known]
     if not unknown:
         return
     parts = []
     for k in unknown:
-        near = difflib.get_close_matches(str(k), known, n=1)
+        near = difflib.get_close_matches(str(k), list(known), n=1)
         parts.append(f"'{k}'" + (f" (did you mean '{near[0]}'?)" if near else ""))
-    raise UserError(f"{path}: {where}: unknown field(s) {', '.join(parts)}{hint}; known: {', '.join(known)}")
+    tail = f"; known: {', '.join(known)}" if list_known else ""
+    raise UserError(f"{path}: {where}: unknown field(s) {', '.join(parts)}{hint}{tail}")
 
 
 def _int(path: Path, where: str, value: Any, minimum: int = 1) -> int:
@@ -144,7 +147,7 @@ def _section(path: Path, data: dict[str, Any], key: str, known: tuple[str, ...])
     sec = data.get(key, {})
     if not isinstance(sec, dict):
         raise UserError(f"{path}: '{key}' must be a mapping of {', '.join(known)}")
-    _unknown(path, key, sec, known)
+    refuse_unknown(path, key, sec, known)
     return sec
 
 
@@ -177,7 +180,7 @@ def _perf_fields(path: Path, sec: dict[str, Any], prefix: str, needed: bool) -> 
 
 
 def _nested(path: Path, data: dict[str, Any]) -> ByteMLPerfWorkload:
-    _unknown(path, "top level", data, _NESTED_TOP, " (today's ByteMLPerf layout nests perf and accuracy fields in "
+    refuse_unknown(path, "top level", data, _NESTED_TOP, " (today's ByteMLPerf layout nests perf and accuracy fields in "
              "perf_config / accuracy_config)")  # fmt: skip
     test_accuracy = _bool(path, "test_accuracy", data, "test_accuracy", False)
     test_perf = _bool(path, "test_perf", data, "test_perf", False)
@@ -200,7 +203,7 @@ def _nested(path: Path, data: dict[str, Any]) -> ByteMLPerfWorkload:
 
 
 def _flat(path: Path, data: dict[str, Any]) -> ByteMLPerfWorkload:
-    _unknown(path, "top level", data, _FLAT)
+    refuse_unknown(path, "top level", data, _FLAT)
     test_perf = _bool(path, "test_perf", data, "test_perf", True)
     test_accuracy = _bool(path, "test_accuracy", data, "test_accuracy", False)
     min_tp = _int(path, "min_tp_size", data["min_tp_size"]) if "min_tp_size" in data else None

@@ -20,7 +20,13 @@ from typing import Any
 
 from lmmbench.config.limits import check_limit
 from lmmbench.config.loaders import load_config_file
-from lmmbench.config.perf.bytemlperf import ByteMLPerfWorkload, is_bytemlperf_workload, parse_bytemlperf, read_json_file
+from lmmbench.config.perf.bytemlperf import (
+    ByteMLPerfWorkload,
+    is_bytemlperf_workload,
+    parse_bytemlperf,
+    read_json_file,
+    refuse_unknown,
+)
 from lmmbench.config.perf.options import PerfConfig
 from lmmbench.core.errors import UserError
 
@@ -141,9 +147,7 @@ def load_workload(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
         raise UserError(f"{path}: 'points' must be a list of mappings")
     check_limit("sweep_points", len(points), f"{path}: points")
-    fields = set(PerfConfig.model_fields)
+    fields = [*PerfConfig.model_fields]
     for where, mapping in [("top level", data)] + [(f"points[{i}]", p) for i, p in enumerate(points)]:
-        unknown = set(mapping) - fields
-        if unknown:
-            raise UserError(f"{path}: {where}: unknown field(s) {sorted(unknown)}")
+        refuse_unknown(path, where, mapping, fields, list_known=False)
     return data, points
