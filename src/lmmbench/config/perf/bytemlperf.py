@@ -180,7 +180,8 @@ def _perf_fields(path: Path, sec: dict[str, Any], prefix: str, needed: bool) -> 
 
 
 def _nested(path: Path, data: dict[str, Any]) -> ByteMLPerfWorkload:
-    refuse_unknown(path, "top level", data, _NESTED_TOP, " (today's ByteMLPerf layout nests perf and accuracy fields in "
+    refuse_unknown(path, "top level", data, _NESTED_TOP, " (today's ByteMLPerf layout nests perf and accuracy "
+             "fields in "
              "perf_config / accuracy_config)")  # fmt: skip
     test_accuracy = _bool(path, "test_accuracy", data, "test_accuracy", False)
     test_perf = _bool(path, "test_perf", data, "test_perf", False)
