@@ -5,7 +5,6 @@ perf (``core.children``); it is stopped as a group: SIGTERM, SIGKILL after the `
 
 from __future__ import annotations
 
-import shlex
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from lmmbench.config.limits import limit_value
 from lmmbench.config.perf.options import PerfConfig
 from lmmbench.core.children import start_group, stop_groups
 from lmmbench.core.errors import UserError
+from lmmbench.core.placeholders import Fields, fill_argv
 from lmmbench.loadgen.api import LoadResult, ModelNotServed, Preflight, preflight
 from lmmbench.sessions.perf.points import point_config
 from lmmbench.sessions.perf.resume import Previous
@@ -26,9 +26,17 @@ __all__ = ["fill_server_cmd", "server_groups", "start_server", "stop_server", "s
 
 
 def fill_server_cmd(cmd: str, tp: Any, batch: Any, port: int) -> list[str]:
-    """The argv of ``--server-cmd`` with its ``{tp}``, ``{batch}`` and ``{port}`` filled in (the one place a
-    perf server command is filled)."""
-    return shlex.split(cmd.format(tp=tp, batch=batch, port=port))
+    """The argv of ``--server-cmd`` with its ``{tp}``, ``{batch}`` and ``{port}`` filled in through the one
+    placeholder formatter (``core.placeholders``: each value one whole argument, JSON braces left alone, an
+    unknown or unavailable field refused naming the fields there are)."""
+    values = {"port": str(port)}
+    missing = {}
+    for key, value in (("tp", tp), ("batch", batch)):
+        if value is None:
+            missing[key] = f"these load points have no {key} (a ByteMLPerf workload's tp_sizes / batch_sizes give it)"
+        else:
+            values[key] = str(value)
+    return fill_argv(cmd, Fields("--server-cmd", values, unavailable=missing))
 
 
 def start_server(cmd: str, tp: Any, batch: Any, url: str) -> subprocess.Popen[bytes]:
