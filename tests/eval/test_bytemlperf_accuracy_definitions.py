@@ -77,6 +77,8 @@ def test_prompts_follow_bytemlperfs_template(tmp_path: object) -> None:
     from pathlib import Path
 
     csv = Path(str(tmp_path)) / "q.csv"
-    csv.write_text("id,question,A,B,C,D\n0,最早向中国介绍西方进化论的是____,严复,梁启超,康有为,谭嗣同\n", encoding="utf-8")
+    row = "0,最早向中国介绍西方进化论的是____,严复,梁启超,康有为,谭嗣同"  # merged_52_test.csv's first row
+    csv.write_text(f"id,question,A,B,C,D\n{row}\n", encoding="utf-8")
     # bench.py format_question: question, then "\n{choice}. {text}" for A..D, then "\n答案："
-    assert load_prompts(str(csv), 52) == ["最早向中国介绍西方进化论的是____\nA. 严复\nB. 梁启超\nC. 康有为\nD. 谭嗣同\n答案："]
+    want = "最早向中国介绍西方进化论的是____\nA. 严复\nB. 梁启超\nC. 康有为\nD. 谭嗣同\n答案："
+    assert load_prompts(str(csv), 52) == [want]
