@@ -374,3 +374,20 @@ def test_a_yaml_workload_names_only_its_unknown_key(tmp_path: Path, capsys: pyte
     line = _one_line(capsys.readouterr().err)
     assert "points[0]: unknown field(s) 'input_token' (did you mean 'input_tokens'?)" in line
     assert "output_tokens'" not in line.split("did you mean")[0] and "'model'" not in line
+
+
+def test_an_endpoint_without_logprobs_fails_the_accuracy_step_before_any_load(
+    tmp_path: Path, reference: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset, dump = reference
+    wl = _nested(tmp_path, test_accuracy=True, model="tiny-llm", dataset=str(dataset), perf_time=5.0)
+    with running_testserver(TestServerConfig(port=free_loopback_port(), model="tiny-llm", ttft_ms=1,
+                                             itl_ms=1)) as url:  # fmt: skip
+        assert main(["perf", "--url", url, "--workload", str(wl), "--reference", str(dump), "--no-plots",
+                     "--out-dir", str(tmp_path / "o")]) == 2  # fmt: skip
+        sent = server_received(url)
+    assert "no log-probabilities" in _one_line(capsys.readouterr().err)
+    # the pre-flight probe (chat), then the accuracy step's first completion with logprobs, and nothing after it:
+    # the perf point (chat requests for 5 s) never started
+    chat = [r for r in sent if r["path"].endswith("/chat/completions")]
+    assert len(chat) == 1 and sent[-1]["path"].endswith("/v1/completions") and sent[-1]["body"]["logprobs"]
