@@ -98,7 +98,8 @@ def test_todays_workload_files_load_as_the_launcher_reads_them() -> None:
         assert all(p["output_tokens"] == 200 and p["ignore_eos"] and p["duration_s"] == 100.0 for p in points)
 
 
-def test_a_bare_name_is_found_as_the_launcher_finds_its_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bare_name_is_found_as_the_launcher_finds_its_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     monkeypatch.chdir(FIXTURE)  # ByteMLPerf's checkout: byte_infer_perf/llm_perf/workloads under it
     found = find_workload(Path("llama3-torch-bf16-70b"))
     assert found.resolve() == (WORKLOADS / "llama3-torch-bf16-70b.json").resolve()
@@ -111,6 +112,14 @@ def test_a_bare_name_is_found_as_the_launcher_finds_its_task(tmp_path: Path, mon
     assert find_workload(Path("falcon-torch-bf16-180b"), own) == own / "falcon-torch-bf16-180b.json"
     with pytest.raises(UserError, match=r"no file nope\.json in .*mine"):
         find_workload(Path("nope"), own)
+    # through the command line: --workloads-dir is where the name is looked up, before anything is asked
+    code = main(["perf", "--workload", "falcon-torch-bf16-180b", "--workloads-dir", str(own), "--url",
+                 "http://127.0.0.1:9", "--server-per-tp", "--out-dir", str(tmp_path / "o")])  # fmt: skip
+    assert code == 2  # found in own/ (a ByteMLPerf workload), then --server-per-tp without --server-cmd refused
+    assert "--server-per-tp: only with --server-cmd" in capsys.readouterr().err
+    assert main(["perf", "--workload", "nope", "--workloads-dir", str(own), "--url", "http://127.0.0.1:9",
+                 "--out-dir", str(tmp_path / "o")]) == 2  # fmt: skip
+    assert "no file nope.json in " + str(own) in capsys.readouterr().err
     # the dataset resolves against the ByteMLPerf root the file sits under; ByteMLPerf's version from ../VERSION
     wl = bytemlperf_workload(WORKLOADS / "chatglm2-torch-fp16-6b.json")
     assert wl is not None and bytemlperf_root(wl.path) == (FIXTURE / "byte_infer_perf").resolve()
