@@ -10,7 +10,6 @@ not hidden. The other commands' options are counted under ``not_yet_covered`` (t
 
 from __future__ import annotations
 
-import ast
 import os
 import subprocess
 import sys
@@ -61,19 +60,10 @@ def _argparse_keys(parser: Any) -> list[str]:
 
 
 def _bytemlperf_keys() -> list[str]:
-    """The keys ``config.perf.workload_file`` reads from a ByteMLPerf workload (its ``data.get("k")`` /
-    ``_int_list`` / ``_flag`` / ``_positive(path, data, "k", ...)`` constants and the detection set)."""
-    import lmmbench.config.perf.workload_file as wf
+    """The fields ``config.perf.bytemlperf`` reads from a ByteMLPerf workload, in either layout."""
+    from lmmbench.config.perf.bytemlperf import WORKLOAD_FIELDS
 
-    tree = ast.parse(Path(wf.__file__).read_text())
-    keys = set(wf._BYTEMLPERF_KEYS)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and node.args:
-            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
-            key = next((a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)), None)
-            if name in ("get", "_int_list", "_flag", "_positive") and key is not None:
-                keys.add(key)
-    return sorted(keys)
+    return sorted(WORKLOAD_FIELDS)
 
 
 def options() -> dict[str, list[str]]:

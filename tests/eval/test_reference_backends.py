@@ -76,12 +76,13 @@ def _compare(args: list[str], out: Path) -> dict[str, Any]:
     return report
 
 
-def test_dump_counts_are_said_and_generation_is_for_the_token_diff_prompts(reference: Path) -> None:
+def test_dump_counts_are_said_and_every_prompt_generates(reference: Path) -> None:
     meta = json.loads((reference / "reference.json").read_text())
     assert meta["counts"] == {"available": 6, "logits_diff": 6, "token_diff": 4}  # fewer than 52 / 16 exist: all
-    assert [len(p["generated_ids"]) for p in meta["prompts"]] == [5, 5, 5, 5, 1, 1]
+    # every prompt generates: ByteMLPerf's PPL averages over each prompt's generated steps
+    assert [len(p["generated_ids"]) for p in meta["prompts"]] == [5, 5, 5, 5, 5, 5]
     assert all(len(step) == 5 for p in meta["prompts"] for step in p["top_logprobs"])  # --top-k 5
-    assert meta["prompts"][0]["prompt"] == "what is 0 plus 0\nA. 0\nB. 0"  # ByteMLPerf's question + options
+    assert meta["prompts"][0]["prompt"] == "what is 0 plus 0\nA. 0\nB. 0\n答案："  # ByteMLPerf's template
 
 
 def test_engine_offset_gives_exactly_the_injected_logits_diff(reference: Path, tmp_path: Path) -> None:
@@ -89,9 +90,9 @@ def test_engine_offset_gives_exactly_the_injected_logits_diff(reference: Path, t
                     "--threads", "1"], tmp_path)["Accuracy"]  # fmt: skip
     ld, td = acc["Logits Diff"], acc["Token Diff"]
     # x + 0.25 in float32 is off by at most an ULP of |x| (tiny-llm's logits are below 64: 4e-6)
-    assert ld["Max Difference"] == pytest.approx(SHIFT, abs=1e-5) and ld["Mean Absolute(MAE)"] == pytest.approx(
+    assert ld["Max Difference"] == pytest.approx(SHIFT, abs=1e-5) and ld["Mean Absolute Error"] == pytest.approx(
         SHIFT, abs=1e-5)  # fmt: skip
-    assert ld["Mean Squared(MSE)"] == pytest.approx(SHIFT**2, abs=1e-5) and ld["Cosine Similarity"] < 1.0
+    assert ld["Mean Squared Error"] == pytest.approx(SHIFT**2, abs=1e-5) and ld["Cosine Similarity"] < 1.0
     assert ld["Prompt Num"] == 6 and td["Prompt Num"] == 4
     assert td["Max Difference"] == pytest.approx(SHIFT, abs=1e-5) and td["First Divergence"] == []  # argmax kept
     assert td["Steps Compared"] == 4 * 5
@@ -107,7 +108,7 @@ def test_engine_divergence_is_reported_at_its_step(reference: Path, tmp_path: Pa
     td = acc["Token Diff"]
     assert [(d["prompt"], d["step"]) for d in td["First Divergence"]] == [(i, DIVERGE_STEP) for i in range(4)]
     assert all(d["generated"] != d["reference"] for d in td["First Divergence"])
-    assert td["Steps Compared"] == 4 * (DIVERGE_STEP + 1)  # steps 0..2, then no position corresponds
+    assert td["Steps Compared"] == 4 * 5  # ByteMLPerf compares every step, after the divergence too
     assert acc["Logits Diff"]["Max Difference"] == 0.0  # the prefill is untouched
     assert td["Max Difference"] > 50  # the boosted runner-up's logit
 
@@ -120,8 +121,18 @@ def test_url_logprob_diff_reports_the_server_s_injected_shift_and_divergence(ref
         sent = server_received(url)
     acc = report["Accuracy"]
     assert acc["Logits Diff"] is None and acc["Token Diff"] is None  # no logits over HTTP
-    # the server's scoring of each prompt, every token log-prob shifted by 0.125: PPL x exp(-0.125)
-    assert acc["PPL"] == pytest.approx([p * math.exp(-0.125) for p in acc["Reference PPL"]], rel=1e-9)
+    # ByteMLPerf's PPL from the server's numbers: its prompt scoring (every log-prob shifted by 0.125) and its
+    # generated tokens' log-probs (the best token's, shifted, then the runner-up's from step DIVERGE_STEP on);
+    # step g scores the prompt's tokens 1.. and the first g generated ones, exp of the mean, averaged over g
+    meta = json.loads((reference / "reference.json").read_text())
+    for got, rec in zip(acc["PPL"], meta["prompts"], strict=True):
+        lps = [x + 0.125 for x in rec["prompt_logprobs"]]
+        gen = [top[1 if s >= DIVERGE_STEP else 0][1] + 0.125 for s, top in enumerate(rec["top_logprobs"])]
+        steps = [math.exp(-(sum(lps) + sum(gen[:g])) / (len(lps) + g)) for g in range(len(gen))]
+        assert got == pytest.approx(sum(steps) / len(steps), rel=1e-9)
+    assert acc["null_reason"]["Logits Diff"].startswith("a server returns top-k log-probabilities")
+    assert acc["topk_logprob_max_diff"] == pytest.approx(0.125)  # lmmbench's, under its own name
+    assert acc["topk_logprob_cosine"] is not None and acc["topk_logprob_cosine"] < 1.0
     lp = acc["logprob_diff"]
     assert lp["k"] == 5
     assert lp["first_step"]["prompts"] == 6 and lp["first_step"]["values_compared"] == 6 * 5
@@ -133,7 +144,7 @@ def test_url_logprob_diff_reports_the_server_s_injected_shift_and_divergence(ref
     assert report["Backend"] == url
     bodies = [r["body"] for r in sent if not r["body"].get("echo")]
     assert len(bodies) == 6 and all(b["logprobs"] == 5 and b["temperature"] == 0 for b in bodies)
-    assert [b["max_tokens"] for b in bodies] == [5, 5, 5, 5, 1, 1]
+    assert [b["max_tokens"] for b in bodies] == [5, 5, 5, 5, 5, 5]
     assert sum(1 for r in sent if r["body"].get("echo")) == 6  # one scoring request per prompt
 
 

@@ -82,6 +82,11 @@ INPUT_KINDS: dict[str, list[str]] = {
     "--answers": ["tests/perf/test_perf_tasks.py::test_score_reports_the_accuracy_drop_under_load_and_mcnemar_"
                   "flags_it"],
     "--tp-label-only": ["not a path: a switch (its help names --url); tests/perf/test_bytemlperf_workload.py"],
+    "--workloads-dir": ["tests/perf/test_bytemlperf_launcher.py::test_a_bare_name_is_found_as_the_launcher_finds_its_"
+                        "task"],
+    "--server-per-tp": ["not a path: a switch (its help names ByteMLPerf's workloads); "
+                        "tests/perf/test_bytemlperf_launcher.py"],
+    "--hardware-type": ["not a path: report.json's Backend label, as ByteMLPerf's --hardware_type"],
     "--api-key": ["not a path: the bearer token of --url, masked in every file (tests/reliability/test_lifecycle.py)"],
     "--backend-name": ["not a path: a label for report.json's Backend field (its help names the URL)"],
     "--logprobs-reference": ["tests/eval/test_reference_backends.py::test_url_logprob_diff_reports_the_server_s_"

@@ -189,8 +189,27 @@ class BatchEngine:
         for s in states:
             self._emit(s, self._finish(s, "error", f"{type(exc).__name__}: {exc}"))
 
+    def _record_logprobs(self, states: list[RequestState], logits: Any, tokens: list[int]) -> None:
+        """Each asking request's chosen token's log-probability and its top ones (of the raw logits)."""
+        import torch
+
+        from lmmbench.engines.requests import TokenLogprob
+
+        decode = self.engine.tokenizer.decode
+        for i, (state, token) in enumerate(zip(states, tokens, strict=True)):
+            k = state.sampling.logprobs
+            if k is None:
+                continue
+            lp = torch.log_softmax(logits[i].float(), dim=-1)
+            top = lp.topk(k) if k > 0 else None
+            pairs = [] if top is None else list(zip(top.indices.tolist(), top.values.tolist(), strict=True))
+            state.logprobs.append(TokenLogprob(token, decode([token]), float(lp[token]),
+                                               [(int(t), decode([int(t)]), float(v)) for t, v in pairs]))  # fmt: skip
+
     def _advance(self, states: list[RequestState], logits: Any) -> None:
         tokens = self.sampler.sample(states, logits)
+        if any(s.sampling.logprobs is not None for s in states):
+            self._record_logprobs(states, logits, tokens)
         t_ns = now_ns()
         done = []
         for state, token in zip(states, tokens, strict=True):

@@ -23,6 +23,7 @@ __all__ = [
     "RequestMetrics",
     "RequestState",
     "SamplingParams",
+    "TokenLogprob",
 ]
 
 FinishReason = Literal["stop", "length", "abort", "error"]
@@ -49,6 +50,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     min_tokens: int = 0
+    logprobs: int | None = None  # return each chosen token's log-probability and this many top ones (0: none)
 
     @property
     def greedy(self) -> bool:
@@ -69,6 +71,8 @@ class SamplingParams:
             raise ValueError("min_tokens must be between 0 and max_tokens")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop strings must be non-empty strings")
+        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
+            raise ValueError("logprobs must be between 0 and 20")
 
 
 @dataclass
@@ -153,6 +157,18 @@ class GenerationOutput:
     finish_reason: FinishReason
     metrics: RequestMetrics
     error: str | None = None
+    logprobs: list[TokenLogprob] | None = None  # per generated token, when the request asked for them
+
+
+@dataclass
+class TokenLogprob:
+    """One generated token's log-probability (of the model's distribution, before sampling's temperature or
+    filters, as vLLM reports by default) and the ``top`` most likely tokens at its step: (id, text, log-prob)."""
+
+    token_id: int
+    text: str
+    logprob: float
+    top: list[tuple[int, str, float]]
 
 
 @dataclass
@@ -190,6 +206,7 @@ class RequestState:
     error: str | None = None
     process_peak_memory_bytes: int | None = None  # None until a reading is taken during one of its forwards
     sampler_state: Any = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # filled when ``sampling.logprobs`` is set
 
     @property
     def request_id(self) -> str:
@@ -234,4 +251,5 @@ class RequestState:
             finish_reason=self.finish_reason or "abort",
             metrics=self.metrics(),
             error=self.error,
+            logprobs=list(self.logprobs) if self.sampling.logprobs is not None else None,
         )

@@ -15,6 +15,7 @@ from lmmbench.core.runs.summaries import perf_headline
 from lmmbench.loadgen.api import LoadResult
 from lmmbench.loadgen.journal import JOURNAL_NAME
 from lmmbench.metrics.perf_metrics import PerfSummary, summarize_records
+from lmmbench.reports.bytemlperf_header import ReportHeader
 from lmmbench.reports.perf_report import RecordWriter, bytemlperf_entry, summary_row, write_json
 
 __all__ = ["PerfFiles", "point_load", "point_name", "write_summary_csv"]
@@ -52,9 +53,8 @@ class PerfFiles:
         self.env = capture_environment()
         self.extra: dict[str, Any] = {}
         self.model = model
-        self.new_tokens: tuple[int | None, int | None] | None = None  # a ByteMLPerf workload's min / max new tokens
+        self.header = ReportHeader(host_info=str(self.env["cpu"]))  # report.json's top, as ByteMLPerf's reporter
         self.accuracy: dict[str, Any] | None = None  # ByteMLPerf's Accuracy section, when the run checked it
-        self.perf_tested = True  # False for a ByteMLPerf workload of test_perf false: Performance is null
 
     def keep(self, rows: list[dict[str, Any]], perf: list[dict[str, Any]], model: str | None,
              records: dict[int, list[RequestRecord]], slo: dict[str, float]) -> None:  # fmt: skip
@@ -79,12 +79,10 @@ class PerfFiles:
         if self.rows:
             write_summary_csv(self.run_dir / "summary.csv", self.rows)
         out_tokens = [p["labels"].get("output_tokens") for p in self.perf]
-        new_tokens = self.new_tokens or (min((x for x in out_tokens if x), default=None),
-                                         max((x for x in out_tokens if x), default=None))  # fmt: skip
         write_json(self.run_dir / "report.json", {  # ByteMLPerf's keys in its order, then lmmbench's
-            "Model": self.model, "Backend": "openai-http", "Host Info": self.env["cpu"],
-            "Min New Tokens": new_tokens[0], "Max New Tokens": new_tokens[1], "Accuracy": self.accuracy,
-            "Performance": self.perf if self.perf_tested else None, "schema_version": 1, **self.extra,
+            **self.header.fields(self.model, out_tokens), "Accuracy": self.accuracy,
+            "Performance": self.perf if self.header.perf_tested else None, "schema_version": 1,
+            "lmmbench": self.header.lmmbench(self.model), **self.extra,
         })  # fmt: skip
 
     def close(self) -> None:

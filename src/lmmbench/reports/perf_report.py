@@ -78,7 +78,9 @@ def bytemlperf_entry(labels: dict[str, Any], summary: PerfSummary) -> dict[str, 
     ttft, per_token = summary.metrics["ttft_ms"], summary.metrics["per_token_latency_ms"]
     entry: dict[str, Any] = json_safe({
         "TP Size": labels.get("tp", 1),
-        "Batch Size": labels.get("batch", labels.get("concurrency")),
+        # ByteMLPerf's Batch Size is its client count: the workload's batch unless --concurrency replaced it
+        "Batch Size": labels.get("concurrency") if "concurrency" in labels.get("overridden", {})
+        else labels.get("batch", labels.get("concurrency")),
         "Input Tokens": labels.get("input_tokens"),
         "First Token Latency(AVG)": ttft.mean / 1e3,
         "Per Token Latency(AVG)": per_token.mean / 1e3,

@@ -258,6 +258,7 @@ async def _complete(request: Any, kind: str) -> Any:
         "chat" if kind == "chat" else "completion", rid, state.settings.model_name, int(time.time()),
         include_usage=bool(body.stream and opts and opts.include_usage),
         continuous_usage=bool(body.stream and opts and opts.continuous_usage_stats),
+        token_ids=body.return_tokens_as_token_ids,
     )  # fmt: skip
     if not body.stream:
         return await _answer_whole(state, request, builder, events, rid)

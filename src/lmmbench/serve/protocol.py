@@ -2,8 +2,9 @@
 
 Bodies are validated with pydantic; anything invalid becomes an ``ApiError`` with an
 OpenAI-style error object. Unknown fields are ignored (clients send extras); fields that would
-change the answer and are not supported (``n > 1``, penalties, logprobs, tools, JSON mode) are
-refused with 400 rather than silently ignored. No field is ever evaluated as code.
+change the answer and are not supported (``n > 1``, penalties, tools, JSON mode, ``echo``, logprobs with ``stream``) are
+refused with 400 rather than silently ignored. ``logprobs`` / ``top_logprobs`` are answered as vLLM answers
+them (without ``stream``). No field is ever evaluated as code.
 """
 
 from __future__ import annotations
@@ -86,12 +87,15 @@ class _SamplingBody(BaseModel):
             raise ValueError("penalties are not supported; leave them at 0")
         return v
 
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, v: bool | int | None) -> bool | int | None:
-        if v:
-            raise ValueError("logprobs are not supported")
-        return v
+    return_tokens_as_token_ids: bool = False  # vLLM's: log-prob tokens as "token_id:N"
+
+    def logprob_count(self) -> int | None:
+        """How many top log-probabilities per token (0: the chosen one's only); None when not asked."""
+        return None
+
+    def _check_logprobs(self) -> None:
+        if self.logprob_count() is not None and self.stream:
+            raise ApiError(400, "logprobs with stream are not supported; ask without stream", param="logprobs")
 
     @field_validator("stop")
     @classmethod
@@ -115,7 +119,9 @@ class _SamplingBody(BaseModel):
             stop_token_ids=list(self.stop_token_ids or []),
             ignore_eos=self.ignore_eos,
             min_tokens=self.min_tokens,
+            logprobs=self.logprob_count(),
         )
+        self._check_logprobs()
         try:
             params.validate()
         except ValueError as exc:
@@ -130,6 +136,16 @@ class ChatCompletionBody(_SamplingBody):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     tools: list[Any] | None = None
     response_format: dict[str, Any] | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+
+    def logprob_count(self) -> int | None:
+        """Chat: ``logprobs: true`` asks for them, ``top_logprobs`` how many top ones."""
+        if self.logprobs is not None and not isinstance(self.logprobs, bool):
+            raise ApiError(400, "logprobs: a boolean for chat completions (top_logprobs gives the count)",
+                           param="logprobs")  # fmt: skip
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @field_validator("messages")
     @classmethod
@@ -173,6 +189,14 @@ class CompletionBody(_SamplingBody):
     prompt: str | list[int] | list[str] | list[list[int]]
     echo: Literal[False] = False
     suffix: None = None
+
+    def logprob_count(self) -> int | None:
+        """Completions: ``logprobs: N`` (0..20) top log-probabilities per token."""
+        if self.logprobs is None or self.logprobs is False:
+            return None
+        if isinstance(self.logprobs, bool) or not 0 <= self.logprobs <= 20:
+            raise ApiError(400, "logprobs: an integer from 0 to 20 for completions", param="logprobs")
+        return int(self.logprobs)
 
     def to_request(self, request_id: str, arrival_ns: int, default_max_tokens: int) -> GenerationRequest:
         """The engine request of this body."""

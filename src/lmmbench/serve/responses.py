@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lmmbench.engines.requests import GenerationOutput
+from lmmbench.engines.requests import GenerationOutput, TokenLogprob
 
 __all__ = ["ResponseBuilder", "sse", "usage_of"]
 
@@ -38,6 +38,39 @@ def _finish_reason(output: GenerationOutput) -> str:
     return "length" if output.finish_reason == "length" else "stop"
 
 
+def _name(token_id: int, text: str, token_ids: bool) -> str:
+    return f"token_id:{token_id}" if token_ids else text
+
+
+def completion_logprobs(lps: list[TokenLogprob] | None, token_ids: bool = False) -> dict[str, Any] | None:
+    """``choices[i].logprobs`` of a text completion as vLLM writes it: tokens, token_logprobs, top_logprobs (one
+    ``{token: log-prob}`` per step, the chosen token included) and text_offset."""
+    if lps is None:
+        return None
+    offsets, at = [], 0
+    for t in lps:
+        offsets.append(at)
+        at += len(t.text)
+    tops = [{_name(i, x, token_ids): v for i, x, v in t.top} | {_name(t.token_id, t.text, token_ids): t.logprob}
+            for t in lps]  # fmt: skip
+    return {"tokens": [_name(t.token_id, t.text, token_ids) for t in lps], "token_logprobs": [t.logprob for t in lps],
+            "top_logprobs": tops, "text_offset": offsets}  # fmt: skip
+
+
+def chat_logprobs(lps: list[TokenLogprob] | None, token_ids: bool = False) -> dict[str, Any] | None:
+    """``choices[i].logprobs`` of a chat completion as OpenAI and vLLM write it: ``content``, one entry per token
+    with ``token``, ``logprob``, ``bytes`` and ``top_logprobs``."""
+    if lps is None:
+        return None
+
+    def entry(i: int, text: str, lp: float) -> dict[str, Any]:
+        name = _name(i, text, token_ids)
+        return {"token": name, "logprob": lp, "bytes": list(name.encode("utf-8"))}
+
+    return {"content": [{**entry(t.token_id, t.text, t.logprob), "top_logprobs": [entry(*e) for e in t.top]}
+                        for t in lps]}  # fmt: skip
+
+
 @dataclass
 class ResponseBuilder:
     """Builds the bodies of one request's response."""
@@ -48,6 +81,7 @@ class ResponseBuilder:
     created: int
     include_usage: bool = False
     continuous_usage: bool = False
+    token_ids: bool = False  # vLLM's return_tokens_as_token_ids: log-prob tokens as "token_id:N"
     _content_parts: tuple[str, str, str] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -118,17 +152,18 @@ class ResponseBuilder:
 
     def full(self, output: GenerationOutput) -> dict[str, Any]:
         """The non-streaming response body."""
-        m = output.metrics
+        m, token_ids = output.metrics, self.token_ids
         if self.kind == "chat":
             choice: dict[str, Any] = {
                 "index": 0,
                 "message": {"role": "assistant", "content": output.text},
-                "logprobs": None,
+                "logprobs": chat_logprobs(output.logprobs, token_ids),
                 "finish_reason": _finish_reason(output),
             }
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": output.text, "logprobs": None, "finish_reason": _finish_reason(output)}
+            choice = {"index": 0, "text": output.text, "logprobs": completion_logprobs(output.logprobs, token_ids),
+                      "finish_reason": _finish_reason(output)}
             obj = "text_completion"
         return {
             "id": self.request_id,

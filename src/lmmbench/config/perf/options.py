@@ -29,9 +29,9 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions, HubData
     model_config = ConfigDict(extra="forbid")
     CLI_ALIASES = {**VllmBenchFlags.CLI_ALIASES, **WorkloadShapeOptions.CLI_ALIASES}
     cli_panels: ClassVar[dict[str, tuple[str, ...]]] = {
-        "Server": ("url", "model", "endpoint", "api_key", "server_cmd"),
+        "Server": ("url", "model", "endpoint", "api_key", "server_cmd", "server_per_tp", "hardware_type"),
         "Dataset": ("dataset", "dataset_path", "tokenizer", "input_tokens", "input_tokens_stddev", "output_tokens",
-                    "output_tokens_stddev", "ignore_eos", "extra_body", "system_prompt", "workload"),
+                    "output_tokens_stddev", "ignore_eos", "extra_body", "system_prompt", "workload", "workloads_dir"),
         "Load": ("num_requests", "duration_s", "concurrency", "rate", "arrival", "burstiness", "rates",
                  "concurrencies", "warmup_requests", "workers", "timeout_s", "seed", "spin_us", "loop",
                  "continuous_usage"),
@@ -99,13 +99,26 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions, HubData
     search_iterations: int = Field(7, ge=1, le=30, description="Probes after the bracket (bisection steps).")
     # workloads and output
     workload: Path | None = Field(None, description="Workload YAML, or a ByteMLPerf workload JSON.")
+    workloads_dir: Path | None = Field(
+        None, description="Where a bare --workload NAME is found as NAME.json (default: ./workloads, then "
+        "ByteMLPerf's llm_perf/workloads under the working directory)."
+    )
     server_cmd: str | None = Field(
-        None, description="Command that starts the server, with {tp}/{batch}/{port}; run per tp size; {batch}: the "
-        "largest batch size (concurrency) of that tp size's points."
+        None, description="Command that starts the server, with {tp}/{batch}/{port}. A ByteMLPerf workload: a fresh "
+        "server for the accuracy run and for every point, {batch} that point's batch (as ByteMLPerf's launcher); "
+        "otherwise one per tp size, {batch} the largest batch (concurrency) of its points."
+    )
+    server_per_tp: bool = Field(
+        False, description="A ByteMLPerf workload: one server per tp size, {batch} its largest batch, instead of a "
+        "fresh one per point (a speed-up, recorded in report.json and run.json)."
+    )
+    hardware_type: str | None = Field(
+        None, max_length=100, description="report.json's Backend, as ByteMLPerf's --hardware_type (default: GPU "
+        "when this machine has an NVIDIA GPU, else CPU; recorded as detected)."
     )
     reference: Path | None = Field(
         None, description="A `lmmbench reference dump` folder (made from the workload's dataset): a ByteMLPerf "
-        "workload's test_accuracy checks the server against it (logprob_diff, at tp 1 / batch 1)."
+        "workload's test_accuracy checks the server against it first (at min_tp_size, batch 1)."
     )
     tp_label_only: bool = Field(
         False, description="Measure the one server at --url under each of a workload's several tp sizes, the tp a "

@@ -30,9 +30,13 @@ def _completions_url(url: str) -> str:
     return (base if base.endswith("/v1") else base + "/v1") + "/completions"
 
 
+Completion = tuple[list[str], list[dict[str, float]], list[float | None]]
+
+
 def completion_logprobs(url: str, model: str, ids: list[int], steps: int, k: int, api_key: str | None = None,
-                        timeout_s: float = 120.0) -> tuple[list[str], list[dict[str, float]]]:  # fmt: skip
-    """(tokens, top log-probs per step) of a greedy ``/v1/completions`` of ``steps`` tokens after ``ids``."""
+                        timeout_s: float = 120.0) -> Completion:  # fmt: skip
+    """(tokens, top log-probs per step, each generated token's log-prob) of a greedy ``/v1/completions`` of
+    ``steps`` tokens after ``ids``."""
     body = {"model": model, "prompt": ids, "max_tokens": steps, "temperature": 0, "logprobs": k, "stream": False,
             "ignore_eos": True, "return_tokens_as_token_ids": True}  # fmt: skip
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
@@ -48,10 +52,11 @@ def completion_logprobs(url: str, model: str, ids: list[int], steps: int, k: int
     try:
         lp = answer["choices"][0]["logprobs"]
         tokens, tops = [str(t) for t in lp["tokens"]], [dict(t or {}) for t in lp["top_logprobs"]]
+        chosen = [None if x is None else float(x) for x in lp.get("token_logprobs") or [None] * len(tokens)]
     except (KeyError, IndexError, TypeError):
         raise UserError(f"{url}: the server returned no log-probabilities (choices[0].logprobs); logprob_diff "
                         "needs a server that returns them (vLLM, SGLang)") from None  # fmt: skip
-    return tokens, tops
+    return tokens, tops, chosen
 
 
 def _post(url: str, body: dict[str, Any], api_key: str | None, timeout_s: float) -> dict[str, Any]:
@@ -85,49 +90,49 @@ def _token_id(key: str, texts: dict[str, int]) -> int | None:
 class LogprobComparison:
     """Differences (here - reference) of the log-probabilities both sides give, first token and per step."""
 
-    first: list[float] = field(default_factory=list)
+    first_pairs: list[list[tuple[float, float]]] = field(default_factory=list)  # per prompt: (here, reference)
     steps: list[list[float]] = field(default_factory=list)  # per token-diff prompt, every compared value
     divergences: list[dict[str, Any]] = field(default_factory=list)
-    first_prompts: int = 0
-    ppls: list[float | None] | None = None  # per prompt, from the server's prompt log-probs; None: not returned
+    ppls: list[float | None] | None = None  # ByteMLPerf's PPL per prompt; None: the server scores no prompt
 
 
-def _step_diffs(server_top: dict[str, float], ref_top: list[list[Any]]) -> list[float]:
+def _step_pairs(server_top: dict[str, float], ref_top: list[list[Any]]) -> list[tuple[float, float]]:
     ref = {int(e[0]): float(e[1]) for e in ref_top}
     texts = {str(e[2]): int(e[0]) for e in ref_top if len(e) > 2}
     out = []
     for key, lp in server_top.items():
         tid = _token_id(key, texts)
         if tid is not None and tid in ref:
-            out.append(float(lp) - ref[tid])
+            out.append((float(lp), ref[tid]))
     return out
+
+
+def _ppl(prompt_lps: list[float] | None, chosen: list[float | None]) -> float | None:
+    from lmmbench.evaluation.reference.bytemlperf_metrics import prompt_ppl
+
+    if prompt_lps is None or any(x is None for x in chosen):
+        return None
+    return prompt_ppl(prompt_lps, [float(x) for x in chosen if x is not None])
 
 
 def compare_http(url: str, model: str, prompts: list[dict[str, Any]], token_prompts: int, k: int,
                  api_key: str | None = None) -> LogprobComparison:  # fmt: skip
-    """Send every reference prompt (the first ``token_prompts`` for their whole generation, the rest for one
-    token) and diff the returned top-k log-probabilities against the reference's."""
-    from lmmbench.evaluation.reference.trace import perplexity
-
+    """Send every reference prompt for the reference's generation length (greedy) and diff the returned top-k
+    log-probabilities against the reference's; ByteMLPerf's PPL from the server's prompt scoring (echo) and its
+    generated tokens' log-probabilities. A server without log-probabilities fails at the first prompt."""
     cmp = LogprobComparison()
-    first_echo = echo_logprobs(url, model, prompts[0]["prompt_ids"], api_key) if prompts else None
-    if first_echo is not None:  # the server scores prompts: perplexity through it, as ByteMLPerf's PPL
-        cmp.ppls = [perplexity(first_echo)]
-        for rec in prompts[1:]:
-            lps = echo_logprobs(url, model, rec["prompt_ids"], api_key)
-            cmp.ppls.append(perplexity(lps) if lps is not None else None)
+    echoes: list[list[float] | None] = []
     for i, rec in enumerate(prompts):
         ref_ids = [int(t) for t in rec["generated_ids"]]
-        steps = len(ref_ids) if i < token_prompts else 1
-        tokens, tops = completion_logprobs(url, model, rec["prompt_ids"], max(steps, 1), k, api_key)
+        steps = max(len(ref_ids), 1)
+        tokens, tops, chosen = completion_logprobs(url, model, rec["prompt_ids"], steps, k, api_key)
+        echoes.append(echo_logprobs(url, model, rec["prompt_ids"], api_key) if i == 0 or echoes[0] is not None
+                      else None)  # fmt: skip
+        cmp.first_pairs.append(_step_pairs(tops[0], rec["top_logprobs"][0]) if tops else [])
         diffs: list[float] = []
         for s, top in enumerate(tops[:steps]):
-            ref_top = rec["top_logprobs"][s]
-            d = _step_diffs(top, ref_top)
-            if s == 0:
-                cmp.first += d
-                cmp.first_prompts += 1
-            diffs += d
+            ref_top = rec["top_logprobs"][s] if s < len(rec["top_logprobs"]) else []
+            diffs += [h - r for h, r in _step_pairs(top, ref_top)]
             texts = {str(e[2]): int(e[0]) for e in ref_top if len(e) > 2}
             here = _token_id(tokens[s], texts) if s < len(tokens) else None
             if i < token_prompts and s < len(ref_ids) and here != ref_ids[s]:
@@ -136,4 +141,8 @@ def compare_http(url: str, model: str, prompts: list[dict[str, Any]], token_prom
                 break
         if i < token_prompts:
             cmp.steps.append(diffs)
+        cmp.ppls = cmp.ppls or []
+        cmp.ppls.append(_ppl(echoes[-1], chosen))
+    if not echoes or echoes[0] is None:
+        cmp.ppls = None
     return cmp

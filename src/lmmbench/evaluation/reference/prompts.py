@@ -2,7 +2,8 @@
 
 ByteMLPerf's dataset is a CSV of 52 prompts (``merged_52_test.csv``: ``id,question,A,B,C,D``): perplexity and
 the first-token logits diff run over all 52, the token diff over 16 of them. Here the prompts come from
-such a CSV (a ``question`` column, its options ``A``..``D`` appended when present, or a ``prompt`` column),
+such a CSV (ByteMLPerf's template: a ``question`` column, its options ``A``..``D`` appended as ``\\nA. ...`` when
+present, then ``\\n答案：``; or a ``prompt`` column as it is),
 a task (its rendered contexts), a ``.txt`` (one per line) or a ``.jsonl`` (``prompt``); the counts are 52
 and 16 when that many exist, else all, and the report says which.
 """
@@ -16,13 +17,15 @@ from pathlib import Path
 from lmmbench.core.errors import UserError
 from lmmbench.datasets.json_lines import read_json_lines
 
-__all__ = ["LOGITS_PROMPTS", "TOKEN_DIFF_PROMPTS", "load_prompts", "prompt_counts"]
+__all__ = ["ANSWER_SUFFIX", "LOGITS_PROMPTS", "TOKEN_DIFF_PROMPTS", "load_prompts", "prompt_counts"]
 
 #: ByteMLPerf's counts: perplexity and the logits diff over 52 prompts, the token diff over 16 of them.
 LOGITS_PROMPTS = 52
 TOKEN_DIFF_PROMPTS = 16
 
 _OPTIONS = ("A", "B", "C", "D")
+#: ByteMLPerf's prompt template (``llm_perf/benchmark/bench.py``, ``format_question``) ends every question so.
+ANSWER_SUFFIX = "\n答案："
 
 
 def prompt_counts(available: int, logits: int = LOGITS_PROMPTS, tokens: int = TOKEN_DIFF_PROMPTS) -> dict[str, int]:
@@ -40,7 +43,7 @@ def _csv_prompts(p: Path) -> list[str]:
         out = []
         for r in rows:
             options = [f"{k}. {r[k]}" for k in _OPTIONS if r.get(k)]
-            out.append("\n".join([r["question"] or "", *options]))
+            out.append("\n".join([r["question"] or "", *options]) + ANSWER_SUFFIX)
         return out
     if "prompt" in cols:
         return [r["prompt"] or "" for r in rows]

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["engine_section", "http_section", "summary_line", "write_run_log"]
+from lmmbench.evaluation.reference.bytemlperf_metrics import logits_diff, prompt_ppl, token_diff, topk_first_step
+
+__all__ = ["engine_section", "http_section", "record_ppl", "summary_line", "write_run_log"]
 
 COUNTS_NOTE = "ByteMLPerf's counts: 52 prompts for perplexity and the logits diff, 16 of them for the token diff, " \
               "when that many exist; else all"  # fmt: skip
@@ -40,21 +41,21 @@ def _counts(meta: dict[str, Any]) -> dict[str, Any]:
     return {**meta["counts"], "note": COUNTS_NOTE}
 
 
-def _token_diffs(meta: dict[str, Any], traces: list[Any]) -> tuple[list[list[float]], list[dict[str, Any]]]:
-    """Per token-diff prompt, each step's max-logit difference while the tokens agree; the first divergences."""
-    diffs: list[list[float]] = []
-    divergences: list[dict[str, Any]] = []
-    for i in range(int(meta["counts"]["token_diff"])):
+def _divergences(meta: dict[str, Any], traces: list[Any]) -> list[dict[str, Any]]:
+    """lmmbench's own: per token-diff prompt, the first step whose generated token differs from the reference's."""
+    out: list[dict[str, Any]] = []
+    for i in range(min(int(meta["counts"]["token_diff"]), len(traces))):
         ref, here = meta["prompts"][i], traces[i]
-        steps = []
-        for s, top in enumerate(here.max_logits[: len(ref["max_logits"])]):
-            steps.append(top - float(ref["max_logits"][s]))
-            if here.generated_ids[s] != int(ref["generated_ids"][s]):
-                divergences.append({"prompt": i, "step": s, "generated": here.generated_ids[s],
-                                    "reference": int(ref["generated_ids"][s])})  # fmt: skip
+        for s, (a, b) in enumerate(zip(here.generated_ids, ref["generated_ids"], strict=False)):
+            if a != int(b):
+                out.append({"prompt": i, "step": s, "generated": a, "reference": int(b)})
                 break
-        diffs.append(steps)
-    return diffs, divergences
+    return out
+
+
+def record_ppl(rec: dict[str, Any]) -> float | None:
+    """ByteMLPerf's PPL of a reference prompt (its prompt log-probs and its greedy steps' chosen log-probs)."""
+    return prompt_ppl([float(x) for x in rec["prompt_logprobs"]], [float(t[0][1]) for t in rec["top_logprobs"]])
 
 
 def _write_tables(out_dir: Path, token_diffs: list[list[float]], rows: list[dict[str, Any]]) -> None:
@@ -71,64 +72,79 @@ def _write_tables(out_dir: Path, token_diffs: list[list[float]], rows: list[dict
 
 
 def engine_section(out_dir: Path, meta: dict[str, Any], ref_first: Any, traces: list[Any]) -> dict[str, Any]:
-    """The Accuracy section of an in-process comparison (ByteMLPerf's keys), its histograms and CSVs."""
+    """The Accuracy section of an in-process comparison under ByteMLPerf's names and definitions
+    (``bytemlperf_metrics``), its histograms and CSVs."""
     import numpy as np
 
-    d = [t.first_logits.astype("float64") - ref_first[i].astype("float64") for i, t in enumerate(traces)]
     here = np.stack([t.first_logits.astype("float64") for t in traces])
     ref = ref_first[: len(traces)].astype("float64")
-    norm = math.sqrt(float((here * here).sum()) * float((ref * ref).sum()))
-    all_d = np.concatenate(d)
-    token_diffs, divergences = _token_diffs(meta, traces)
+    all_d = (ref - here).ravel()
+    n_token = int(meta["counts"]["token_diff"])
+    token, token_diffs = token_diff([t.max_logits for t in traces[:n_token]],
+                                    [[float(x) for x in r["max_logits"]] for r in meta["prompts"][:n_token]],
+                                    limit=n_token)  # fmt: skip
     all_t = [x for td in token_diffs for x in td]
     _histogram(all_d, out_dir / "logits_diff.png", "first-token logits diff", "diff value")
-    _histogram(all_t, out_dir / "token_diff.png", "per-token max-logit diff (while tokens agree)", "diff value")
+    _histogram(all_t, out_dir / "token_diff.png", "per-step max-logit diff", "diff value")
     (out_dir / "token_diff").mkdir(exist_ok=True)
     for i, td in enumerate(token_diffs):  # ByteMLPerf draws the token diff of each prompt
-        _histogram(td, out_dir / "token_diff" / f"prompt_{i}.png", f"prompt {i}: per-token max-logit diff",
+        _histogram(td, out_dir / "token_diff" / f"prompt_{i}.png", f"prompt {i}: per-step max-logit diff",
                    "diff value")  # fmt: skip
-    rows = [{"prompt": i, "ppl": t.ppl, "ref_ppl": meta["prompts"][i]["ppl"],
-             "first_logits_max_abs_diff": float(np.abs(d[i]).max()),
-             "token_max_abs_diff": max((abs(x) for x in token_diffs[i]), default=None) if i < len(token_diffs)
-             else None} for i, t in enumerate(traces)]  # fmt: skip
+    ppl = [prompt_ppl(t.prompt_logprobs, [float(top[0][1]) for top in t.top]) for t in traces]
+    rows = [{"prompt": i, "ppl": ppl[i], "ref_ppl": record_ppl(meta["prompts"][i]),
+             "first_logits_max_abs_diff": float(np.abs(ref[i] - here[i]).max()),
+             "token_max_abs_diff": max(token_diffs[i], default=None) if i < len(token_diffs) else None}
+            for i in range(len(traces))]  # fmt: skip
     _write_tables(out_dir, token_diffs, rows)
-    token = {"Prompt Num": len(token_diffs), "Max Difference": _stats(all_t)["max_abs_diff"],
-             "Png": str(out_dir / "token_diff.png"), "Prompt Pngs": str(out_dir / "token_diff" / "prompt_<i>.png"),
-             "Steps Compared": len(all_t), "First Divergence": divergences}
-    logits = {"Prompt Num": len(traces), "Max Difference": float(np.abs(all_d).max()),
-              "Mean Squared(MSE)": float((all_d**2).mean()), "Mean Absolute(MAE)": float(np.abs(all_d).mean()),
-              "Cosine Similarity": float((here * ref).sum()) / norm if norm > 0 else None,
-              "Png": str(out_dir / "logits_diff.png")}
+    logits = {**logits_diff(here, ref), "Png": str(out_dir / "logits_diff.png")}
     return {
-        "PPL": [t.ppl for t in traces],
-        "Reference PPL": [r["ppl"] for r in meta["prompts"]],
-        "Token Diff": token,
+        "PPL": ppl,
+        "Reference PPL": [r["ref_ppl"] for r in rows],
+        "Token Diff": {**token, "Png": str(out_dir / "token_diff.png"),
+                       "Prompt Pngs": str(out_dir / "token_diff" / "prompt_<i>.png"), "Steps Compared": len(all_t),
+                       "First Divergence": _divergences(meta, traces)},
         "Logits Diff": logits,
         "Prompt Counts": _counts(meta),
     }
 
 
+_HTTP_NULL = {
+    "Logits Diff": "a server returns top-k log-probabilities, not full-vocabulary logits: ByteMLPerf's logits diff "
+                   "needs an in-process engine (reference compare --engine); topk_logprob_max_diff and "
+                   "topk_logprob_cosine compare what the server returns",
+    "Token Diff": "ByteMLPerf's token diff compares each step's largest logit, which a server does not return; "
+                  "logprob_diff.per_step compares the top-k log-probabilities while the tokens agree",
+}  # fmt: skip
+
+
 def http_section(out_dir: Path, meta: dict[str, Any], cmp: Any) -> dict[str, Any]:
-    """The Accuracy section of a server (log-probabilities only): ``logprob_diff`` with its k, no logits diff."""
+    """The Accuracy section of a server (log-probabilities only): ByteMLPerf's PPL where the server scores prompts,
+    its logits and token diffs null with the reason, lmmbench's top-k measures under their own names."""
+    first = [h - r for p in cmp.first_pairs for h, r in p]
     steps = [x for s in cmp.steps for x in s]
-    if cmp.first or steps:
-        _histogram(cmp.first + steps, out_dir / "logprob_diff.png", f"top-{meta['top_k']} log-prob diff",
+    if first or steps:
+        _histogram(first + steps, out_dir / "logprob_diff.png", f"top-{meta['top_k']} log-prob diff",
                    "diff value")  # fmt: skip
+    topk = topk_first_step(cmp.first_pairs)
+    reasons = dict(_HTTP_NULL)
+    if cmp.ppls is None:
+        reasons["PPL"] = "the server does not score prompts (echo + logprobs on /v1/completions)"
     return {
-        "PPL": cmp.ppls, "Reference PPL": [r["ppl"] for r in meta["prompts"]], "Logits Diff": None,
-        "Token Diff": None,
+        "PPL": cmp.ppls, "Reference PPL": [record_ppl(r) for r in meta["prompts"]], "Logits Diff": None,
+        "Token Diff": None, "null_reason": reasons,
+        "topk_logprob_max_diff": topk["topk_logprob_max_diff"], "topk_logprob_cosine": topk["topk_logprob_cosine"],
         "logprob_diff": {
             "k": int(meta["top_k"]),
-            "first_step": {"prompts": cmp.first_prompts, "values_compared": len(cmp.first), **_stats(cmp.first)},
+            "first_step": {"prompts": topk["prompts"], "values_compared": len(first), **_stats(first)},
             "per_step": {"prompts": len(cmp.steps), "values_compared": len(steps), **_stats(steps),
                           "first_divergence": cmp.divergences},
-            "png": str(out_dir / "logprob_diff.png") if (cmp.first or steps) else None,
+            "png": str(out_dir / "logprob_diff.png") if (first or steps) else None,
         },
         "Prompt Counts": _counts(meta),
-        "note": "over HTTP a server returns log-probabilities, not logits: logprob_diff compares the top-k it "
-                "returns with the reference's; the logits diff and token diff need an in-process engine "
-                "(reference compare --engine); PPL is the server's own scoring of each prompt (echo + logprobs), "
-                "null where it returns none",
+        "note": "over HTTP: PPL is ByteMLPerf's (per prompt, averaged over the generated steps) from the server's "
+                "prompt log-probabilities (echo) and its generated tokens' log-probabilities; "
+                "topk_logprob_max_diff / topk_logprob_cosine are lmmbench's, over the first step's tokens both "
+                "top-k lists hold (cosine per prompt, averaged)",
     }
 
 
@@ -137,11 +153,12 @@ def summary_line(report: dict[str, Any]) -> str:
     acc = report["Accuracy"]
     if acc.get("Logits Diff") is not None:
         ld, td = acc["Logits Diff"], acc["Token Diff"]
-        return (f"logits max diff {ld['Max Difference']:.3g}, cosine {ld['Cosine Similarity']:.8f}; token max diff "
+        return (f"logits max diff {ld['Max Difference']:.3g}, cosine {ld['Cosine Similarity']}; token max diff "
                 f"{td['Max Difference']}; first divergences {len(td['First Divergence'])}")  # fmt: skip
     lp = acc["logprob_diff"]
-    return (f"logprob_diff (top-{lp['k']}): first token max diff {lp['first_step']['max_abs_diff']}, per token "
-            f"max diff {lp['per_step']['max_abs_diff']}; first divergences {len(lp['per_step']['first_divergence'])}")
+    return (f"top-{lp['k']} log-probs: cosine {acc['topk_logprob_cosine']}, first token max diff "
+            f"{lp['first_step']['max_abs_diff']}, per token max diff {lp['per_step']['max_abs_diff']}; first "
+            f"divergences {len(lp['per_step']['first_divergence'])}")
 
 
 def write_run_log(cfg: Any, report: dict[str, Any], started: str) -> None:
@@ -154,7 +171,7 @@ def write_run_log(cfg: Any, report: dict[str, Any], started: str) -> None:
     if acc.get("Logits Diff") is not None:
         headline = {"logits_max_abs_diff": acc["Logits Diff"]["Max Difference"],
                     "logits_cosine": acc["Logits Diff"]["Cosine Similarity"],
-                    "logits_mse": acc["Logits Diff"]["Mean Squared(MSE)"],
+                    "logits_mse": acc["Logits Diff"]["Mean Squared Error"],
                     "token_max_abs_diff": acc["Token Diff"]["Max Difference"]}  # fmt: skip
         ok = acc["Logits Diff"]["Prompt Num"]
         how = {"engine": cfg.engine, "backend": report["Backend"], "dtype": report["Backend"].rsplit("/", 1)[-1]}

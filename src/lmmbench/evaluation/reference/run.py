@@ -1,16 +1,18 @@
-"""Reference comparison, ByteMLPerf's accuracy check: perplexity, first-token logits diff, token diff.
+"""Reference comparison, ByteMLPerf's accuracy check under its definitions (``bytemlperf_metrics``).
 
-``dump_reference`` runs the prompts (52 by default, ByteMLPerf's count) through a registered in-process engine
-at batch 1 (``reference_trace``): each prompt's first-token logits (``reference.npz``), its perplexity, and for
-the first 16 a free-running greedy generation with every step's maximum logit and top-k log-probabilities
-(``reference.json``). ``compare_reference`` checks the backend under test against it:
+``dump_reference`` runs the prompts (52 by default, ByteMLPerf's count; its CSV in its template, ending
+``\n答案：``) through a registered in-process engine at batch 1 (``trace``): each prompt's first-token logits
+(``reference.npz``), its prompt log-probabilities, and a free-running greedy generation of ``--max-new-tokens``
+steps with every step's maximum logit and top-k log-probabilities (``reference.json``). ``compare_reference``
+checks the backend under test against it:
 
-* an in-process engine (``--engine``, any registered): the same procedure; the logits diff of the first token
-  (max difference, MSE, MAE, cosine similarity, histogram), the token diff (each step's maximum logit against
-  the reference's at the same position while the generated tokens agree; the first diverging token reported),
-  perplexity per prompt;
-* an OpenAI-compatible endpoint (``--url``): ``logprob_diff`` of the top-k log-probabilities the server returns
-  (``reference_http``); a server gives no logits, so there is no logits diff and no token diff over HTTP.
+* an in-process engine (``--engine``, any registered): ByteMLPerf's ``PPL`` (per prompt, averaged over its
+  generated steps), ``Logits Diff`` of the first token (max difference, mean squared / absolute error, cosine
+  similarity per prompt averaged, histogram), ``Token Diff`` (each step's maximum logit against the reference's,
+  over the first 16 prompts); lmmbench adds the first diverging token of each;
+* an OpenAI-compatible endpoint (``--url``): ByteMLPerf's PPL where the server scores prompts, and lmmbench's
+  top-k measures (``topk_logprob_max_diff``, ``topk_logprob_cosine``, ``logprob_diff``); ByteMLPerf's logits and
+  token diffs are null with the reason, since a server returns no logits (``http``).
 
 The report is ByteMLPerf's ``report.json`` with its ``Accuracy`` section; the histograms, ``token_diff.csv``
 and ``per_prompt.csv`` are written beside it, and ``run.json`` like every run.
@@ -31,7 +33,7 @@ from lmmbench.evaluation.reference.report import engine_section, http_section, s
 
 __all__ = ["compare_reference", "dump_reference", "http_accuracy", "load_prompts", "read_reference", "summary_line"]
 
-FORMAT = 2  # reference.json's layout: free-running traces with top-k log-probabilities
+FORMAT = 3  # reference.json's layout: every prompt's free-running trace with top-k log-probabilities
 
 
 def _engine(name: str, model: str, device: str, dtype: str, threads: int | None) -> Any:
@@ -67,10 +69,9 @@ def dump_reference(cfg: DumpConfig) -> Path:
     engine = _engine(cfg.engine, cfg.model, cfg.device, cfg.dtype, cfg.threads)
     records, firsts = [], []
     with torch.inference_mode():
-        for i, prompt in enumerate(prompts):
+        for prompt in prompts:
             ids = _prompt_ids(engine.tokenizer, prompt)
-            steps = cfg.max_new_tokens if i < counts["token_diff"] else 1
-            t = engine_trace(engine, ids, steps, cfg.top_k)
+            t = engine_trace(engine, ids, cfg.max_new_tokens, cfg.top_k)  # every prompt: ByteMLPerf's PPL
             firsts.append(t.first_logits)
             records.append({"prompt": prompt, "prompt_ids": ids, "ppl": t.ppl, "prompt_logprobs": t.prompt_logprobs,
                             "generated_ids": t.generated_ids,
@@ -118,13 +119,11 @@ def _compare_engine(cfg: CompareConfig, meta: dict[str, Any], ref_first: Any) ->
     if vocab is not None and ref_first.shape[1] != vocab:
         raise UserError(f"{cfg.reference}: reference vocabulary {ref_first.shape[1]} != model's {vocab}; "
                         "not the same model")  # fmt: skip
-    token_prompts = int(meta["counts"]["token_diff"])
     traces = []
     with torch.inference_mode():
-        for i, rec in enumerate(meta["prompts"]):
-            ref_ids = [int(t) for t in rec["generated_ids"]]
-            steps = len(ref_ids) if i < token_prompts else 1
-            traces.append(engine_trace(engine, rec["prompt_ids"], steps, int(meta["top_k"]), reference_ids=ref_ids))
+        for rec in meta["prompts"]:  # each generates as long as the reference did, as ByteMLPerf's backends do
+            steps = max(len(rec["generated_ids"]), 1)
+            traces.append(engine_trace(engine, rec["prompt_ids"], steps, int(meta["top_k"])))
     device = getattr(engine, "device", "?")
     dtype = str(getattr(getattr(engine, "model", None), "dtype", "?")).removeprefix("torch.")
     backend = cfg.backend_name or f"{cfg.engine}:{device}/{dtype}"

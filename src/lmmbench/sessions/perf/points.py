@@ -7,9 +7,34 @@ from typing import Any
 from lmmbench.config.limits import check_limit
 from lmmbench.config.loaders import parse_model
 from lmmbench.config.perf.options import PerfConfig
-from lmmbench.config.perf.workload_file import load_workload
+from lmmbench.config.perf.workload_file import find_workload, load_workload
+from lmmbench.core.errors import UserError
 
-__all__ = ["check_points", "point_config", "point_labels", "resolve_points"]
+__all__ = ["WORKLOAD_OVERRIDES", "check_points", "is_bytemlperf_file", "point_config", "point_labels", "resolve_points"]
+
+
+#: Options that replace a ByteMLPerf workload's per-point value (the override is written in each point's labels).
+WORKLOAD_OVERRIDES = ("duration_s", "concurrency", "input_tokens", "output_tokens")
+#: Options a ByteMLPerf workload's closed-loop batch points cannot honour.
+_NOT_WITH_BYTEMLPERF = {"rates": "--rates", "concurrencies": "--concurrencies", "rate": "--rate",
+                        "num_requests": "--num-requests"}  # fmt: skip
+
+
+def _override(points: list[dict[str, Any]], explicit: dict[str, Any]) -> list[dict[str, Any]]:
+    """A ByteMLPerf workload's points with the options of ``WORKLOAD_OVERRIDES`` given on the command line in
+    place of the workload's values; each point says what was replaced (``labels.overridden``)."""
+    out = []
+    for wp in points:
+        point, overridden = dict(wp), {}
+        for key in WORKLOAD_OVERRIDES:
+            if key in explicit and key in wp:
+                if wp[key] != explicit[key]:
+                    overridden[key] = {"workload": wp[key], "option": explicit[key]}
+                point[key] = explicit[key]
+        if overridden:
+            point["labels"] = {**wp.get("labels", {}), "overridden": overridden}
+        out.append(point)
+    return out
 
 
 def resolve_points(cfg: PerfConfig) -> tuple[PerfConfig, list[dict[str, Any]]]:
@@ -18,12 +43,28 @@ def resolve_points(cfg: PerfConfig) -> tuple[PerfConfig, list[dict[str, Any]]]:
     wpoints: list[dict[str, Any]] = [{}]
     merged: dict[str, Any] = dict(explicit)
     if cfg.workload is not None:
-        base, wpoints = load_workload(cfg.workload)
+        path = find_workload(cfg.workload, cfg.workloads_dir)
+        explicit["workload"] = path
+        base, wpoints = load_workload(path)
+        if is_bytemlperf_file(base):
+            given = [flag for key, flag in _NOT_WITH_BYTEMLPERF.items() if key in cfg.model_fields_set]
+            if given:
+                raise UserError(f"{given[0]}: a ByteMLPerf workload's points are closed-loop batches of its "
+                                "batch_sizes for perf_time seconds; drop it (or --concurrency / --duration-s, "
+                                "which replace every point's)")  # fmt: skip
+            wpoints = _override(wpoints, explicit)
         labels = {**base.get("labels", {}), **explicit.get("labels", {})}
         merged = {**base, **explicit, "labels": labels}
+    elif cfg.workloads_dir is not None:
+        raise UserError("--workloads-dir: only a bare --workload NAME is looked up there; give --workload or drop it")
     base_cfg = parse_model(PerfConfig, merged, source=f"workload {cfg.workload}" if cfg.workload else "options")
     points = [{**wp, **cp} for wp in wpoints for cp in base_cfg.load_points()]
     return base_cfg, points
+
+
+def is_bytemlperf_file(base: dict[str, Any]) -> bool:
+    """Whether ``load_workload``'s base settings came from a ByteMLPerf workload (they carry its task label)."""
+    return "workload" in base.get("labels", {})
 
 
 def point_config(base: PerfConfig, point: dict[str, Any], source: str = "load point") -> PerfConfig:

@@ -18,6 +18,7 @@ from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import RequestRecord
 from lmmbench.loadgen.journal import JOURNAL_NAME
 from lmmbench.metrics.perf_metrics import summarize_records
+from lmmbench.reports.bytemlperf_header import detect_hardware_type
 from lmmbench.reports.perf_files import write_summary_csv
 from lmmbench.reports.perf_report import bytemlperf_entry, summary_row, write_json
 
@@ -77,7 +78,7 @@ def recover_perf(run_dir: Path) -> list[Path]:
         perf.append(bytemlperf_entry(labels, summary))
     summary_path = write_summary_csv(run_dir / "summary.csv", rows)
     report = write_json(run_dir / "report.json", {
-        "schema_version": 1, "Model": (info.get("config") or {}).get("model"), "Backend": "openai-http",
+        "schema_version": 1, "Model": (info.get("config") or {}).get("model"), "Backend": detect_hardware_type(),
         "recovered": True, "recovered_requests": len(lines), "Performance": perf,
     })  # fmt: skip
     facts = {**(info.get("run") or {}), "status": "recovered", "requests_measured": len(lines)}

@@ -1,4 +1,5 @@
-"""Servers of a perf run: ``--server-cmd`` started per ``tp`` group and stopped after it, readiness waits,
+"""Servers of a perf run: ``--server-cmd`` started per group of points (one point each for a ByteMLPerf
+workload, as its launcher does; else per ``tp``) and stopped after it, readiness waits,
 and the sweep over the load points grouped that way. The server leads its own process group and dies with
 perf (``core.children``); it is stopped as a group: SIGTERM, SIGKILL after the ``stop_grace_s`` limit."""
 
@@ -24,7 +25,8 @@ from lmmbench.loadgen.api import LoadResult, ModelNotServed, Preflight, prefligh
 from lmmbench.sessions.perf.points import point_config
 from lmmbench.sessions.perf.resume import Previous
 
-__all__ = ["check_server_cmd", "server_cmd_fields", "start_server", "stop_server", "sweep", "wait_ready"]
+__all__ = ["check_server_cmd", "server_cmd_fields", "server_groups", "start_server", "stop_server", "sweep",
+           "wait_ready"]
 
 
 SERVER_CMD_FIELDS = ("port", "host", "model", "tp", "batch", "python")
@@ -52,7 +54,8 @@ def check_server_cmd(base: PerfConfig, points: list[dict[str, Any]]) -> None:
     (``{batch}`` with ``--rates``, an unknown name) and a ``--url`` port another process already listens on."""
     if base.server_cmd is None:
         return
-    for tp, items in _groups(base, points).items():
+    for items in server_groups(base, points, per_point=False):
+        tp = items[0][1].labels.get("tp")
         argv = fill_argv(base.server_cmd, server_cmd_fields(base, tp, _largest_batch(items)))
         executable = shutil.which(argv[0])
         if executable is None:
@@ -106,13 +109,16 @@ def _largest_batch(items: list[tuple[int, PerfConfig]]) -> Any:
     return max(known) if known else None
 
 
-def _groups(base: PerfConfig, points: list[dict[str, Any]]) -> dict[Any, list[tuple[int, PerfConfig]]]:
-    """The load points (index, config) grouped by the ``tp`` of the server ``--server-cmd`` starts for them."""
+def server_groups(base: PerfConfig, points: list[dict[str, Any]], per_point: bool
+                  ) -> list[list[tuple[int, PerfConfig]]]:  # fmt: skip
+    """The points each started server measures, in order: one point each (``per_point``: ByteMLPerf's launcher,
+    a fresh server per point), else grouped by ``tp`` label when ``--server-cmd`` starts servers, else one group."""
     groups: dict[Any, list[tuple[int, PerfConfig]]] = {}
     for i, point in enumerate(points):
         pcfg = point_config(base, point)
-        groups.setdefault(pcfg.labels.get("tp") if base.server_cmd else None, []).append((i, pcfg))
-    return groups
+        key = i if per_point and base.server_cmd else (pcfg.labels.get("tp") if base.server_cmd else None)
+        groups.setdefault(key, []).append((i, pcfg))
+    return list(groups.values())
 
 
 def stop_server(proc: subprocess.Popen[bytes]) -> None:
@@ -121,21 +127,24 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
 
 
 def sweep(base: PerfConfig, points: list[dict[str, Any]], done: Previous | None,
-          one: Callable[[int, PerfConfig, Preflight], LoadResult], pf: Preflight | None) -> None:  # fmt: skip
-    """Every load point in order, grouped by ``tp`` when ``--server-cmd`` starts a server per group;
-    points a resumed run already measured are skipped. An interrupted point raises KeyboardInterrupt."""
-    for tp, items in _groups(base, points).items():
+          one: Callable[[int, PerfConfig, Preflight], LoadResult], pf: Preflight | None,
+          per_point: bool = False) -> None:  # fmt: skip
+    """Every load point in order, each group of ``server_groups`` on a server of its own when ``--server-cmd``
+    starts them; points a resumed run already measured are skipped (and a group of only those starts nothing).
+    An interrupted point raises KeyboardInterrupt."""
+    for items in server_groups(base, points, per_point):
+        todo = [(i, pcfg) for i, pcfg in items if done is None or i not in done.done]
+        if not todo:
+            continue  # measured by the session this --resume continues
         proc = None
         if base.server_cmd:
-            proc = start_server(base, tp, _largest_batch(items))
+            proc = start_server(base, items[0][1].labels.get("tp"), _largest_batch(items))
         try:
             if proc is not None:
                 pf = wait_ready(base, proc)
             if pf is None:
                 raise UserError("perf: no server to send to (give --url, or --server-cmd to start one)")
-            for i, pcfg in items:
-                if done is not None and i in done.done:
-                    continue  # measured by the session this --resume continues
+            for i, pcfg in todo:
                 if one(i, pcfg, pf).interrupted:
                     raise KeyboardInterrupt
         finally:

@@ -48,7 +48,14 @@ from lmmbench.sessions.perf.run_dir import (
 from lmmbench.sessions.perf.search import run_search
 from lmmbench.sessions.perf.server import check_server_cmd, sweep, wait_ready
 from lmmbench.sessions.perf.telemetry import finish_telemetry, start_telemetry
-from lmmbench.sessions.perf.workload import check_tp_sizes, run_accuracy, workload_flags
+from lmmbench.sessions.perf.workload import (
+    WorkloadPlan,
+    check_tp_sizes,
+    configure_header,
+    run_accuracy,
+    served_model,
+    workload_plan,
+)
 
 __all__ = ["PerfRun", "run_perf"]
 
@@ -147,7 +154,7 @@ class _PerfSession:
         self.run_log = _start_run_log(base, points, run_dir, self.out)
         self.run.run_id = self.run_log.run_id
         self.telemetry = start_telemetry(base, run_dir)
-        self.check_accuracy = False  # a ByteMLPerf workload's test_accuracy: checked after the load points
+        self.plan: WorkloadPlan | None = None  # a ByteMLPerf workload's: accuracy first, a server per point
 
     def point(self, i: int, pcfg: PerfConfig, pf: Preflight) -> LoadResult:
         """Measure load point ``i``; its records, row and entry written before the next one starts."""
@@ -188,10 +195,11 @@ class _PerfSession:
                 run.search, self.out.extra["search"] = run_search(
                     base, lambda i, pcfg: self.point(i, pcfg, ready), run.results)
             else:
-                sweep(base, self.points, done, self.point, pf)
-                if self.check_accuracy:
-                    run.accuracy = self.out.accuracy = run_accuracy(base, run.run_dir)
+                if self.plan is not None and self.plan.run_accuracy:  # first, as ByteMLPerf's launcher
+                    run.accuracy = self.out.accuracy = run_accuracy(base, self.plan, run.run_dir)
                     self.out.flush()
+                per_point = self.plan is not None and not base.server_per_tp
+                sweep(base, self.points, done, self.point, pf, per_point=per_point)
         except KeyboardInterrupt:
             status = "interrupted"
             run.interrupted = True
@@ -252,14 +260,17 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None, eval_cf
 
         cfg, requests, tasks = prepare_task_run(cfg, eval_cfg)
     base, points = resolve_points(cfg)
-    flags = workload_flags(base)
+    plan = workload_plan(base)
     points = check_tp_sizes(base, points)
     check_server_cmd(base, points)
     tok = _check_before_measuring(base, points)
     run_dir = claim_run_dir(base)
     pf: Preflight | None = None
-    if base.server_cmd is None:
-        wait_for_server(base.url, base.model, base.wait_for_server, api_key=base.api_key)
+    if base.server_cmd is not None:
+        base = served_model(base, plan, None)  # a started server is checked for the workload's model
+    else:
+        info = wait_for_server(base.url, base.model, base.wait_for_server, api_key=base.api_key)
+        base = served_model(base, plan, info.models if info.listed else None)
         if points:  # the probe is a request: a workload of test_perf false sends none
             pf = preflight(base)  # fails clearly before any folder is made or load is sent
             if tasks is not None:  # an endpoint without prompt log-probs, before any folder too
@@ -273,10 +284,10 @@ def run_perf(cfg: PerfConfig, requests: list[PerfRequest] | None = None, eval_cf
         return PerfRun(run_dir, already_finished=True)
     keep_crashed_journal(run_dir)
     session = _PerfSession(base, points, run_dir, done, requests, tok, fresh)
-    if flags is not None:  # ByteMLPerf's report.json echoes the workload's
-        session.out.new_tokens = (flags.min_new_tokens, flags.max_new_tokens)
-        session.out.perf_tested = flags.test_perf
-        session.check_accuracy = flags.test_accuracy
+    configure_header(session.out.header, base, plan)
+    session.plan = plan
+    if plan is not None:  # how servers started: ByteMLPerf's launcher's way, or the --server-per-tp speed-up
+        session.run_log.run["servers"] = plan.servers
     session.tasks = tasks
     session.measure(done, pf)
     run = session.run
