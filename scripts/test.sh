@@ -16,6 +16,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WORKERS=${LMMBENCH_TEST_WORKERS:-2}
+T_START=$SECONDS
 
 pytest_pass() {  # pytest_pass NAME ARGS...: fails on any failure and on "no tests collected"
   local name=$1; shift
@@ -100,14 +101,19 @@ stop_docs() {  # a failing version leg ends the script: the docs shards' process
   done
   rm -f "${DOCS_LOGS[@]}"
 }
-trap stop_docs EXIT
+on_exit() {  # the docs shards go with a failing script; every ending prints the total
+  local rc=$?
+  stop_docs
+  echo "== total: $((SECONDS - T_START)) s (exit $rc)"
+}
+trap on_exit EXIT
 DOCS_SHARDS=(first rest)
 if [ "${SKIP_DOCS:-0}" != "1" ]; then
   set -m  # each shard in a process group of its own, so stop_docs reaches its servers too
   for shard in "${DOCS_SHARDS[@]}"; do
     log=$(mktemp)
     DOCS_LOGS+=("$log")
-    LMMBENCH_DOCS_SHARD=$shard .venv/bin/python -m pytest -q -m docs -p no:cacheprovider -rs --durations=10 \
+    LMMBENCH_DOCS_SHARD=$shard .venv/bin/python -m pytest -q -m docs -p no:cacheprovider -rs --durations=15 \
       tests/docs > "$log" 2>&1 &
     DOCS_PIDS+=($!)
   done
@@ -129,7 +135,7 @@ leg() {  # leg VENV TITLE PYTEST-ARGS...
     exit 1
   fi
   echo "== leg: $title ($(versions "$venv"))"
-  pytest_pass "$title" env PYTHONPATH=src "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+  pytest_pass "$title" env PYTHONPATH=src "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$@"
 }
 leg .venv-gpuimage "GPU image versions" tests/install "${IN_PROCESS[@]}"
 leg .venv-floor "lowest versions pyproject admits" tests/install "${IN_PROCESS[@]}"
