@@ -82,11 +82,13 @@ def gsm8k_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def lm_eval_tasks() -> Any:
-    """lm-eval's task index, built once for the module (indexing its ~13,000 task files is most of a
-    ``simple_evaluate`` call's cost); without model metadata, which gsm8k does not read."""
-    from lm_eval.tasks import TaskManager
+    """lm-eval's task index: the one lmmbench's own run builds (and caches for the process), handed to lm-eval's
+    ``simple_evaluate`` too. Indexing its ~13,000 task files is most of a call's cost (270 s at load 17 on a
+    2-core EPYC); the index only lists the files, each run still loads its tasks afresh. Without model metadata,
+    which gsm8k does not read."""
+    from lmmbench.evaluation.lmeval.catalogue import _task_manager
 
-    return TaskManager()
+    return _task_manager(())
 
 
 def _lm_eval(url: str, chat: bool, tasks: Any) -> dict[str, Any]:
