@@ -3,7 +3,8 @@
 #  1. ruff and mypy --strict;
 #  2. the tests not marked serial, on two pytest-xdist workers (tests/conftest.py says which are serial: those
 #     that time something against a ground truth);
-#  3. the serial ones, one at a time;
+#  3. the serial ones, one at a time; then the numerics ones (floats across batch sizes and kernels) again with
+#     torch's CPU kernels held to AVX2, as an AVX2-only CPU runs them (tests/conftest.py: NUMERICS_HOLDS);
 #  4. the docs leg: every bash block of README.md and docs/*.md run as pasted, in order (tests/docs), as two
 #     shards by doc file side by side; each shard's closing line counts the blocks run (passed), skipped by
 #     their marker and failed; SKIP_DOCS=1 skips it;
@@ -15,6 +16,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WORKERS=${LMMBENCH_TEST_WORKERS:-2}
+T_START=$SECONDS
 
 pytest_pass() {  # pytest_pass NAME ARGS...: fails on any failure and on "no tests collected"
   local name=$1; shift
@@ -43,6 +45,19 @@ print(", ".join(out))
 PY
 }
 
+numerics_pass() {  # the numerics tests again, one at a time (serial ones among them keep their ground truth), torch's CPU kernels held to AVX2 (tests/conftest.py: NUMERICS_HOLDS)
+  # An AVX-512 CPU otherwise never runs the kernels an AVX2-only CPU (an AMD EPYC) runs, whose float32 results differ
+  # in the last bits. Only where the CPU has AVX2: torch does not check, and a kernel the CPU lacks dies of SIGILL.
+  if ! grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+    echo "== numerics pass skipped: no AVX2 on this CPU (or no /proc/cpuinfo), nothing to hold the kernels to"
+    return 0
+  fi
+  grep -qw avx512f /proc/cpuinfo || echo "== (this CPU has no AVX-512: its kernels are AVX2's already; the pass repeats them)"
+  pytest_pass "numerics, kernels held to AVX2" env LMMBENCH_NUMERICS_HOLD=avx2 ATEN_CPU_CAPABILITY=avx2 \
+    MKL_ENABLE_INSTRUCTIONS=AVX2 .venv/bin/python -m pytest -q -m "numerics and not docs" \
+    -p no:cacheprovider --durations=15
+}
+
 .venv/bin/ruff check src tests benchmarks || exit 1
 .venv/bin/mypy src || exit 1
 if [ "$#" -gt 0 ]; then
@@ -52,6 +67,7 @@ else
   pytest_pass "parallel ($WORKERS workers)" .venv/bin/python -m pytest -q -rs -n "$WORKERS" -m "not serial and not docs" \
     -p no:cacheprovider --durations=15
   pytest_pass "serial" .venv/bin/python -m pytest -q -m "serial and not docs" -p no:cacheprovider --durations=15
+  numerics_pass
 fi
 # The docs leg runs beside the version legs (neither times anything), as two shards by doc file, each in its own
 # fresh folder and process group (tests/docs/doc_blocks.py: FIRST_SHARD_FILES): their output is kept in files and
@@ -85,14 +101,19 @@ stop_docs() {  # a failing version leg ends the script: the docs shards' process
   done
   rm -f "${DOCS_LOGS[@]}"
 }
-trap stop_docs EXIT
+on_exit() {  # the docs shards go with a failing script; every ending prints the total
+  local rc=$?
+  stop_docs
+  echo "== total: $((SECONDS - T_START)) s (exit $rc)"
+}
+trap on_exit EXIT
 DOCS_SHARDS=(first rest)
 if [ "${SKIP_DOCS:-0}" != "1" ]; then
   set -m  # each shard in a process group of its own, so stop_docs reaches its servers too
   for shard in "${DOCS_SHARDS[@]}"; do
     log=$(mktemp)
     DOCS_LOGS+=("$log")
-    LMMBENCH_DOCS_SHARD=$shard .venv/bin/python -m pytest -q -m docs -p no:cacheprovider -rs --durations=10 \
+    LMMBENCH_DOCS_SHARD=$shard .venv/bin/python -m pytest -q -m docs -p no:cacheprovider -rs --durations=15 \
       tests/docs > "$log" 2>&1 &
     DOCS_PIDS+=($!)
   done
@@ -114,7 +135,7 @@ leg() {  # leg VENV TITLE PYTEST-ARGS...
     exit 1
   fi
   echo "== leg: $title ($(versions "$venv"))"
-  pytest_pass "$title" env PYTHONPATH=src "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+  pytest_pass "$title" env PYTHONPATH=src "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$@"
 }
 leg .venv-gpuimage "GPU image versions" tests/install "${IN_PROCESS[@]}"
 leg .venv-floor "lowest versions pyproject admits" tests/install "${IN_PROCESS[@]}"

@@ -47,18 +47,59 @@ SERIAL_PATHS = (
 )  # fmt: skip
 
 
+#: Test modules that compare floats computed through different batch sizes, shapes or kernels (within
+#: ``float_tolerance.F32_SPREAD_REL`` times a stated factor), or against numbers another machine wrote: marked
+#: ``numerics``, and run again by scripts/test.sh with torch's CPU kernels held to AVX2 (``numerics_hold``).
+NUMERICS_PATHS = (
+    "eval/test_scoring.py", "eval/test_context_sharing.py", "eval/test_read_positions.py",
+    "eval/test_lmeval_tasks.py", "serve/test_serve_engine.py", "episodes/test_episodes_toy_waypoints.py",
+)  # fmt: skip
+
+#: The settings scripts/test.sh's numerics pass runs under (LMMBENCH_NUMERICS_HOLD=avx2): ATEN_CPU_CAPABILITY
+#: picks aten's own vectorised kernels (softmax, layer norm, attention, random fills), MKL_ENABLE_INSTRUCTIONS the
+#: matrix kernels MKL dispatches to on Intel CPUs. Measured with torch 2.13 on an AVX2 AMD EPYC: ATEN_CPU_CAPABILITY
+#: =default changes log_softmax / layer_norm / sdpa bits but not mm; MKL_CBWR=COMPATIBLE changes mm (MKL computes
+#: it); MKL_ENABLE_INSTRUCTIONS and ONEDNN_MAX_CPU_ISA change nothing there (MKL dispatches by vendor on AMD; oneDNN
+#: is not on float32 eager matmul). ATEN_CPU_CAPABILITY=avx512 on that CPU dies of SIGILL: torch does not check.
+NUMERICS_HOLDS = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "serial: times something against a ground truth; never beside another worker")
     config.addinivalue_line("markers", "docs: runs the documented bash blocks (scripts/test.sh's docs leg only)")
+    config.addinivalue_line(
+        "markers", "numerics: float results across batch sizes / kernels; run again with kernels held to AVX2"
+    )
+    _check_numerics_hold()
+
+
+def _check_numerics_hold() -> None:
+    """Under ``LMMBENCH_NUMERICS_HOLD`` the environment must carry that hold's settings and torch must run at that
+    capability: a pass that believed it was held to AVX2 while it was not would prove nothing."""
+    hold = os.environ.get("LMMBENCH_NUMERICS_HOLD")
+    if not hold:
+        return
+    if hold not in NUMERICS_HOLDS:
+        raise pytest.UsageError(f"LMMBENCH_NUMERICS_HOLD={hold}: known holds are {sorted(NUMERICS_HOLDS)}")
+    wrong = {k: os.environ.get(k) for k, v in NUMERICS_HOLDS[hold].items() if os.environ.get(k) != v}
+    if wrong:
+        raise pytest.UsageError(f"LMMBENCH_NUMERICS_HOLD={hold} but {wrong}: want {NUMERICS_HOLDS[hold]}")
+    import torch
+
+    got = torch.backends.cpu.get_cpu_capability()
+    if got != hold.upper():
+        raise pytest.UsageError(f"LMMBENCH_NUMERICS_HOLD={hold} but torch runs at CPU capability {got}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test of ``SERIAL_PATHS`` ``serial``."""
+    """Mark every test of ``SERIAL_PATHS`` ``serial`` and every test of ``NUMERICS_PATHS`` ``numerics``."""
     root = Path(__file__).parent
     for item in items:
         rel = Path(str(item.fspath)).relative_to(root).as_posix() if str(item.fspath).startswith(str(root)) else ""
         if any(rel == p or (p.endswith("/") and rel.startswith(p)) for p in SERIAL_PATHS):
             item.add_marker(pytest.mark.serial)
+        if rel in NUMERICS_PATHS:
+            item.add_marker(pytest.mark.numerics)
 
 
 free_port = free_loopback_port

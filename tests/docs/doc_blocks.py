@@ -47,6 +47,17 @@ class DocBlock:
         return f"{self.path}:{self.line}"
 
     @property
+    def commands(self) -> int:
+        """How many command lines the block runs: non-blank, non-comment lines, a line continued with ``\\`` once."""
+        n, continued = 0, False
+        for line in self.text.splitlines():
+            stripped = line.strip()
+            if stripped and not stripped.startswith("#") and not continued:
+                n += 1
+            continued = stripped.endswith("\\")
+        return n
+
+    @property
     def ports(self) -> list[int]:
         """The fixed local ports the block names (``127.0.0.1:8000``, ``--port 8000``, ``port: 8000``), sorted."""
         return sorted({int(next(g for g in m.groups() if g)) for m in _PORT.finditer(self.text)})

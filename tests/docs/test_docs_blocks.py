@@ -30,8 +30,17 @@ from docs.doc_blocks import (
 pytestmark = pytest.mark.docs
 
 BLOCKS = shard_blocks(os.environ.get("LMMBENCH_DOCS_SHARD"))
-#: Longest a block may take (a few blocks run short benchmarks or evaluations on the tiny models).
+#: A block's limit is never below this (a few blocks run short benchmarks or evaluations on the tiny models)...
 BLOCK_TIMEOUT_S = 420.0
+#: ... and grows with what the block does and how loaded the machine is: this many of this run's calibration
+#: (one ``lmmbench --help`` in the docs venv, timed when the folder is made: 0.7-1.5 s on a 2-core EPYC, quiet to
+#: load 12) per command line of the block. docs/shapes.md:9 (3 commands) was killed at a bare 420 s at load 3-6.
+CALIBRATIONS_PER_COMMAND = 150
+
+
+def block_limit_s(block: DocBlock, calibration_s: float) -> float:
+    """The seconds ``block`` may take, given this run's calibration (``CALIBRATIONS_PER_COMMAND``)."""
+    return max(BLOCK_TIMEOUT_S, CALIBRATIONS_PER_COMMAND * max(1, block.commands) * calibration_s)
 
 
 def _docs_venv(folder: Path) -> Path:
@@ -53,7 +62,7 @@ def _docs_venv(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def docs_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+def docs_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str], float]]:
     """The fresh folder every block runs in: its own ``.venv`` (see ``_docs_venv``) first on PATH, the repository's
     files beside it, and its own HOME and LMMBENCH_HOME (so ``~/.cache/lmmbench`` in a block is this run's)."""
     folder = tmp_path_factory.mktemp("docs")
@@ -67,7 +76,7 @@ def docs_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
     env.update(HOME=str(home), LMMBENCH_HOME=str(home / ".cache" / "lmmbench"), HF_HUB_OFFLINE="1",
                HF_DATASETS_OFFLINE="1", PATH=f"{venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}",
                PYTHONPATH=str(ROOT / "src"), PIP_DISABLE_PIP_VERSION_CHECK="1")  # fmt: skip
-    yield folder, env
+    yield folder, env, _calibrate(folder, env)
     shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -118,16 +127,37 @@ def test_a_blocks_fixed_ports_are_found_and_held_against_the_other_shard(tmp_pat
     assert waited_s > 1.0, waited_s
 
 
-@pytest.mark.timeout(BLOCK_TIMEOUT_S + 60)  # the block's own limit decides, not pytest-timeout's default
+def _calibrate(folder: Path, env: dict[str, str]) -> float:
+    """Seconds one ``lmmbench --help`` takes in the docs venv now (the best of two: the first also warms caches)."""
+    import subprocess
+    import time
+
+    best = float("inf")
+    for _ in range(2):
+        t0 = time.perf_counter_ns()
+        subprocess.run(["lmmbench", "--help"], cwd=folder, env=env, check=True, capture_output=True, timeout=300)
+        best = min(best, (time.perf_counter_ns() - t0) / 1e9)
+    return best
+
+
+def test_a_blocks_limit_grows_with_its_commands_and_the_calibration() -> None:
+    one = DocBlock("x.md", 1, "lmmbench serve --port 8000 &\n# a comment\n\n", None)
+    three = DocBlock("x.md", 1, "a \\\n  --b\nc\nd\n", None)
+    assert (one.commands, three.commands) == (1, 3)
+    assert block_limit_s(one, 0.5) == BLOCK_TIMEOUT_S  # never below the floor
+    assert block_limit_s(three, 2.0) == 3 * CALIBRATIONS_PER_COMMAND * 2.0 > block_limit_s(three, 1.0)
+
+
+@pytest.mark.timeout(0)  # the block's own limit decides (block_limit_s), not pytest-timeout's default
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.where for b in BLOCKS])
-def test_block_runs_as_pasted(block: DocBlock, docs_folder: tuple[Path, dict[str, str]]) -> None:
+def test_block_runs_as_pasted(block: DocBlock, docs_folder: tuple[Path, dict[str, str], float]) -> None:
     if block.skip_reason is not None:
         pytest.skip(f"marked in the doc: {block.skip_reason}")
-    folder, env = docs_folder
+    folder, env, calibration_s = docs_folder
     if block.save_as is not None:  # "save this as NAME": written where the reader would save it
         (folder / block.save_as).write_text(block.text, encoding="utf-8")
         return
-    run = run_block(block, folder, env, BLOCK_TIMEOUT_S)
+    run = run_block(block, folder, env, block_limit_s(block, calibration_s))
     tail = run.output[-3000:]
     assert run.returncode == 0, f"{block.where} exited {run.returncode} after {run.seconds:.0f} s:\n{tail}"
     assert not run.left_running, f"{block.where} left processes running at its end: {run.left_running}"

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from float_tolerance import f32_close, worst_f32_gap
 from lmmbench.backends.context_sharing import group_by_context
 from lmmbench.backends.scoring import InProcessScorer, LLRequest
 
@@ -51,8 +52,11 @@ def test_shared_contexts_give_the_numbers_of_whole_inputs(tiny_llm: Any, batch_s
     shared, shared_count = _score(tiny_llm, batch_size=batch_size, share_context=True, pad_batches=True)
     assert len(shared) == len(whole) == len(_requests())
     for (a, ga), (b, gb) in zip(shared, whole, strict=True):
-        assert abs(a - b) <= 1e-6 * max(1.0, abs(b))
-        assert ga == gb
+        # batch 1 whole against batches of 16 or 2 on copied caches: other kernels' blocking, so float32's
+        # spread (factor 1: the batch-size gap measured on an AVX2 EPYC is 0.07 of it)
+        assert f32_close(a, b, factor=1.0), (a, b)
+        assert ga == gb  # an argmax: flips only on a tie within the spread
+    # a request asked twice is scored once and its number copied: exact by construction
     assert shared[1] == shared[-2] and shared[9] == shared[-1]
     # the two multi-token questions run their context once: fewer tokens than every input whole
     assert shared_count.tokens < whole_count.tokens
@@ -95,4 +99,7 @@ def test_an_input_cut_to_the_context_length_is_scored_whole(tiny_llm: Any) -> No
            LLRequest("one two three four five six seven eight nine ten", " twelve")]  # fmt: skip
     shared = s.loglikelihood(req)
     whole = InProcessScorer(tiny_llm, max_length=8, share_context=False).loglikelihood(req)
-    assert [round(x[0], 4) for x in shared] == [round(x[0], 4) for x in whole]
+    # cached context against the whole input: other shapes, so float32's spread, not rounding (a value next to a
+    # rounding boundary would round apart); factor 1 as above
+    gap = worst_f32_gap([x[0] for x in shared], [x[0] for x in whole])
+    assert gap <= 1.0, f"{gap:.3f} x F32_SPREAD_REL apart"

@@ -95,15 +95,19 @@ def both(hf_home: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, 
     from lm_eval import simple_evaluate
 
     from lmmbench.evaluation import EvalConfig, run_eval
+    from lmmbench.evaluation.lmeval.catalogue import _task_manager
     from lmmbench.models.tiny import build_tiny_model
 
     torch.set_num_threads(1)
+    # lm-eval's side gets the task index lmmbench's run built (cached for the process): indexing lm-eval's
+    # ~13,000 task files is the fixture's largest fixed cost, and an index only lists files (each run loads its
+    # tasks afresh); no model metadata, which none of these tasks reads
     out = tmp_path_factory.mktemp("catalogue_run")
     ours = run_eval(EvalConfig(model="tiny-llm", tasks=TASKS, limit=LIMIT, batch_size=1, threads=1, out_dir=out,
                                gen_kwargs="max_gen_toks=8", bootstrap_iters=0), show_progress=False)  # fmt: skip
     ref = simple_evaluate(model="hf", model_args=f"pretrained={build_tiny_model('tiny-llm')},dtype=float32,device=cpu",
                           tasks=TASKS, limit=LIMIT, batch_size=1, gen_kwargs="max_gen_toks=8", log_samples=True,
-                          bootstrap_iters=0)  # fmt: skip
+                          bootstrap_iters=0, task_manager=_task_manager(()))  # fmt: skip
     assert ref is not None
     return ours, ref
 

@@ -80,7 +80,18 @@ def gsm8k_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     mp.undo()
 
 
-def _lm_eval(url: str, chat: bool) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def lm_eval_tasks() -> Any:
+    """lm-eval's task index: the one lmmbench's own run builds (and caches for the process), handed to lm-eval's
+    ``simple_evaluate`` too. Indexing its ~13,000 task files is most of a call's cost (270 s at load 17 on a
+    2-core EPYC); the index only lists the files, each run still loads its tasks afresh. Without model metadata,
+    which gsm8k does not read."""
+    from lmmbench.evaluation.lmeval.catalogue import _task_manager
+
+    return _task_manager(())
+
+
+def _lm_eval(url: str, chat: bool, tasks: Any) -> dict[str, Any]:
     from lm_eval import simple_evaluate
 
     from lmmbench.models.tiny import build_tiny_model
@@ -90,14 +101,14 @@ def _lm_eval(url: str, chat: bool) -> dict[str, Any]:
     args = (f"model=scripted,base_url={url}/{route},tokenizer={build_tiny_model('tiny-llm')},"
             "tokenizer_backend=huggingface,tokenized_requests=False,num_concurrent=1,max_retries=1")  # fmt: skip
     out = simple_evaluate(model=model, model_args=args, tasks=["gsm8k"], apply_chat_template=chat,
-                          gen_kwargs="max_gen_toks=32", bootstrap_iters=0)  # fmt: skip
+                          gen_kwargs="max_gen_toks=32", bootstrap_iters=0, task_manager=tasks)  # fmt: skip
     assert out is not None
     return dict(out["results"]["gsm8k"])
 
 
 @pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat-completions"])
 def test_endpoint_path_gives_lm_evals_accuracy_on_a_scripted_server(
-    scripted_server: str, gsm8k_cache: Path, tmp_path: Path, chat: bool
+    scripted_server: str, gsm8k_cache: Path, lm_eval_tasks: Any, tmp_path: Path, chat: bool
 ) -> None:
     from lmmbench.evaluation import EvalConfig, run_eval
 
@@ -105,7 +116,7 @@ def test_endpoint_path_gives_lm_evals_accuracy_on_a_scripted_server(
                               apply_chat_template=chat, gen_kwargs="max_gen_toks=32", bootstrap_iters=0),
                    show_progress=False)  # fmt: skip
     ours = {r["task"]: r for r in run.results}["gsm8k"]["metrics"]
-    theirs = _lm_eval(scripted_server, chat)
+    theirs = _lm_eval(scripted_server, chat, lm_eval_tasks)
     for flt in ("strict-match", "flexible-extract"):
         assert ours[f"exact_match,{flt}"]["value"] == theirs[f"exact_match,{flt}"] == 0.5, (flt, ours, theirs)
     preds = [json.loads(x) for x in (run.run_dir / "predictions" / "gsm8k.jsonl").read_text().splitlines()]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from float_tolerance import f32_close, worst_f32_gap
 from lmmbench.backends.scoring import GenRequest, InProcessScorer, LLRequest
 from lmmbench.backends.scoring_openai import OpenAIScorer
 from lmmbench.core.errors import UserError
@@ -27,10 +28,13 @@ def test_endpoint_loglikelihoods_equal_in_process(tiny_llm: Any, port: int) -> N
         remote = OpenAIScorer(url, "tiny-llm", tiny_llm.tokenizer, max_length=2048).loglikelihood(REQS)
         scorer = OpenAIScorer(url, "tiny-llm", tiny_llm.tokenizer, max_length=2048)
         rolling = scorer.loglikelihood_rolling(["one two three four"])
-    for (a, ga), (b, gb) in zip(local, remote, strict=True):
-        assert abs(a - b) < 1e-4  # the server's forward covers one more token: fp noise only
-        assert ga == gb
-    assert abs(rolling[0] - InProcessScorer(tiny_llm).loglikelihood_rolling(["one two three four"])[0]) < 1e-4
+    # the server's forward covers one more token (another matrix shape) and its batch is its own: float32's spread,
+    # factor 1 (measured on an AVX2 EPYC: 0.068 of it, the rolling one 0.084)
+    gap = worst_f32_gap([a for a, _ in local], [b for b, _ in remote])
+    assert gap <= 1.0, f"{gap:.3f} x F32_SPREAD_REL apart"
+    assert [g for _, g in local] == [g for _, g in remote]  # argmaxes: flip only on a tie within the spread
+    whole = InProcessScorer(tiny_llm).loglikelihood_rolling(["one two three four"])[0]
+    assert f32_close(rolling[0], whole, factor=1.0), (rolling[0], whole)
 
 
 def test_endpoint_generation_equals_in_process_greedy(tiny_llm: Any, port: int) -> None:

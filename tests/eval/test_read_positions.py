@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from float_tolerance import f32_close
 from lmmbench.backends.read_positions import (
     checked_positionwise_modules,
     only_read_positions,
@@ -91,7 +92,8 @@ def test_scoring_runs_the_last_mlp_on_read_positions_only(tiny_llm: Any) -> None
     plain._positionwise = []  # the whole forward, as before the restriction existed
     whole = plain.loglikelihood(REQUESTS)
     for (a, ga), (b, gb) in zip(restricted, whole, strict=True):
-        assert abs(a - b) <= 1e-6 * max(1.0, abs(b)) and ga == gb
+        # the last MLP over fewer rows: other matrix shapes, so float32's spread (factor 1)
+        assert f32_close(a, b, factor=1.0) and ga == gb
 
 
 @pytest.fixture
@@ -122,4 +124,6 @@ def test_a_last_layer_that_mixes_positions_keeps_the_whole_forward(mixing_last_l
     whole = InProcessScorer(mixing_last_layer, batch_size=1, share_context=False)
     whole._positionwise = []
     for (a, ga), (b, gb) in zip(got, whole.loglikelihood(REQUESTS), strict=True):
-        assert abs(a - b) <= 1e-5 * max(1.0, abs(b)) and ga == gb
+        # padded batch against batch 1 through the mixing layer's cumulative sum over positions: factor 10, as
+        # the running sum adds up to ten rounded terms per position
+        assert f32_close(a, b, factor=10.0) and ga == gb

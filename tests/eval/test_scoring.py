@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from float_tolerance import worst_f32_gap
 from lmmbench.backends.scoring import GenRequest, InProcessScorer, LLRequest, disjoint_rolling_windows
 from lmmbench.evaluation import EvalConfig, run_eval
 
@@ -48,14 +49,22 @@ def test_loglikelihood_matches_the_definition(tiny_llm: Any) -> None:
     assert isinstance(greedy, bool)
 
 
-def test_equal_length_batches_are_bit_identical_and_padding_is_not_required(tiny_llm: Any) -> None:
+def test_batch_sizes_agree_within_float32_spread_and_the_same_batch_twice_bit_for_bit(tiny_llm: Any) -> None:
     reqs = [LLRequest(f"Sentence number {i} is about", c) for i in range(6) for c in (" cats", " a dog", " x")]
-    # every input whole (--no-share-context): equal-length batches change nothing, bit for bit
+    # every input whole (--no-share-context)
     one = InProcessScorer(tiny_llm, batch_size=1, share_context=False).loglikelihood(reqs)
     batched = InProcessScorer(tiny_llm, batch_size=8, share_context=False).loglikelihood(reqs)
-    assert one == batched  # exact, not approximately
     padded = InProcessScorer(tiny_llm, batch_size=8, pad_batches=True, share_context=False).loglikelihood(reqs)
-    assert max(abs(a[0] - b[0]) for a, b in zip(one, padded, strict=True)) < 1e-4
+    # the same batches computed again in this process: bit for bit (one CPU, one kernel path)
+    assert InProcessScorer(tiny_llm, batch_size=8, share_context=False).loglikelihood(reqs) == batched
+    # batch 1 against 8, and padded: the matrix kernels block the rows differently, so the numbers agree only to
+    # float32's spread (on an AVX2 AMD EPYC 0.069 x F32_SPREAD_REL apart, bit-identical elsewhere). Factor 1:
+    # 14 times what was measured, still 100 times tighter than the 1e-4 gap the choices of a question differ by.
+    for other in (batched, padded):
+        gap = worst_f32_gap([a for a, _ in one], [b for b, _ in other])
+        assert gap <= 1.0, f"{gap:.3f} x F32_SPREAD_REL apart"
+        # the greedy flags come from an argmax: they would flip only on a tie within the spread
+        assert [g for _, g in one] == [g for _, g in other]
 
 
 def test_rolling_windows_are_lm_evals() -> None:

@@ -155,7 +155,8 @@ def test_a_stopped_plan_on_ray_cancels_its_row_and_keeps_the_measured_requests(
     ray_cluster: None, write_plan: Any, sig: int, code: int
 ) -> None:
     """``lmmbench batch`` joins this module's cluster (a second local cluster would cost tens of seconds here):
-    the plan's own processes (the driver's group, the server's) are gone within 5 s, the cancelled perf row is
+    the plan's own processes (the driver's group, the server's) are gone before a pacer started with the signal
+    is (tests/pacer.py), the cancelled perf row is
     ``interrupted`` with the requests it measured (its task wrote them before Ray's cancellation came back)."""
     import ray
 
