@@ -130,6 +130,17 @@ def _keep_idle(key: tuple[str, int, int], env: Any) -> None:
             del _IDLE[oldest]
 
 
+def _open_gripper_commands(env: Any) -> None:
+    """Zero each gripper's running command (robosuite's ``GripperModel.current_action``, which ``format_action``
+    moves by ``speed`` per step): a soft reset (``hard_reset=False``, the kept scene) leaves the last episode's, and
+    its warm-up steps would then start from a half-closed command; a hard reset (openpi's) builds new grippers with
+    zeros."""
+    for robot in getattr(getattr(env, "env", None), "robots", ()):
+        gripper = getattr(robot, "gripper", None)
+        if gripper is not None and hasattr(gripper, "current_action"):
+            gripper.current_action = np.zeros_like(gripper.current_action)
+
+
 class LiberoEnv:
     """Task ``task`` of a LIBERO suite (``suite`` a key of ``LIBERO_SUITES``), two cameras resized with padding
     to ``image_size`` (openpi's ``resize_size``); ``env_seed``: LIBERO's ``env.seed`` once, as openpi's ``seed``."""
@@ -183,6 +194,7 @@ class LiberoEnv:
                              f"(0..{len(self.init_states) - 1}), not {seed}")
         self._init_state = seed or 0
         self.env.reset()
+        _open_gripper_commands(self.env)
         obs = self.env.set_init_state(self.init_states[self._init_state])
         self._steps = 0
         return self._observation(obs), {"init_state": self._init_state}
