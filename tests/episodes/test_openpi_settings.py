@@ -164,3 +164,21 @@ def test_execute_steps_and_keys_of_an_adapted_policy_on_toy_waypoints_are_refuse
     assert "give --replan-steps N" in capsys.readouterr().err
     assert main([*base, "--policy-keys", "openpi"]) == 2
     assert "--env toy-waypoints has no openpi keys" in capsys.readouterr().err
+
+
+def test_episode_seed_is_lmmbenchs_per_episode_seeding_and_seed_its_default(tmp_path: Path) -> None:
+    """--episode-seed picks the per-episode seeds (the seed column and the policy's noise); without it --seed does,
+    as before; on Push-T --seed is no environment seed (openpi's seed is LIBERO's)."""
+    def seeds(*extra: str) -> tuple[list[str], dict[str, Any]]:
+        out = tmp_path / "_".join(extra)
+        assert main(["run", "episodic-eval", "--num-tasks", "2", "--num-trials-per-task", "1", "--max-steps", "3",
+                     "--warmup", "0", "--no-progress", "--out-dir", str(out), *extra]) == 0  # fmt: skip
+        with (out / "episodic-eval" / "episodic-eval_results.csv").open(newline="") as fh:
+            column = [r["seed"] for r in csv.DictReader(fh)]
+        return column, json.loads((out / "episodic-eval" / "run.json").read_text())["run"]["episodic_eval"]
+
+    by_seed, run = seeds("--seed", "5")
+    by_episode_seed, run_e = seeds("--episode-seed", "5")
+    plain, _ = seeds("--seed", "0")
+    assert by_seed == by_episode_seed != plain
+    assert (run["episode_seed"], run_e["episode_seed"], run["env_seed"]) == (5, 5, None)
