@@ -208,11 +208,12 @@ def test_openpi_keyed_policy_on_libero_sees_what_openpis_evaluation_sends(libero
 def test_lerobot_keyed_policy_on_libero_gets_lerobots_keys(libero: Any, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """predict_action_chunk with LeRobot's LIBERO keys (observation.images.image / image2, observation.state, task),
-    built from its own config, the cameras at --resize-size; more trials than LIBERO's 50 initial states are refused, naming the count."""
+    built from its own config, the cameras at --resize-size; more trials than LIBERO's 50 initial states are
+    refused, naming the count."""
     path, record = _write(tmp_path, "lr_libero", LEROBOT_POLICY, (0.0,) * 6 + (-1.0,))
     run, rows = _run(["--env", "libero-object", "--policy", f"{path}:TargetPolicy", "--num-tasks", "1",
-                      "--num-trials-per-task", "1", "--num-steps-wait", "3", "--max-steps", "2", "--resize-size", "128"],
-                     tmp_path / "o")
+                      "--num-trials-per-task", "1", "--num-steps-wait", "3", "--max-steps", "2",
+                      "--resize-size", "128"], tmp_path / "o")
     assert run["policy_keys"] == "lerobot" and run["resize_size"] == 128
     seen = pickle.loads(record.read_bytes())
     got = seen[-1]
