@@ -87,7 +87,13 @@ def resolve_policy_keys(policy: Any, policy_name: str, given: str | None, probe_
     (``episodes.keys.detect_policy_keys``), else ``native``; lerobot / openpi need an adapted policy and an
     environment that declares its keys (``key_map``: pusht, libero-*)."""
     from lmmbench.episodes.policies.adapters import AdaptedPolicy
+    from lmmbench.episodes.policies.remote import RemotePolicy
 
+    if isinstance(policy, RemotePolicy):  # a served policy gets openpi's keys (observation/<name>, prompt)
+        if given not in (None, "openpi"):
+            raise UserError(f"--policy-keys {given}: --policy {policy_name} is served over openpi's protocol, which "
+                            "sends openpi's keys; remove --policy-keys")
+        return "openpi"
     adapted = isinstance(policy, AdaptedPolicy)
     keys = given or (policy.detected_keys if adapted else None) or "native"
     if keys == "native":

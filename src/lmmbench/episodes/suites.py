@@ -163,7 +163,12 @@ def resolve_suite(name: str, render: bool = False) -> EnvSuite:
 
 
 def make_policy(name: str, settings: PolicySettings) -> Policy:
-    """Build the named policy (a registered name, or ``module:Class`` / ``file.py:Class``)."""
+    """Build the named policy (a registered name, ``ws://HOST:PORT`` for a served one, or ``module:Class`` /
+    ``file.py:Class``)."""
+    from lmmbench.episodes.policies.remote import RemotePolicy, is_remote
+
+    if is_remote(name):
+        return RemotePolicy(name, replan_steps=settings.replan_steps)
     if is_object_ref(name):
         return make_custom_policy(name, settings)
     return POLICIES.get(name)(settings)

@@ -230,11 +230,14 @@ def _build_run(opts: EpisodicEvalOptions) -> tuple[Any, int, Any, Any, dict[str,
             policy = make_policy(policy_name, settings)
         except ValueError as exc:
             raise UserError(f"--policy {policy_name}: {exc}") from None
-        adapted = isinstance(policy, AdaptedPolicy)
+        from lmmbench.episodes.policies.remote import RemotePolicy
+
+        remote = isinstance(policy, RemotePolicy)
+        adapted = isinstance(policy, AdaptedPolicy) or remote
         check_chunk_options(policy_name, adapted, "execute_steps" in opts.model_fields_set, opts.replan_steps)
         keys = resolve_policy_keys(policy, policy_name, opts.policy_keys, probe,
                                    info["env"])
-        if keys != "native":
+        if keys != "native" and not remote:
             assert isinstance(policy, AdaptedPolicy)  # resolve_policy_keys refuses the others
             policy.action_space = getattr(probe, "raw_action_space", None)
             if keys == "openpi" and opts.replan_steps is None:
@@ -244,7 +247,7 @@ def _build_run(opts: EpisodicEvalOptions) -> tuple[Any, int, Any, Any, dict[str,
 
     def make_env(task: int) -> Any:
         env = suite.make_env(task, **kwargs)
-        return env if keys == "native" else KeyedEnv(env, keys)
+        return env if keys == "native" or remote else KeyedEnv(env, keys)
 
     info.update(policy_name=policy_name, device=device, policy_keys=keys,
                 dtype=dtype if policy_name in VLA_POLICIES else None,
@@ -436,6 +439,10 @@ class EpisodicEvalSpec(Spec):
         }
 
     def teardown(self, ctx: SpecContext) -> None:
+        report = getattr(self._policy, "report", None)
+        if callable(report) and "episodic_eval" in ctx.environment:  # --policy ws://: the server and its calls
+            ctx.environment["episodic_eval"]["served_policy"] = report()
+            self._policy.close()
         if self._policy is not None and "episodic_eval" in ctx.environment:  # select_action: instances built
             ctx.environment["episodic_eval"]["policy_shape"] = self._policy_shape(self._policy)
         ae_call = getattr(self._policy, "ae_call", None)
