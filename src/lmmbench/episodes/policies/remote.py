@@ -15,6 +15,7 @@ bytes each way (``calls``); ``report()`` sums them for run.json.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -55,13 +56,15 @@ class RemotePolicy(ActOnly):
         self.metadata: dict[str, Any] | None = None
         self.calls: list[dict[str, Any]] = []
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="lmmbench-ws")
+        self._stack = contextlib.ExitStack()  # the connections, closed together
 
     def _connect(self) -> Any:
         from websockets.sync.client import connect
 
         from lmmbench.serve.policy.codec import unpackb
 
-        conn = connect(self.url, compression=None, max_size=None, open_timeout=self.timeout_s)
+        conn = self._stack.enter_context(connect(self.url, compression=None, max_size=None,
+                                                 open_timeout=self.timeout_s))
         first = conn.recv(timeout=self.timeout_s)
         if isinstance(first, str):
             raise RuntimeError(f"the policy server at {self.url} sent text instead of its metadata: {first[:200]}")
@@ -146,6 +149,5 @@ class RemotePolicy(ActOnly):
 
     def close(self) -> None:
         """Close every connection."""
-        for conn in self._all:
-            conn.close()
+        self._stack.close()
         self._pool.shutdown(wait=False)
