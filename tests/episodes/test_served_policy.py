@@ -91,7 +91,8 @@ def openpi_client_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("openpi-client-venv")
     venv.EnvBuilder(with_pip=True).create(where)
     python = where / "bin" / "python"
-    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "openpi-client", "numpy<2"],
+    # openpi-client 0.1.2 imports typing_extensions without declaring it (measured: ModuleNotFoundError)
+    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "openpi-client", "numpy<2", "typing_extensions"],
                           capture_output=True, text=True, timeout=900)
     if done.returncode and not os.environ.get("CI"):
         pytest.skip(f"pip could not install openpi-client here: {done.stderr.strip()[-300:]}")
