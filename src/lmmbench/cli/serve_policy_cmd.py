@@ -1,5 +1,5 @@
 """`lmmbench serve-policy`: any policy lmmbench runs, over openpi's websocket protocol with cross-connection
-batching (``serve.policy.server``)."""
+batching (``episodes.served.server``)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _serve_policy(cfg: ServePolicyConfig) -> None:
 
     from lmmbench.episodes import PolicySettings, make_policy, resolve_suite
     from lmmbench.episodes.custom import close_env
-    from lmmbench.serve.policy.server import PolicyServer
+    from lmmbench.episodes.served.server import PolicyServer
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

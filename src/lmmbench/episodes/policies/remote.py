@@ -61,7 +61,7 @@ class RemotePolicy(ActOnly):
     def _connect(self) -> Any:
         from websockets.sync.client import connect
 
-        from lmmbench.serve.policy.codec import unpackb
+        from lmmbench.episodes.served.codec import unpackb
 
         conn = self._stack.enter_context(connect(self.url, compression=None, max_size=None,
                                                  open_timeout=self.timeout_s))
@@ -96,7 +96,7 @@ class RemotePolicy(ActOnly):
     def _call(self, item: ActItem) -> tuple[Any, dict[str, Any]]:
         import numpy as np
 
-        from lmmbench.serve.policy.codec import packb, unpackb
+        from lmmbench.episodes.served.codec import packb, unpackb
 
         conn = item.memory.data["_conn"]
         request = openpi_request(item.observation)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmmbench.serve.policy.codec import packb, unpackb
+from lmmbench.episodes.served.codec import packb, unpackb
 
 __all__ = ["EPISODE_KEY", "PolicyServer", "native_observation"]
 
