@@ -47,14 +47,21 @@ def test_libero_object_runs_two_episodes_headless_with_two_cameras_and_pi0_tiny(
     assert all(r["status"] == "ok" and r["success"] in ("0", "1") for r in rows)  # LIBERO's check, never empty
     assert all(int(r["steps"]) == 3 and int(r["warmup_steps"]) == 1 for r in rows)
     assert any("2" in r["action_batch_sizes"].split() for r in rows)  # both slots in one sample_actions call
+    import json
+
+    run = json.loads((tmp_path / "episodic-eval" / "run.json").read_text())["run"]["episodic_eval"]
+    assert run["control_period_s"] == libero.CONTROL_PERIOD_S == 0.05  # the pi0 action expert's duration input
+    assert run["warmup_action"] == [0.0] * 6 + [-1.0] and run["env_seed"] == 7  # openpi's LIBERO_DUMMY_ACTION, seed
 
 
 def test_libero_observation_has_both_cameras_at_224_and_the_task_of_libero(libero: Any) -> None:
     from libero.libero import benchmark
 
     env = libero.LiberoEnv("libero-object", 0)
-    obs, info = env.reset(seed=53)
-    assert info["init_state"] == 53 % 50 == 3
+    obs, info = env.reset(seed=3)
+    assert info["init_state"] == 3  # the scheduler resets trial i with i: LIBERO's initial state i, as openpi's
+    with pytest.raises(ValueError, match="has 50 initial states"):
+        env.reset(seed=50)
     assert env.instruction == benchmark.get_benchmark_dict()["libero_object"]().get_task(0).language
     assert obs["instruction"] == env.instruction
     for key in ("image", "wrist_image"):
@@ -66,7 +73,7 @@ def test_libero_observation_has_both_cameras_at_224_and_the_task_of_libero(liber
 
     policy = VlaPolicy("pi0-tiny")
     assert policy.camera_keys(obs) == ("image", "wrist_image")  # the VLA-shaped policy reads both cameras
-    item = ActItem(policy.new_episode(EpisodeKey(0, 0), 53), obs, info)
+    item = ActItem(policy.new_episode(EpisodeKey(0, 0), 3), obs, info)
     policy.plan([item])
     (chunk,) = policy.act([item])
     assert len(chunk) >= 1 and np.asarray(chunk[0]).shape == (32,)  # openpi's width; LIBERO takes the first 7
@@ -81,7 +88,7 @@ def test_libero_observation_has_both_cameras_at_224_and_the_task_of_libero(liber
     for _ in range(3):
         obs, *_ = env.step(up)
     assert obs["state"][2] > z0 + 0.01
-    again, _ = env.reset(seed=53)  # the scene is kept; the initial state restores all of it
+    again, _ = env.reset(seed=3)  # the scene is kept; the initial state restores all of it
     first, _ = env.reset(seed=3)
     assert all(np.array_equal(again[k], first[k]) for k in ("image", "wrist_image", "state"))
     with pytest.raises(ValueError, match="7 values"):

@@ -13,7 +13,8 @@ from lmmbench.specs.episodic_eval import NOT_APPLICABLE
 #: A value of the right type for each field, so the refusal is for the field, not its value.
 VALUES: dict[str, Any] = {"manifest": "m.csv", "limit": 2, "hooks": "off", "attn_implementation": "eager",
                           "target_ci_pct": 3, "max_repeats": 10, "profile": True, "profile_sample": "s0",
-                          "profile_repeat": 0, "video_fps": 2.0, "max_frames": 8, "interleave": True}  # fmt: skip
+                          "profile_repeat": 0, "video_fps": 2.0, "max_frames": 8, "interleave": True,
+                          "clear_cache": False}  # fmt: skip
 
 
 def test_every_not_applicable_field_has_a_value_here() -> None:

@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "lmmbench.cli.perf_cmd",
     "lmmbench.cli.testserver_cmd",
     "lmmbench.cli.serve_cmd",
+    "lmmbench.cli.serve_policy_cmd",
     "lmmbench.cli.proxy_cmd",
     "lmmbench.cli.eval_cmd",
     "lmmbench.cli.runs_cmd",

@@ -1,9 +1,10 @@
 """The user's own policy and environment: ``module:Class`` or ``path/to/file.py:Class``.
 
 ``--policy`` / ``--env`` take, besides a registered name or ``gym:<id>``, a class (or factory) named
-as ``package.module:Name`` (imported) or ``path/to/file.py:Name`` (loaded from the file). A policy
-class is called with the run's ``PolicySettings`` when its own ``__init__`` has a required positional
-parameter (or one named ``settings``), else with none (``torch.nn.Module``'s ``*args`` do not count); an
+as ``package.module:Name`` (imported) or ``path/to/file.py:Name`` (loaded from the file). A LeRobot policy class
+(``episodes.keys.detect_policy_keys``) is called with its own config, ``config_class()``, or with nothing when it
+has none; any other policy class with the run's ``PolicySettings`` when its own ``__init__`` has a required
+positional parameter (or one named ``settings``), else with none (``torch.nn.Module``'s ``*args`` do not count); an
 environment class with the task index likewise (or one named ``task``). A policy without ``act`` is
 adapted by its shape (``episodes.policies.adapters``: a torch module, LeRobot-style, openpi-style). A
 ``gymnasium.Env`` instance is wrapped in ``GymEnvAdapter``. ``SimplePolicy`` is a base class for a
@@ -177,23 +178,37 @@ _ENV_API = ("reset", "step", "render", "close")
 _ADAPTED_API = ("forward", "predict_action_chunk", "select_action", "infer", "reset", "dummy_action")
 
 
+def _constructor_args(factory: Any, settings: Any, ref: str) -> tuple[Any, ...]:
+    """What the policy class is called with: a LeRobot policy its own ``config_class()`` (or nothing), any other
+    the run's ``PolicySettings`` when it takes them."""
+    from lmmbench.episodes.keys import detect_policy_keys
+
+    if detect_policy_keys(factory) == "lerobot":
+        config_class = getattr(factory, "config_class", None)
+        return (_build(config_class, (), "--policy", ref),) if callable(config_class) else ()
+    return (settings,) if _takes_argument(factory, "settings") else ()
+
+
 def make_custom_policy(ref: str, settings: Any) -> Policy:
     """The policy ``ref`` names, built with ``settings`` when its constructor takes them (``_takes_argument``).
     An lmmbench ``Policy`` (it has ``act``) runs as it is; a torch module, a LeRobot-style or an openpi-style
     policy through ``episodes.policies.adapters``; anything else is one line naming the methods a policy needs."""
     factory = load_object(ref, "--policy")
-    args = (settings,) if _takes_argument(factory, "settings") else ()
+    args = _constructor_args(factory, settings, ref)
 
     def build() -> Any:
         return _guard(_build(factory, args, "--policy", ref), _ADAPTED_API, "--policy", ref)
 
     policy = _build(factory, args, "--policy", ref)
     if not callable(getattr(policy, "act", None)):
+        from lmmbench.episodes.keys import detect_policy_keys
         from lmmbench.episodes.policies.adapters import adapt_policy
 
         space = getattr(getattr(settings, "probe_env", None), "action_space", None)
-        return adapt_policy(_guard(policy, _ADAPTED_API, "--policy", ref), ref, getattr(settings, "device", "cpu"),
-                            build, space)
+        adapted = adapt_policy(_guard(policy, _ADAPTED_API, "--policy", ref), ref, getattr(settings, "device", "cpu"),
+                               build, space, getattr(settings, "replan_steps", None))
+        adapted.detected_keys = detect_policy_keys(factory)
+        return adapted
     missing = [m for m in _POLICY_API if not callable(getattr(policy, m, None))]
     if missing:
         raise UserError(f"--policy {ref}: {type(policy).__name__} lacks {', '.join(missing)} (see "
@@ -232,15 +247,18 @@ class SimplePolicy(ActOnly):
         raise NotImplementedError
 
 
-def check_fit(policy: Policy, env: Env, policy_name: str, env_name: str, num_steps_wait: int) -> None:
+def check_fit(policy: Policy, env: Env, policy_name: str, env_name: str, num_steps_wait: int,
+              warmup_action: Any = None) -> None:
     """One probe episode step (warm-up, plan, act, step) of ``policy`` in ``env``; any failure is one
-    ``UserError`` line naming both."""
+    ``UserError`` line naming both. ``warmup_action``: the environment's own (LIBERO's), else the policy's."""
     space = getattr(env, "action_space", None)
     memory: EpisodeMemory | None = None
     try:
         obs, info = env.reset(seed=0)
         memory = policy.new_episode(EpisodeKey(0, -1), 0)
-        if num_steps_wait:
+        if num_steps_wait and warmup_action is not None:
+            obs, _, _, _, info = env.step(warmup_action)
+        elif num_steps_wait:
             dummy = policy.dummy_action()
             _check_action(space, dummy, "its warm-up action")
             obs, _, _, _, info = env.step(dummy)

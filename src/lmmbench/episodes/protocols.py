@@ -152,11 +152,14 @@ class EnvSuite:
     """A named set of tasks: how to build the environment of task ``i`` and the suite's defaults."""
 
     name: str
-    make_env: Callable[[int], Env]
+    make_env: Callable[..., Env]  # make_env(task, **settings): settings the suite takes (``settings``) by keyword
     num_tasks: int | None  # how many distinct tasks exist (None: any index works)
     default_policy: str
     default_max_steps: int
     description: str = ""
+    settings: tuple[str, ...] = ()  # keywords make_env takes (LIBERO: resize_size, env_seed)
+    warmup_action: Any = None  # the environment's own warm-up action (LIBERO: openpi's); None: the policy's
+    reset_by_trial: bool = False  # reset(seed=trial): trial i starts from the environment's initial state i
 
 
 @dataclass

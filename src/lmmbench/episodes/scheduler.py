@@ -7,7 +7,8 @@ takes a trial not yet started from the slot with the most left (on its own envir
 task, with ``steal_trials=True``; the default, as the episodic design, keeps one task per slot), so the run
 does not end with one slot working through a whole task alone. Every tick, in this order:
 
-1. WAIT slots step the dummy action; after ``num_steps_wait`` steps they need planning;
+1. WAIT slots step the warm-up action (the suite's own, LIBERO's is openpi's; else the policy's
+   ``dummy_action()``); after ``num_steps_wait`` steps they need planning;
 2. EXECUTING slots step one action of their chunk (steps 1 and 2 are one phase: with
    ``env_workers`` they run in worker processes at once, ``episodes.envs.workers``); when it is used
    up they need planning or the action expert (the policy says which); an episode that terminates, truncates or reaches
@@ -25,7 +26,8 @@ policy's ``plan`` may set ``memory.data["plan_size"]``) and every episode's step
 of the design's cost model (``episodes.cost_model``).
 
 With ``num_parallel=1`` this is the serial evaluation, episode after episode. An episode's
-outcome depends only on its seed: the environment is reset with it and the policy's noise comes
+outcome depends only on its seed: the environment is reset with it (or, ``reset_by_trial``, with the trial
+number: LIBERO's trial i starts from initial state i, as openpi's evaluation) and the policy's noise comes
 from the episode's own generator.
 """
 
@@ -151,7 +153,8 @@ class EpisodeScheduler:
 
     def __init__(self, make_env: Callable[[int], Env], policy: Policy, episodes: Sequence[EpisodeKey], *,
                  num_parallel: int, num_steps_wait: int, max_steps: int, seed: int,
-                 steal_trials: bool = False, recorder: Any = None, env_workers: int = 0) -> None:
+                 steal_trials: bool = False, recorder: Any = None, env_workers: int = 0,
+                 warmup_action: Any = None, reset_by_trial: bool = False) -> None:
         if num_parallel < 1 or max_steps < 1 or num_steps_wait < 0:
             raise ValueError("num_parallel and max_steps must be >= 1, num_steps_wait >= 0")
         self.make_env = make_env
@@ -163,6 +166,8 @@ class EpisodeScheduler:
         self.steal_trials = steal_trials
         self.recorder = recorder  # episodes.replay.ReplayRecorder: a frame after reset and every step
         self.env_workers = env_workers  # > 0: environments live in this many worker processes
+        self.warmup_action = warmup_action  # the environment's own (LIBERO: openpi's); None: policy.dummy_action()
+        self.reset_by_trial = reset_by_trial  # reset(seed=trial): trial i from initial state i (LIBERO, as openpi)
         self._pool: Any = None  # episodes.envs.workers.EnvWorkers while the run is on
         self.totals = RunTotals()
         self.episodes_done = 0
@@ -209,7 +214,7 @@ class EpisodeScheduler:
         fresh = _Slot(index=slot.index, task=slot.task, env=slot.env, trials=slot.trials, key=key,
                       start_ns=now_ns() - self._outside_ns)
         t0 = now_ns()
-        fresh.obs, fresh.info = slot.env.reset(seed=seed)
+        fresh.obs, fresh.info = slot.env.reset(seed=max(trial, 0) if self.reset_by_trial else seed)
         fresh.env_ns = now_ns() - t0
         if self.recorder is not None:
             self.recorder.capture(key, slot.env)
@@ -267,13 +272,17 @@ class EpisodeScheduler:
     # -- the tick ----------------------------------------------------------------------------
     def _tick_steps(self) -> None:
         """Steps 1 and 2 of the tick: WAIT slots step the dummy action, EXECUTING slots their next one."""
-        moves = [(slot, self.policy.dummy_action(), True) for slot in self._slots if slot.state is SlotState.WAIT]
+        moves = [(slot, self._warmup(), True) for slot in self._slots if slot.state is SlotState.WAIT]
         moves += [(slot, slot.chunk.popleft(), False) for slot in self._slots if slot.state is SlotState.EXECUTING]
         for (slot, _, warm), over in zip(moves, self._step_all(moves), strict=True):
             if warm:
                 self._after_wait(slot, over)
             else:
                 self._after_execute(slot, over)
+
+    def _warmup(self) -> Any:
+        """The warm-up action: the environment's own when the suite has one (LIBERO: openpi's), else the policy's."""
+        return self.warmup_action if self.warmup_action is not None else self.policy.dummy_action()
 
     def _after_wait(self, slot: _Slot, over: bool) -> None:
         slot.wait_left -= 1

@@ -18,7 +18,7 @@ from typing import Any
 from lmmbench.core.errors import UserError
 from lmmbench.core.registry import Registry
 from lmmbench.episodes.custom import close_env, is_object_ref, make_custom_env, make_custom_policy
-from lmmbench.episodes.envs.libero_suites import LIBERO_SUITES
+from lmmbench.episodes.envs.libero_suites import LIBERO_SUITES, WARMUP_ACTION
 from lmmbench.episodes.protocols import Env, EnvSuite, Policy
 
 __all__ = ["LIBERO_SUITES", "POLICIES", "SUITES", "VLA_POLICIES", "PolicySettings", "make_policy", "resolve_suite"]
@@ -36,6 +36,8 @@ class PolicySettings:
     probe_env: Env | None = None  # an instance of the suite's environment (the gym adapter's action space)
     dtype: str = "float32"  # the pi0 policies' weights and inputs (float32, bfloat16, float16)
     cuda_graphs: str = "off"  # the pi0 policies' action-expert call: off, on (CUDA only), auto (models.vla_graphs)
+    control_period_s: float = 0.1  # the environment's control period (LIBERO 0.05 s): the pi0 action expert's input
+    replan_steps: int | None = None  # adapted policies: actions executed of each chunk (openpi's replan_steps)
 
 
 SUITES: Registry[EnvSuite] = Registry("episode_suites")
@@ -68,21 +70,22 @@ SUITES.add("pusht", EnvSuite(
     "gym-pusht's Push-T (pymunk physics, headless pygame rendering at 224 px); tasks differ by instruction"))
 
 
-def _libero_env(suite: str, task: int) -> Env:
+def _libero_env(suite: str, task: int, resize_size: int = 224, env_seed: int | None = None) -> Env:
     from lmmbench.episodes.envs.libero import LiberoEnv
 
-    return LiberoEnv(suite, task)
+    return LiberoEnv(suite, task, image_size=resize_size, env_seed=env_seed)
 
 
-def _libero_maker(suite: str) -> Callable[[int], Env]:
-    return lambda task: _libero_env(suite, task)
+def _libero_maker(suite: str) -> Callable[..., Env]:
+    return lambda task, **settings: _libero_env(suite, task, **settings)
 
 
 for _suite, (_bench, _max_steps, _tasks) in LIBERO_SUITES.items():
     SUITES.add(_suite, EnvSuite(
         _suite, _libero_maker(_suite), _tasks, "pi0-tiny", _max_steps,
         f"LIBERO's {_bench} (robosuite/MuJoCo, headless EGL): agent-view and wrist cameras at 224 px, "
-        "LIBERO's initial states and success check"))
+        "LIBERO's initial states and success check", settings=("resize_size", "env_seed"),
+        warmup_action=WARMUP_ACTION, reset_by_trial=True))
 SUITES.add("chat", EnvSuite(
     "chat", _chat_env, None, "chat", 8,
     "multi-turn conversations with a scripted user (2-4 turns; success: the reply says the keyword)"))
@@ -126,7 +129,7 @@ def _vla(settings: PolicySettings, shape: str) -> Policy:
 
     return VlaPolicy(shape, device=settings.device, weight_seed=settings.weight_seed,
                      batched_planning=settings.batched_planning, dtype=getattr(torch, settings.dtype),
-                     cuda_graphs=settings.cuda_graphs)
+                     cuda_graphs=settings.cuda_graphs, control_period_s=settings.control_period_s)
 
 
 def _vla_factory(shape: str) -> Callable[[PolicySettings], Policy]:
@@ -160,7 +163,12 @@ def resolve_suite(name: str, render: bool = False) -> EnvSuite:
 
 
 def make_policy(name: str, settings: PolicySettings) -> Policy:
-    """Build the named policy (a registered name, or ``module:Class`` / ``file.py:Class``)."""
+    """Build the named policy (a registered name, ``ws://HOST:PORT`` for a served one, or ``module:Class`` /
+    ``file.py:Class``)."""
+    from lmmbench.episodes.policies.remote import RemotePolicy, is_remote
+
+    if is_remote(name):
+        return RemotePolicy(name, replan_steps=settings.replan_steps)
     if is_object_ref(name):
         return make_custom_policy(name, settings)
     return POLICIES.get(name)(settings)

@@ -45,7 +45,8 @@ DESIGN_DEFAULTS = _design_defaults()
 # RunOptions fields that mean nothing for episodes (no manifest, no stage hooks, no per-sample repeats, no
 # attention towers): the CLI does not offer them and a config file that sets one is refused.
 NOT_APPLICABLE = frozenset({"manifest", "limit", "hooks", "attn_implementation", "target_ci_pct", "max_repeats",
-                            "profile", "profile_sample", "profile_repeat", "video_fps", "max_frames", "interleave"})
+                            "profile", "profile_sample", "profile_repeat", "video_fps", "max_frames", "interleave",
+                            "clear_cache"})  # clear_cache: rows are episodes run side by side, no repeats between
 
 
 class EpisodicEvalOptions(RunOptions):
@@ -70,7 +71,30 @@ class EpisodicEvalOptions(RunOptions):
     policy: str | None = Field(None, description="Policy: toy, toy-prefix-cache, chat, random, pi0 / pi0-small / "
                                "pi0-tiny (the episodic design's planner + action expert), or your own "
                                "class as module:Class or path/to/file.py:Class (default: the suite's own).")
-    num_tasks: int = Field(8, ge=1, description="Tasks 0..N-1 of the suite.")
+    num_tasks: int | None = Field(None, ge=1, description="Tasks 0..N-1 of the suite (default: every task of a "
+                                  "suite that has a count, as openpi's evaluation; 8 for the others).")
+    task_suite_name: str | None = Field(None, description="openpi's name of a LIBERO suite (libero_spatial, "
+                                        "libero_object, libero_goal, libero_10, libero_90): the same as --env "
+                                        "libero-spatial etc.")
+    seed: int = Field(0, description="openpi's seed: LIBERO's env.seed(seed), once per task environment (default "
+                      "on LIBERO: 7, openpi's); also the weight seed of the built-in policies and the default of "
+                      "--episode-seed.")
+    episode_seed: int | None = Field(None, description="lmmbench's per-episode seeding: each episode's seed is a hash "
+                                     "of (this, task, trial); it seeds the policy's noise and, except on LIBERO, the "
+                                     "environment's reset (default: --seed).")
+    replan_steps: int | None = Field(None, ge=1, description="openpi's replan_steps: your adapted policy's first N "
+                                     "actions of each chunk are executed before the next call (a shorter chunk "
+                                     "fails; default: 5 with --policy-keys openpi, as openpi; else LeRobot's "
+                                     "n_action_steps or the whole chunk).")
+    resize_size: int | None = Field(None, ge=1, description="openpi's resize_size: LIBERO's cameras resized with "
+                                    "padding to this square (openpi's image_tools.resize_with_pad; default 224).")
+    video_out_path: Path | None = Field(None, description="openpi's video_out_path: each episode's frames written "
+                                        "as task<T>_trial<R>.mp4 in this folder (as --record-replay, elsewhere).")
+    policy_keys: Literal["native", "lerobot", "openpi"] | None = Field(
+        None, description="Observation keys and action units of your policy class: lerobot (observation.images.<cam>,"
+        " observation.state, task), openpi (observation/image, observation/wrist_image, observation/state, prompt) or "
+        "native (the environment's own); default: detected from the class (a LeRobot PreTrainedPolicy or a class "
+        "with config_class and name: lerobot; a subclass of openpi's BasePolicy: openpi), else native.")
     num_trials_per_task: int = Field(DESIGN_DEFAULTS["num_trials_per_task"], ge=1,
                                      description="Episodes (trials) per task, each with its own seed (default 50, "
                                      "the episodic design's).")
@@ -143,6 +167,106 @@ def _policy_dtype_and_graphs(opts: EpisodicEvalOptions, policy: str, device: str
     return dtype, opts.cuda_graphs
 
 
+def _listed(value: Any) -> Any:
+    return None if value is None else [float(v) for v in value]
+
+
+def _suite_and_env(opts: EpisodicEvalOptions) -> tuple[Any, int, dict[str, Any], dict[str, Any]]:
+    """The suite (openpi's ``task_suite_name`` or ``--env``), its task count, the settings its environments are
+    made with, and what run.json records of them."""
+    from lmmbench.config.limits import check_limit
+    from lmmbench.core.errors import UserError
+    from lmmbench.episodes import resolve_suite
+    from lmmbench.episodes.openpi_settings import env_from_task_suite, env_settings, seeds
+
+    env = env_from_task_suite(opts.task_suite_name, opts.env, "env" in opts.model_fields_set)
+    suite = resolve_suite(env, render=opts.record_replay or opts.video_out_path is not None)
+    num_tasks = opts.num_tasks or suite.num_tasks or 8
+    if suite.num_tasks is not None and num_tasks > suite.num_tasks:
+        raise UserError(f"--num-tasks {num_tasks}: {suite.name} has {suite.num_tasks} tasks")
+    check_limit("episodes", num_tasks * opts.num_trials_per_task, "--num-tasks x --num-trials-per-task")
+    env_seed, episode_seed = seeds(opts.seed, "seed" in opts.model_fields_set, opts.episode_seed,
+                                   "env_seed" in suite.settings)
+    kwargs = env_settings(suite, opts.resize_size, env_seed)
+    info = {"env": env, "env_seed": env_seed, "episode_seed": episode_seed,
+            "resize_size": kwargs.get("resize_size", 224 if "resize_size" in suite.settings else None),
+            "task_suite_name": opts.task_suite_name}
+    return suite, num_tasks, kwargs, info
+
+
+def _build_run(opts: EpisodicEvalOptions) -> tuple[Any, int, Any, Any, dict[str, Any]]:
+    """(suite, number of tasks, make_env(task), the policy, what run.json records): openpi's settings resolved,
+    the policy built with the run's settings and its keys chosen (``episodes.keys``)."""
+    from lmmbench.core.errors import UserError
+    from lmmbench.episodes import PolicySettings, make_policy
+    from lmmbench.episodes.custom import close_env
+    from lmmbench.episodes.keys import KeyedEnv
+    from lmmbench.episodes.openpi_settings import (
+        OPENPI_REPLAN_STEPS,
+        check_chunk_options,
+        check_trials,
+        resolve_policy_keys,
+    )
+    from lmmbench.episodes.policies.adapters import AdaptedPolicy
+    from lmmbench.episodes.suites import VLA_POLICIES
+
+    suite, num_tasks, kwargs, info = _suite_and_env(opts)
+    device = _device(opts.device)
+    policy_name = opts.policy or suite.default_policy
+    if opts.revision is not None and policy_name != "chat":
+        raise UserError(f"--revision {opts.revision}: --policy {policy_name} loads no model from a hub; it applies to "
+                        "--policy chat's --model; remove it")
+    dtype, graphs = _policy_dtype_and_graphs(opts, policy_name, device, policy_name in VLA_POLICIES)
+    probe = suite.make_env(0, **kwargs)
+    try:
+        check_trials(probe, info["env"], opts.num_trials_per_task)
+        _check_vla_options(opts, policy_name)
+        settings = PolicySettings(device=device, weight_seed=opts.seed, execute_steps=opts.execute_steps,
+                                  batched_planning=opts.batched_planning, model=opts.model, probe_env=probe,
+                                  dtype=dtype, cuda_graphs=graphs,
+                                  control_period_s=float(getattr(probe, "control_period_s", 0.1)),
+                                  replan_steps=opts.replan_steps)
+        try:
+            policy = make_policy(policy_name, settings)
+        except ValueError as exc:
+            raise UserError(f"--policy {policy_name}: {exc}") from None
+        from lmmbench.episodes.policies.remote import RemotePolicy
+
+        remote = isinstance(policy, RemotePolicy)
+        adapted = isinstance(policy, AdaptedPolicy) or remote
+        check_chunk_options(policy_name, adapted, "execute_steps" in opts.model_fields_set, opts.replan_steps)
+        keys = resolve_policy_keys(policy, policy_name, opts.policy_keys, probe,
+                                   info["env"])
+        if keys != "native" and not remote:
+            assert isinstance(policy, AdaptedPolicy)  # resolve_policy_keys refuses the others
+            policy.action_space = getattr(probe, "raw_action_space", None)
+            if keys == "openpi" and opts.replan_steps is None:
+                policy.set_replan_steps(OPENPI_REPLAN_STEPS)
+    finally:
+        close_env(probe)
+
+    def make_env(task: int) -> Any:
+        env = suite.make_env(task, **kwargs)
+        return env if keys == "native" or remote else KeyedEnv(env, keys)
+
+    info.update(policy_name=policy_name, device=device, policy_keys=keys,
+                dtype=dtype if policy_name in VLA_POLICIES else None,
+                control_period_s=settings.control_period_s, replan_steps=getattr(policy, "replan_steps", None))
+    return suite, num_tasks, make_env, policy, info
+
+
+def _check_vla_options(opts: EpisodicEvalOptions, policy_name: str) -> None:
+    from lmmbench.core.errors import UserError
+    from lmmbench.episodes.suites import VLA_POLICIES
+
+    if opts.batched_planning and policy_name not in VLA_POLICIES:
+        raise UserError(f"--batched-planning: --policy {policy_name} has no VLM planner to batch; it applies to "
+                        f"{', '.join(VLA_POLICIES)}")
+    if policy_name in VLA_POLICIES and "execute_steps" in opts.model_fields_set:
+        raise UserError(f"--execute-steps: --policy {policy_name} executes each action chunk for its waypoint "
+                        "pair's duration (the episodic design); remove --execute-steps")
+
+
 def _done_ids(path: Path) -> set[str]:
     import csv
 
@@ -182,64 +306,40 @@ class EpisodicEvalSpec(Spec):
         self._policy: Any = None
 
     def setup(self, ctx: SpecContext) -> list[Case]:
-        from lmmbench.core.errors import UserError
-        from lmmbench.episodes import EpisodeKey, EpisodeScheduler, PolicySettings, make_policy, resolve_suite
+        from lmmbench.episodes import EpisodeKey, EpisodeScheduler
         from lmmbench.episodes.compare import TraceFile
-        from lmmbench.episodes.custom import check_fit, close_env
+        from lmmbench.episodes.custom import check_fit
         from lmmbench.episodes.replay import ReplayRecorder
 
         opts = ctx.options
         assert isinstance(opts, EpisodicEvalOptions)
         from lmmbench.config.limits import check_limit
 
-        check_limit("episodes", opts.num_tasks * opts.num_trials_per_task, "--num-tasks x --num-trials-per-task")
         check_limit("episode_steps", opts.max_steps, "--max-steps")  # an environment that never ends stops there
         if opts.reference is not None:  # read before the policy loads and any episode runs: a bad file costs nothing
             from lmmbench.episodes.compare import read_traces
 
             self._reference = read_traces(Path(opts.reference))
-        suite = resolve_suite(opts.env, render=opts.record_replay)
-        if suite.num_tasks is not None and opts.num_tasks > suite.num_tasks:
-            raise UserError(f"--num-tasks {opts.num_tasks}: {suite.name} has {suite.num_tasks} tasks")
         if opts.threads:
             import torch
 
             torch.set_num_threads(opts.threads)
-        device = _device(opts.device)
-        policy_name = opts.policy or suite.default_policy
-        from lmmbench.episodes.suites import VLA_POLICIES
-
-        dtype, graphs = _policy_dtype_and_graphs(opts, policy_name, device, policy_name in VLA_POLICIES)
-        settings = PolicySettings(device=device, weight_seed=opts.seed, execute_steps=opts.execute_steps,
-                                  batched_planning=opts.batched_planning, model=opts.model, probe_env=suite.make_env(0),
-                                  dtype=dtype, cuda_graphs=graphs)
-
-        if opts.batched_planning and policy_name not in VLA_POLICIES:
-            close_env(settings.probe_env)
-            raise UserError(f"--batched-planning: --policy {policy_name} has no VLM planner to batch; it applies to "
-                            f"{', '.join(VLA_POLICIES)}")
-        if policy_name in VLA_POLICIES and "execute_steps" in opts.model_fields_set:
-            close_env(settings.probe_env)
-            raise UserError(f"--execute-steps: --policy {policy_name} executes each action chunk for its waypoint "
-                            "pair's duration (the episodic design); remove --execute-steps")
-        try:
-            policy = make_policy(policy_name, settings)
-        except ValueError as exc:
-            raise UserError(f"--policy {policy_name}: {exc}") from None
-        close_env(settings.probe_env)
-        check_fit(policy, suite.make_env(0), policy_name, opts.env, opts.num_steps_wait)
-        num_parallel = opts.num_parallel or opts.num_tasks
+        suite, num_tasks, make_env, policy, info = _build_run(opts)
+        check_fit(policy, make_env(0), info["policy_name"], info["env"], opts.num_steps_wait, suite.warmup_action)
+        num_parallel = opts.num_parallel or num_tasks
         max_steps = opts.max_steps or suite.default_max_steps
-        episodes = [EpisodeKey(t, r) for t in range(opts.num_tasks) for r in range(opts.num_trials_per_task)]
+        episodes = [EpisodeKey(t, r) for t in range(num_tasks) for r in range(opts.num_trials_per_task)]
         results_path = ctx.spec_dir / f"{self.name}_results.csv"
         done = _done_ids(results_path) if opts.resume else set()
         todo = [k for k in episodes if k.id not in done]
+        episode_seed = info["episode_seed"]
 
         def scheduler(keys: list[Any], parallel: int, recorder: Any = None) -> EpisodeScheduler:
-            return EpisodeScheduler(suite.make_env, policy, keys, num_parallel=parallel,
-                                    num_steps_wait=opts.num_steps_wait, max_steps=max_steps, seed=opts.seed,
+            return EpisodeScheduler(make_env, policy, keys, num_parallel=parallel,
+                                    num_steps_wait=opts.num_steps_wait, max_steps=max_steps, seed=episode_seed,
                                     steal_trials=opts.steal_trials, recorder=recorder,
-                                    env_workers=opts.env_workers if parallel > 1 else 0)
+                                    env_workers=opts.env_workers if parallel > 1 else 0,
+                                    warmup_action=suite.warmup_action, reset_by_trial=suite.reset_by_trial)
 
         if opts.warmup:
             for _ in scheduler([EpisodeKey(0, -1 - i) for i in range(opts.warmup)], 1).run():
@@ -249,16 +349,20 @@ class EpisodicEvalSpec(Spec):
                                  opts.compare_repeats, num_parallel, len(todo),
                                  opts.env_workers if num_parallel > 1 else 0,
                                  getattr(policy, "batched_action", True))
-        recorder = ReplayRecorder(ctx.spec_dir / "replay") if opts.record_replay else None
+        replay_dir = Path(opts.video_out_path) if opts.video_out_path is not None else ctx.spec_dir / "replay"
+        recorder = ReplayRecorder(replay_dir) if opts.record_replay or opts.video_out_path is not None else None
         self._scheduler = scheduler(todo, num_parallel, recorder)
         self._results = self._scheduler.run()
         self._traces = TraceFile(ctx.spec_dir / f"{self.name}_traces.jsonl", resume=opts.resume)
         ctx.environment["episodic_eval"] = {
-            "env": suite.name, "policy": policy.name, "device": device, "num_parallel": num_parallel,
+            **{k: v for k, v in info.items() if k not in ("policy_name", "env")},
+            "env": suite.name, "policy": policy.name, "num_parallel": num_parallel, "num_tasks": num_tasks,
             "max_steps": max_steps, "episodes": len(episodes), "episodes_this_run": len(todo),
             "batched_planning": policy.batched_planning, "env_workers": opts.env_workers,
             "steal_trials": opts.steal_trials, "num_steps_wait": opts.num_steps_wait,
-            "policy_shape": self._policy_shape(policy), "dtype": dtype if policy_name in VLA_POLICIES else None}
+            "policy_shape": self._policy_shape(policy), "warmup_action": _listed(suite.warmup_action),
+            "initial_state": "trial i from the environment's initial state i" if suite.reset_by_trial else
+            "reset with the episode's seed"}
         self._num_parallel = num_parallel
         self._policy = policy
         return [Case(id=k.id, group=f"task{k.task}", extra={"task": k.task, "trial": k.trial}) for k in episodes]
@@ -335,6 +439,10 @@ class EpisodicEvalSpec(Spec):
         }
 
     def teardown(self, ctx: SpecContext) -> None:
+        report = getattr(self._policy, "report", None)
+        if callable(report) and "episodic_eval" in ctx.environment:  # --policy ws://: the server and its calls
+            ctx.environment["episodic_eval"]["served_policy"] = report()
+            self._policy.close()
         if self._policy is not None and "episodic_eval" in ctx.environment:  # select_action: instances built
             ctx.environment["episodic_eval"]["policy_shape"] = self._policy_shape(self._policy)
         ae_call = getattr(self._policy, "ae_call", None)

@@ -10,12 +10,16 @@ ship the scene assets, BDDL task files and initial states, so nothing is downloa
 The adapter follows openpi's LIBERO evaluation (the episodic design's ``eval_libero``): two cameras, the agent view
 and the wrist (``robot0_eye_in_hand``), rendered at 256 x 256, turned 180 degrees (LIBERO renders upside down) and
 resized to 224 x 224; the proprioception is the end effector's position, its orientation as an axis-angle and
-the two gripper finger positions (8 values); an episode starts from LIBERO's fixed initial state number
-``seed mod 50`` of its task (openpi takes trial number ``i``; here the episode's seed picks it, so an episode
-starts from the same state whichever slot runs it). An action is the policy's normalized output, openpi-style
-32 wide: its first 7 values (end-effector delta position and rotation, gripper), clipped to [-1, 1], go to
-LIBERO's OSC_POSE controller. Success is LIBERO's own check (the task's BDDL goal predicates,
-``env.check_success()``); the episode ends when it holds.
+the two gripper finger positions (8 values); cameras are resized to ``resize_size`` with padding, as openpi's
+``image_tools.resize_with_pad``. ``reset(seed)`` starts from LIBERO's fixed initial state number ``seed`` of the
+task: the scheduler passes the trial number, so trial ``i`` starts from initial state ``i`` as in openpi's
+evaluation (``episodes.suites``: LIBERO resets by trial). ``env_seed`` is openpi's ``seed``: LIBERO's own
+``env.seed(seed)`` (numpy's global seed), called once when the task's environment is made. The warm-up action
+is openpi's ``LIBERO_DUMMY_ACTION`` (``WARMUP_ACTION``: zeros, gripper open). An action is the policy's normalized
+output, openpi-style 32 wide: its first 7 values (end-effector delta position and rotation, gripper), clipped to
+[-1, 1], go to LIBERO's OSC_POSE controller; with LeRobot's or openpi's keys (``episodes.keys``) the policy's 7
+values go as they are (the controller clips them to the same range). Success is LIBERO's own check (the task's
+BDDL goal predicates, ``env.check_success()``); the episode ends when it holds.
 
 Building a scene costs seconds (MuJoCo compiles the meshes, the renderer uploads the textures), so a closed
 environment's scene is kept for the next environment of the same task in this process (at most
@@ -35,11 +39,17 @@ from typing import Any
 import numpy as np
 
 from lmmbench.core.errors import UserError
-from lmmbench.episodes.envs.libero_suites import LIBERO_SUITES
+from lmmbench.episodes.envs.images import resize_with_pad
+from lmmbench.episodes.envs.libero_suites import LIBERO_SUITES, WARMUP_ACTION
+from lmmbench.episodes.keys import KeyMap
 
-__all__ = ["CONTROL_PERIOD_S", "IDLE_SCENES", "LiberoEnv", "axis_angle", "close_idle_scenes"]
+__all__ = ["CONTROL_PERIOD_S", "IDLE_SCENES", "KEY_MAP", "WARMUP_ACTION", "LiberoEnv", "axis_angle",
+           "close_idle_scenes"]
 
 CONTROL_PERIOD_S = 0.05  # LIBERO's control frequency: 20 Hz
+#: LeRobot's camera names for LIBERO (``image`` the agent view, ``image2`` the wrist) and openpi's
+KEY_MAP = KeyMap(cameras=(("image", "observation.images.image", "observation/image"),
+                          ("wrist_image", "observation.images.image2", "observation/wrist_image")))
 RENDER_SIZE = 256  # openpi's LIBERO_ENV_RESOLUTION
 IDLE_SCENES = 4
 _IDLE: OrderedDict[tuple[str, int, int], list[Any]] = OrderedDict()
@@ -120,10 +130,25 @@ def _keep_idle(key: tuple[str, int, int], env: Any) -> None:
             del _IDLE[oldest]
 
 
-class LiberoEnv:
-    """Task ``task`` of a LIBERO suite (``suite`` a key of ``LIBERO_SUITES``), two cameras at ``image_size``."""
+def _open_gripper_commands(env: Any) -> None:
+    """Zero each gripper's running command (robosuite's ``GripperModel.current_action``, which ``format_action``
+    moves by ``speed`` per step): a soft reset (``hard_reset=False``, the kept scene) leaves the last episode's, and
+    its warm-up steps would then start from a half-closed command; a hard reset (openpi's) builds new grippers with
+    zeros."""
+    for robot in getattr(getattr(env, "env", None), "robots", ()):
+        gripper = getattr(robot, "gripper", None)
+        if gripper is not None and hasattr(gripper, "current_action"):
+            gripper.current_action = np.zeros_like(gripper.current_action)
 
-    def __init__(self, suite: str, task: int, image_size: int = 224) -> None:
+
+class LiberoEnv:
+    """Task ``task`` of a LIBERO suite (``suite`` a key of ``LIBERO_SUITES``), two cameras resized with padding
+    to ``image_size`` (openpi's ``resize_size``); ``env_seed``: LIBERO's ``env.seed`` once, as openpi's ``seed``."""
+
+    control_period_s = CONTROL_PERIOD_S
+    key_map = KEY_MAP
+
+    def __init__(self, suite: str, task: int, image_size: int = 224, env_seed: int | None = None) -> None:
         if suite not in LIBERO_SUITES:
             raise UserError(f"--env {suite}: not a LIBERO suite; one of {', '.join(LIBERO_SUITES)}")
         name, _, num_tasks = LIBERO_SUITES[suite]
@@ -139,21 +164,20 @@ class LiberoEnv:
         self.init_states = np.asarray(bench.get_task_init_states(task))
         bddl = os.path.join(get_libero_path("bddl_files"), info.problem_folder, info.bddl_file)
         self.env: Any = _scene(suite, bddl, task)
+        if env_seed is not None:
+            self.env.seed(env_seed)  # openpi: "seed seems to affect object positions even with fixed initial states"
         import gymnasium
 
         # what this adapter accepts: a normalized action, openpi's 32 wide; its first 7 values go to LIBERO
         self.action_space = gymnasium.spaces.Box(-np.inf, np.inf, (32,), np.float32)
+        self.raw_action_space = gymnasium.spaces.Box(-np.inf, np.inf, (7,), np.float64)  # LeRobot's / openpi's
         self._steps = 0
         self._init_state = 0
         self._last: dict[str, Any] = {}
 
     def _camera(self, frame: Any) -> np.ndarray:
         img = np.ascontiguousarray(np.asarray(frame)[::-1, ::-1])  # LIBERO renders upside down
-        if img.shape[0] == self.image_size and img.shape[1] == self.image_size:
-            return img
-        from PIL import Image
-
-        return np.asarray(Image.fromarray(img).resize((self.image_size, self.image_size), Image.BILINEAR))
+        return resize_with_pad(img, self.image_size, self.image_size)
 
     def _observation(self, obs: dict[str, Any]) -> dict[str, Any]:
         state = np.concatenate([obs["robot0_eef_pos"], axis_angle(obs["robot0_eef_quat"]),
@@ -164,9 +188,13 @@ class LiberoEnv:
         return self._last
 
     def reset(self, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
-        """LIBERO's initial state number ``seed mod 50`` of this task (0 without a seed)."""
-        self._init_state = (seed or 0) % len(self.init_states)
+        """LIBERO's initial state number ``seed`` of this task (0 without a seed; the scheduler passes the trial)."""
+        if not 0 <= (seed or 0) < len(self.init_states):
+            raise ValueError(f"{self.suite} task {self.task} has {len(self.init_states)} initial states "
+                             f"(0..{len(self.init_states) - 1}), not {seed}")
+        self._init_state = seed or 0
         self.env.reset()
+        _open_gripper_commands(self.env)
         obs = self.env.set_init_state(self.init_states[self._init_state])
         self._steps = 0
         return self._observation(obs), {"init_state": self._init_state}
@@ -182,6 +210,10 @@ class LiberoEnv:
         success = bool(done)  # LIBERO's step returns its own check, the task's BDDL goal predicates
         return (self._observation(obs), float(reward), success, False,
                 {"success": success, "init_state": self._init_state})
+
+    def step_raw(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """LeRobot's / openpi's 7 values, LIBERO's own units: ``step`` takes them as they are."""
+        return self.step(action)
 
     def render(self) -> np.ndarray | None:
         """The latest agent-view image (what ``--record-replay`` writes)."""

@@ -6,7 +6,9 @@ the agent's position (normalized to 0..1) as the proprioception, with the one be
 and the task's instruction; instructions differ in length between tasks, so batched prefixes differ in
 length. An action is the policy's normalized output: its first two values, clipped to [-1, 1], are mapped
 onto the action space's box (the agent's target position, 0..512 pixels). Success is gym-pusht's
-``is_success`` (the T covers the goal). Needs ``pip install 'lmmbench[physics]'`` (gym-pusht).
+``is_success`` (the T covers the goal). With LeRobot's or openpi's keys (``episodes.keys``) the camera is
+``observation.image`` / ``observation/image``, the state the agent's position in pixels and the action gym-pusht's
+own (the agent's target in pixels), as LeRobot's Push-T. Needs ``pip install 'lmmbench[physics]'`` (gym-pusht).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from lmmbench.core.errors import UserError
+from lmmbench.episodes.keys import KeyMap
 
-__all__ = ["INSTRUCTIONS", "PushTEnv"]
+__all__ = ["INSTRUCTIONS", "KEY_MAP", "PushTEnv"]
 
 INSTRUCTIONS = (
     "push the T onto the target",
@@ -27,10 +30,15 @@ INSTRUCTIONS = (
     "slide the T block into the outlined goal pose without knocking it past the target area",
 )
 _STEP_S = 0.1  # gym-pusht's control period (10 Hz)
+#: LeRobot's Push-T has one camera, ``observation.image``; openpi's key for it is ``observation/image``
+KEY_MAP = KeyMap(cameras=(("image", "observation.image", "observation/image"),))
 
 
 class PushTEnv:
     """One Push-T task: the instruction of ``task`` and gym-pusht's scene, reset by seed."""
+
+    control_period_s = _STEP_S
+    key_map = KEY_MAP
 
     def __init__(self, task: int, image_size: int = 224) -> None:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless pygame
@@ -43,13 +51,16 @@ class PushTEnv:
                                   observation_width=image_size, observation_height=image_size)
         self.instruction = INSTRUCTIONS[task % len(INSTRUCTIONS)]
         self.box = self.env.action_space  # gym-pusht's own: the agent's target position, 0..512 px
+        self.raw_action_space = self.box
+        self._raw_pos = np.zeros(2, dtype=np.float32)
         # what this adapter accepts: a normalized action of any width; its first two values, clipped to [-1, 1]
         self.action_space = gymnasium.spaces.Box(-np.inf, np.inf, (32,), np.float32)
         self._previous = np.zeros(2, dtype=np.float32)
         self._steps = 0
 
     def _observation(self, obs: dict[str, Any]) -> dict[str, Any]:
-        state = np.asarray(obs["agent_pos"], dtype=np.float32) / 512.0
+        self._raw_pos = np.asarray(obs["agent_pos"], dtype=np.float32)
+        state = self._raw_pos / 512.0
         out = {"image": obs["pixels"], "state": state, "previous_state": self._previous,
                "instruction": self.instruction, "time_s": self._steps * _STEP_S}
         self._previous = state
@@ -68,6 +79,16 @@ class PushTEnv:
         a = np.clip(np.asarray(action, dtype=np.float64).ravel()[: low.size], -1.0, 1.0)
         obs, reward, terminated, truncated, info = self.env.step((low + (a + 1.0) / 2.0 * (high - low)).astype(
             np.float32))
+        self._steps += 1
+        return self._observation(obs), float(reward), bool(terminated), bool(truncated), dict(info)
+
+    def raw_state(self) -> np.ndarray:
+        """The agent's position in pixels (LeRobot's and openpi's ``state``)."""
+        return self._raw_pos
+
+    def step_raw(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """gym-pusht's own action (the agent's target in pixels), as LeRobot's Push-T steps it."""
+        obs, reward, terminated, truncated, info = self.env.step(np.asarray(action, dtype=np.float32).ravel()[:2])
         self._steps += 1
         return self._observation(obs), float(reward), bool(terminated), bool(truncated), dict(info)
 

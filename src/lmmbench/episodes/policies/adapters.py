@@ -16,6 +16,11 @@ checked in this order:
   arrays, such as an instruction, become a list); it returns ``(B, A)`` (one action per slot) or
   ``(B, H, A)`` (a chunk per slot), or a dict with ``"actions"`` of that shape. Mode ``forward``, batched.
 
+``replan_steps`` (openpi's name and meaning): of each chunk only the first ``replan_steps`` actions are executed
+before the next action call, and a chunk shorter than that fails the episode's call in one line, as openpi's
+evaluation asserts; without it a ``predict_action_chunk`` policy executes ``config.n_action_steps`` actions when
+it has that setting, any other chunk whole. ``select_action`` returns one action per call and takes none.
+
 A per-slot adapter sets ``batched_action = False``: the scheduler then makes (and times, and counts) one
 action call per slot, so histograms and speed-ups show batch 1 — never a batching lmmbench did not do.
 Every adapted policy runs under ``torch.no_grad()`` for torch inputs, has no planning call, appends each
@@ -94,7 +99,8 @@ class AdaptedPolicy(ActOnly):
     batched_planning = False
 
     def __init__(self, obj: Any, mode: str, name: str, device: str = "cpu",
-                 build: Callable[[], Any] | None = None, action_space: Any = None) -> None:
+                 build: Callable[[], Any] | None = None, action_space: Any = None,
+                 replan_steps: int | None = None) -> None:
         self.obj = obj
         self.mode = mode
         self.name = name
@@ -104,7 +110,14 @@ class AdaptedPolicy(ActOnly):
         self._build = build  # select_action: makes one more instance
         self._free: list[Any] = [obj] if mode == "select_action" else []
         self.instances = 1  # select_action: how many were built (one per episode running at once)
-        self._executed = self._n_action_steps(obj) if mode == "predict_action_chunk" else None
+        self.replan_steps = replan_steps
+        self._executed = replan_steps or (self._n_action_steps(obj) if mode == "predict_action_chunk" else None)
+        self.detected_keys: str | None = None  # episodes.keys.detect_policy_keys of its class (custom.py)
+
+    def set_replan_steps(self, replan_steps: int) -> None:
+        """Execute the first ``replan_steps`` actions of each chunk (openpi's default for openpi-keyed policies)."""
+        if self.mode != "select_action":
+            self.replan_steps = self._executed = replan_steps
 
     @staticmethod
     def _n_action_steps(obj: Any) -> int | None:
@@ -114,7 +127,8 @@ class AdaptedPolicy(ActOnly):
     def describe(self) -> dict[str, Any]:
         """What run.json and the analysis record: the mode, what is batched, and instances for select_action."""
         return {"mode": self.mode, "batched": self.batched_action, "action_batch": MODES[self.mode],
-                "instances": self.instances if self.mode == "select_action" else None}
+                "instances": self.instances if self.mode == "select_action" else None,
+                "actions_executed_per_chunk": self._executed}
 
     # -- the episodes Policy protocol ------------------------------------------------------------
     def new_episode(self, key: EpisodeKey, seed: int) -> EpisodeMemory:
@@ -176,27 +190,38 @@ class AdaptedPolicy(ActOnly):
             raise UserError(f"--policy {self.name}: {self.mode}() returned shape {tuple(out.shape)} for a batch "
                             f"of {len(observations)}: dim 0 must be the batch")
         if out.ndim >= 3:  # (B, H, A): a chunk per slot
-            return [row[: self._executed] if self._executed else row for row in out]
-        return [row[None] for row in out]  # (B, A) or (B,): one action per slot
+            return [self._cut(row) for row in out]
+        return [self._cut(row[None]) for row in out]  # (B, A) or (B,): one action per slot
+
+    def _cut(self, chunk: Any) -> Any:
+        """The actions executed of one chunk: its first ``replan_steps`` (openpi: a shorter chunk is an error), or
+        LeRobot's ``n_action_steps``, or all of it."""
+        if self.replan_steps is not None and len(chunk) < self.replan_steps:
+            raise ValueError(f"--replan-steps {self.replan_steps}: the policy predicts only {len(chunk)} actions per "
+                             "chunk (openpi's evaluation asserts the same); lower --replan-steps")
+        return chunk[: self._executed] if self._executed else chunk
 
     def _single(self, item: ActItem) -> Any:
         if self.mode == "infer":
             out = self.obj.infer(item.observation)
             out = _to_numpy(out["actions"] if isinstance(out, dict) else out)
-            return out if out.ndim >= 2 else out[None]
+            return self._cut(out if out.ndim >= 2 else out[None])
         instance = item.memory.data["_instance"]
         action = _to_numpy(instance.select_action(_stack([item.observation], self.device)))
         return action if action.ndim >= 2 else action[None]  # (1, A): one action
 
 
 def adapt_policy(obj: Any, ref: str, device: str, build: Callable[[], Any],
-                 action_space: Any = None) -> AdaptedPolicy:
+                 action_space: Any = None, replan_steps: int | None = None) -> AdaptedPolicy:
     """``obj`` (built from ``--policy ref``) as an episodes policy; a ``UserError`` naming the methods a policy
     needs when it has none of the shapes."""
     mode = adapter_mode(obj)
     if mode is None:
         raise UserError(f"--policy {ref}: {type(obj).__name__} has none of the methods lmmbench drives; {NEEDED}")
-    return AdaptedPolicy(_prepare(obj, device), mode, ref, device, build, action_space)
+    if replan_steps is not None and mode == "select_action":
+        raise UserError(f"--replan-steps {replan_steps}: --policy {ref} has only select_action, which returns one "
+                        "action per call (its own n_action_steps decides its queue); remove --replan-steps")
+    return AdaptedPolicy(_prepare(obj, device), mode, ref, device, build, action_space, replan_steps)
 
 
 def _prepare(obj: Any, device: str) -> Any:

@@ -41,7 +41,7 @@ from lmmbench.models.vla_planner import Waypoint, build_planner, decode_waypoint
 
 __all__ = ["CONTROL_PERIOD_S", "VlaPolicy", "instruction_tokens"]
 
-CONTROL_PERIOD_S = 0.1  # a waypoint pair of n steps lasts n x 0.1 s (Push-T's 10 Hz control)
+CONTROL_PERIOD_S = 0.1  # the default control period: a waypoint pair of n steps lasts n x 0.1 s (Push-T's 10 Hz)
 
 
 def instruction_tokens(text: str, cfg: VlaConfig) -> tuple[list[int], int]:
@@ -64,7 +64,8 @@ class VlaPolicy:
     def __init__(self, shape: str = "pi0-tiny", *, device: str = "cpu", weight_seed: int = 0,
                  planner_seed: int | None = None, num_layers: int | None = None,
                  cameras: Sequence[str] | None = None, batched_planning: bool = False,
-                 dtype: torch.dtype = torch.float32, cuda_graphs: str = "off") -> None:
+                 dtype: torch.dtype = torch.float32, cuda_graphs: str = "off",
+                 control_period_s: float = CONTROL_PERIOD_S) -> None:
         cfg = VLA_SHAPES[shape].with_layers(num_layers)
         self.cfg, self.name = cfg, cfg.name
         self.device, self.dtype = torch.device(device), dtype
@@ -76,6 +77,7 @@ class VlaPolicy:
                                      seed=weight_seed + 1 if planner_seed is None else planner_seed).to(dtype)
         self.cameras = tuple(cameras) if cameras else None
         self.batched_planning = batched_planning
+        self.control_period_s = control_period_s  # the environment's (LIBERO 0.05 s): the action expert's duration
 
     def take_setup_ns(self) -> int:
         """One-off setup time spent inside ``act`` since the last call (CUDA-graph captures), for the scheduler
@@ -151,7 +153,7 @@ class VlaPolicy:
             [n for _, n in toks], device=self.device)[:, None]
         start = torch.from_numpy(np.stack([s for s, _ in pairs])).to(self.device, self.dtype)
         end = torch.from_numpy(np.stack([w.state for _, w in pairs])).to(self.device, self.dtype)
-        duration = torch.tensor([w.steps * CONTROL_PERIOD_S for _, w in pairs], device=self.device,
+        duration = torch.tensor([w.steps * self.control_period_s for _, w in pairs], device=self.device,
                                 dtype=self.dtype)
         noise = torch.stack([torch.randn(cfg.horizon, cfg.action_dim, generator=it.memory.generator,
                                          device=self.device) for it in items]).to(self.dtype)
