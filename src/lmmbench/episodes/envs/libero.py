@@ -20,7 +20,15 @@ LIBERO's OSC_POSE controller. Success is LIBERO's own check (the task's BDDL goa
 Building a scene costs seconds (MuJoCo compiles the meshes, the renderer uploads the textures), so a closed
 environment's scene is kept for the next environment of the same task in this process (at most
 ``IDLE_SCENES``), as openpi keeps one environment per task across its
-trials: ``reset`` sets the whole simulator state from the initial state either way. ``--env-workers`` is refused:
+trials: ``reset`` sets the whole simulator state from the initial state either way, and the grippers' last
+command back to a new scene's (robosuite keeps it across a soft reset), so an episode's outcome does not depend on
+which episode its scene ran before.
+
+Several scenes live in one process (one per slot). robosuite 1.4's offscreen renderer makes its GL context current
+only when it is built (``robosuite/utils/binding_utils.py``, ``MjRenderContext.__init__``), and MuJoCo renders
+through whichever context is current: without more, every scene but the last-built one would render with another
+scene's meshes and textures. So each scene's context is made current before it resets or steps (both render the
+two cameras). ``--env-workers`` is refused:
 its workers are forked after the parent rendered, and Mesa's renderer hangs in such a child.
 """
 
@@ -110,6 +118,26 @@ def _scene(suite: str, bddl: str, task: int) -> Any:
         raise _render_error(suite, exc) from None
 
 
+def _make_current(env: Any) -> None:
+    """Make ``env``'s own GL context current (its renderer's ``gl_ctx``: EGL, OSMesa or GLFW), so that what it
+    renders next is its own scene; a scene without an offscreen renderer has nothing to make current."""
+    sim = getattr(getattr(env, "env", None), "sim", None)
+    context = getattr(getattr(sim, "_render_context_offscreen", None), "gl_ctx", None)
+    if context is not None:
+        context.make_current()
+
+
+def _fresh_grippers(env: Any) -> None:
+    """Put each gripper's command back where a new scene has it. robosuite's grippers move their fingers a step
+    toward the last command (``current_action``) and a soft reset (``hard_reset=False``) leaves that command as
+    the previous episode ended it: a kept scene would start its next episode with the last episode's grip."""
+    for robot in getattr(getattr(env, "env", None), "robots", None) or ():
+        gripper = getattr(robot, "gripper", None)
+        current = getattr(gripper, "current_action", None)
+        if current is not None:
+            gripper.current_action = np.zeros_like(current)
+
+
 def _keep_idle(key: tuple[str, int, int], env: Any) -> None:
     _IDLE.setdefault(key, []).append(env)
     _IDLE.move_to_end(key)
@@ -166,7 +194,9 @@ class LiberoEnv:
     def reset(self, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
         """LIBERO's initial state number ``seed mod 50`` of this task (0 without a seed)."""
         self._init_state = (seed or 0) % len(self.init_states)
+        _make_current(self.env)  # the reset renders both cameras: through this scene's own context
         self.env.reset()
+        _fresh_grippers(self.env)  # a kept scene starts like a new one (the simulator state comes next)
         obs = self.env.set_init_state(self.init_states[self._init_state])
         self._steps = 0
         return self._observation(obs), {"init_state": self._init_state}
@@ -177,6 +207,7 @@ class LiberoEnv:
         if flat.size < 7:
             raise ValueError(f"a LIBERO action needs 7 values (delta position, delta rotation, gripper), "
                              f"got {flat.size}")
+        _make_current(self.env)
         obs, reward, done, _ = self.env.step(np.clip(flat[:7], -1.0, 1.0))
         self._steps += 1
         success = bool(done)  # LIBERO's step returns its own check, the task's BDDL goal predicates
