@@ -133,9 +133,11 @@ class Policy(Protocol):
 
 class ActOnly:
     """The planning half of a ``Policy`` that never plans (every chunk comes from ``act``): mixed into the
-    policies that only act (``SimplePolicy``, the random policy, the adapters of users' policies)."""
+    policies that only act (``SimplePolicy``, the random policy, the adapters of users' policies). The scheduler
+    sends their slots straight to the action call and reports planning as absent (``has_planner``), not as calls."""
 
     batched_planning = False
+    has_planner = False
 
     def plan(self, items: Sequence[ActItem]) -> None:
         """No planning call."""

@@ -84,32 +84,45 @@ class RunTotals:
     episode_steps: list[int] = field(default_factory=list)  # env steps per episode (warm-up included)
     episode_replans: list[int] = field(default_factory=list)
     setup_ns: int = 0  # one-off setup inside policy calls (CUDA-graph captures), kept out of every other time
+    env_build_ns: int = 0  # building environments (a LIBERO scene: seconds), here or in a worker
+    env_reset_ns: int = 0  # resetting them at the start of every episode
+    has_planner: bool = True  # False: the policy never plans, and planning is reported as absent, not as 0
 
     def action_batch_histogram(self) -> dict[str, int]:
         """How many action calls had each batch size."""
         return {str(b): len(v) for b, v in sorted(self.action_call_ms.items())}
 
     def as_dict(self) -> dict[str, Any]:
-        """Milliseconds and counts, with the time no part accounts for as ``scheduler_ms``, the histogram of
-        action batch sizes and the cost model's terms (``episodes.cost_model.run_terms``)."""
+        """Milliseconds and counts: environment steps, builds and resets, planning (absent without a planner),
+        action calls, and the rest of the wall time as ``scheduler_ms`` (the scheduling itself); the action batch
+        per call and per request, the histograms and the cost model's terms (``episodes.cost_model.run_terms``)."""
         from lmmbench.episodes.cost_model import run_terms
 
-        parts = self.env_ns + self.planning_ns + self.action_ns
+        parts = self.env_ns + self.planning_ns + self.action_ns + self.env_build_ns + self.env_reset_ns
         sizes = self.action_batch_sizes
+        planner = self.has_planner
         return {
             "ticks": self.ticks,
             "wall_ms": ns_to_ms(self.wall_ns),
             "env_ms": ns_to_ms(self.env_ns),
-            "planning_ms": ns_to_ms(self.planning_ns),
+            "env_build_ms": ns_to_ms(self.env_build_ns),
+            "env_reset_ms": ns_to_ms(self.env_reset_ns),
+            "planning_ms": ns_to_ms(self.planning_ns) if planner else None,
             "action_ms": ns_to_ms(self.action_ns),
             "scheduler_ms": ns_to_ms(self.wall_ns - parts),
             "policy_setup_ms": ns_to_ms(self.setup_ns),
             "action_calls": self.action_calls,
-            "planning_calls": self.planning_calls,
-            "mean_action_batch_size": sum(sizes) / len(sizes) if sizes else None,
+            "planning_calls": self.planning_calls if planner else None,
+            "action_requests": sum(sizes),
+            # per call: the mean batch of the calls; per request: the batch a request met, on average (calls
+            # weighted by their size). 23 calls at 1 and 7 at 4 are 1.70 per call and 2.68 per request.
+            "mean_action_batch_per_call": sum(sizes) / len(sizes) if sizes else None,
+            "mean_action_batch_per_request": sum(b * b for b in sizes) / sum(sizes) if sizes else None,
+            "mean_action_batch_size": sum(sizes) / len(sizes) if sizes else None,  # per call (the older name)
             "max_action_batch_size": max(sizes) if sizes else None,
             "action_batch_histogram": self.action_batch_histogram(),
-            "planning_batch_histogram": {str(b): len(v) for b, v in sorted(self.planning_call_ms.items())},
+            "planning_batch_histogram": {str(b): len(v) for b, v in sorted(self.planning_call_ms.items())}
+            if planner else None,
             "terms": run_terms(self),
         }
 
@@ -151,7 +164,8 @@ class EpisodeScheduler:
 
     def __init__(self, make_env: Callable[[int], Env], policy: Policy, episodes: Sequence[EpisodeKey], *,
                  num_parallel: int, num_steps_wait: int, max_steps: int, seed: int,
-                 steal_trials: bool = False, recorder: Any = None, env_workers: int = 0) -> None:
+                 steal_trials: bool = False, recorder: Any = None, env_workers: int = 0,
+                 batch_check: Any = None) -> None:
         if num_parallel < 1 or max_steps < 1 or num_steps_wait < 0:
             raise ValueError("num_parallel and max_steps must be >= 1, num_steps_wait >= 0")
         self.make_env = make_env
@@ -164,8 +178,11 @@ class EpisodeScheduler:
         self.recorder = recorder  # episodes.replay.ReplayRecorder: a frame after reset and every step
         self.env_workers = env_workers  # > 0: environments live in this many worker processes
         self._pool: Any = None  # episodes.envs.workers.EnvWorkers while the run is on
-        self.totals = RunTotals()
+        self.batch_check = batch_check  # episodes.batch_check.BatchCheck: batched calls recomputed one by one
+        self.has_planner = getattr(policy, "has_planner", True)  # ActOnly policies never plan: no planning calls
+        self.totals = RunTotals(has_planner=self.has_planner)
         self.episodes_done = 0
+        self.effective_parallel = 0  # slots that ran: at most num_parallel, fewer when fewer tasks were given
         by_task: dict[int, list[int]] = {}
         for key in sorted(set(episodes)):
             by_task.setdefault(key.task, []).append(key.trial)
@@ -177,9 +194,10 @@ class EpisodeScheduler:
     # -- episode lifecycle -------------------------------------------------------------------
     def _new_env(self, index: int, task: int) -> Env:
         """The environment of ``task`` for slot ``index``: here, or in the slot's worker process."""
-        if self._pool is not None:
-            return self._pool.make(index, task)  # type: ignore[no-any-return]
-        return self.make_env(task)
+        t0 = now_ns()
+        env = self._pool.make(index, task) if self._pool is not None else self.make_env(task)
+        self.totals.env_build_ns += now_ns() - t0
+        return env
 
     def _close(self, env: Env) -> None:
         """Close an environment the run is done with (``close()`` is optional in the protocol)."""
@@ -211,11 +229,12 @@ class EpisodeScheduler:
         t0 = now_ns()
         fresh.obs, fresh.info = slot.env.reset(seed=seed)
         fresh.env_ns = now_ns() - t0
+        self.totals.env_reset_ns += fresh.env_ns
         if self.recorder is not None:
             self.recorder.capture(key, slot.env)
         fresh.memory = self.policy.new_episode(key, seed)
         fresh.wait_left = self.num_steps_wait
-        fresh.state = SlotState.WAIT if self.num_steps_wait > 0 else SlotState.NEED_VLM
+        fresh.state = SlotState.WAIT if self.num_steps_wait > 0 else self._first_call_state()
         self._slots[slot.index] = fresh
 
     def _step_all(self, moves: list[tuple[_Slot, Any, bool]]) -> list[bool]:
@@ -280,7 +299,11 @@ class EpisodeScheduler:
         if over:
             slot.state = SlotState.DONE
         elif slot.wait_left <= 0:
-            slot.state = SlotState.NEED_VLM
+            slot.state = self._first_call_state()
+
+    def _first_call_state(self) -> SlotState:
+        """An episode's first call: planning, or the action expert when the policy has no planner."""
+        return SlotState.NEED_VLM if self.has_planner else SlotState.NEED_AE
 
     def _after_execute(self, slot: _Slot, over: bool) -> None:
         slot.steps += 1
@@ -293,9 +316,12 @@ class EpisodeScheduler:
         waiting = [s for s in self._slots if s.state is SlotState.NEED_VLM]
         groups = [waiting] if self.policy.batched_planning and waiting else [[s] for s in waiting]
         for group in groups:
+            items = [s.item() for s in group]
+            copies = self._check_before("planning", group, items)
             t0 = now_ns()
-            self.policy.plan([s.item() for s in group])
+            self.policy.plan(items)
             dt = now_ns() - t0
+            self._check_after("planning", copies, items, None)
             self.totals.planning_ns += dt
             self.totals.planning_calls += 1
             self.totals.planning_call_ms.setdefault(len(group), []).append(ns_to_ms(dt))
@@ -319,8 +345,10 @@ class EpisodeScheduler:
                 self._act_call([slot])
 
     def _act_call(self, ready: list[_Slot]) -> None:
+        items = [s.item() for s in ready]
+        copies = self._check_before("action", ready, items)
         t0 = now_ns()
-        chunks = self.policy.act([s.item() for s in ready])
+        chunks = self.policy.act(items)
         dt = now_ns() - t0
         setup = _take_setup_ns(self.policy)  # a one-off inside act (a CUDA-graph capture): not the call's time
         dt -= setup
@@ -328,6 +356,7 @@ class EpisodeScheduler:
         self.totals.setup_ns += setup
         if len(chunks) != len(ready) or any(len(c) == 0 for c in chunks):
             raise RuntimeError(f"policy {self.policy.name}: act() must return one non-empty chunk per request")
+        self._check_after("action", copies, items, chunks)
         self.totals.action_ns += dt
         self.totals.action_calls += 1
         self.totals.action_batch_sizes.append(len(ready))
@@ -338,6 +367,25 @@ class EpisodeScheduler:
             s.action_calls += 1
             s.action_sizes.append(len(ready))
             s.state = SlotState.EXECUTING
+
+    def _check_before(self, kind: str, slots: list[_Slot], items: list[ActItem]) -> Any:
+        """The batch check's copies of a call's requests (None without a check); its time is not the run's."""
+        if self.batch_check is None:
+            return None
+        t0 = now_ns()
+        copies = self.batch_check.before(kind, [(s.index, s.key.id if s.key else "", s.steps, it)
+                                                for s, it in zip(slots, items, strict=True)])
+        self._outside_ns += now_ns() - t0
+        return copies
+
+    def _check_after(self, kind: str, copies: Any, items: list[ActItem], chunks: Any) -> None:
+        """Each copied request recomputed alone and compared (``episodes.batch_check``), outside the run's time."""
+        if copies is None:
+            return
+        t0 = now_ns()
+        self.batch_check.after(kind, copies, items, chunks)
+        _take_setup_ns(self.policy)  # a capture for batch 1 made by the check: the check's time, not the run's
+        self._outside_ns += now_ns() - t0
 
     def _tick_done(self) -> Iterator[EpisodeResult]:
         for i, slot in enumerate(list(self._slots)):
@@ -392,6 +440,7 @@ class EpisodeScheduler:
                 break
             self._slots.append(slot)
             self._start_episode(slot)
+        self.effective_parallel = len(self._slots)
         while self._live():
             self.totals.ticks += 1
             self._tick_steps()

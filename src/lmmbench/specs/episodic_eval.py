@@ -179,6 +179,8 @@ class EpisodicEvalSpec(Spec):
         self._findings: dict[str, Any] | None = None
         self._speedup: dict[str, Any] | None = None
         self._num_parallel = 1
+        self._batch_check: Any = None  # episodes.batch_check.BatchCheck of the compared run (--compare-serial)
+        self._max_steps: int | None = None
         self._policy: Any = None
 
     def setup(self, ctx: SpecContext) -> list[Case]:
@@ -235,10 +237,10 @@ class EpisodicEvalSpec(Spec):
         done = _done_ids(results_path) if opts.resume else set()
         todo = [k for k in episodes if k.id not in done]
 
-        def scheduler(keys: list[Any], parallel: int, recorder: Any = None) -> EpisodeScheduler:
+        def scheduler(keys: list[Any], parallel: int, recorder: Any = None, check: Any = None) -> EpisodeScheduler:
             return EpisodeScheduler(suite.make_env, policy, keys, num_parallel=parallel,
                                     num_steps_wait=opts.num_steps_wait, max_steps=max_steps, seed=opts.seed,
-                                    steal_trials=opts.steal_trials, recorder=recorder,
+                                    steal_trials=opts.steal_trials, recorder=recorder, batch_check=check,
                                     env_workers=opts.env_workers if parallel > 1 else 0)
 
         if opts.warmup:
@@ -250,7 +252,12 @@ class EpisodicEvalSpec(Spec):
                                  opts.env_workers if num_parallel > 1 else 0,
                                  getattr(policy, "batched_action", True))
         recorder = ReplayRecorder(ctx.spec_dir / "replay") if opts.record_replay else None
-        self._scheduler = scheduler(todo, num_parallel, recorder)
+        if opts.compare_serial:  # the run whose traces are compared: every batched call recomputed one at a time
+            from lmmbench.episodes.batch_check import BatchCheck
+
+            self._batch_check = BatchCheck(policy)
+        self._scheduler = scheduler(todo, num_parallel, recorder, self._batch_check)
+        self._max_steps = max_steps
         self._results = self._scheduler.run()
         self._traces = TraceFile(ctx.spec_dir / f"{self.name}_traces.jsonl", resume=opts.resume)
         ctx.environment["episodic_eval"] = {
@@ -288,14 +295,19 @@ class EpisodicEvalSpec(Spec):
                 self._serial, self._serial_totals = outcomes, sched.totals.as_dict()
             return int(sched.totals.setup_ns)  # CUDA-graph captures: not part of the wall compared
 
+        slots_ran: list[int] = []
+
         def run_batched() -> int:
             sched = batched()
             for _ in sched.run():
                 pass
+            slots_ran.append(sched.effective_parallel)
             return int(sched.totals.setup_ns)
 
         walls = interleaved_walls(run_serial, run_batched, repeats)
-        self._speedup = speedup_summary(*walls, num_parallel, episodes, env_workers, batched_action)
+        # the N compared is the slots that ran (2 tasks on --num-parallel 8 run 2 slots), not the option's value
+        self._speedup = speedup_summary(*walls, max(slots_ran, default=num_parallel), episodes, env_workers,
+                                        batched_action)
 
     def _next_result(self) -> Any:
         assert self._results is not None and self._traces is not None
@@ -321,13 +333,15 @@ class EpisodicEvalSpec(Spec):
             self._buffer[result.key.id] = result
         r = self._buffer.pop(case.id)
         sizes = r.action_batch_sizes
+        planner = self._scheduler is None or self._scheduler.has_planner  # no planner: planning absent, not 0
         return {
             "seed": r.seed, "success": None if r.success is None else int(r.success), "steps": r.steps,
-            "total_reward": r.total_reward, "planning_calls": r.planning_calls, "action_calls": r.action_calls,
-            "action_batch_sizes": " ".join(map(str, sizes)),
+            "total_reward": r.total_reward, "planning_calls": r.planning_calls if planner else None,
+            "action_calls": r.action_calls, "action_batch_sizes": " ".join(map(str, sizes)),
             "mean_action_batch_size": sum(sizes) / len(sizes) if sizes else None,
-            "planning_batch_sizes": " ".join(map(str, r.planning_batch_sizes)),
-            "wall_ms": r.wall_ms, "env_ms": r.env_ms, "planning_ms": r.planning_ms, "action_ms": r.action_ms,
+            "planning_batch_sizes": " ".join(map(str, r.planning_batch_sizes)) if planner else None,
+            "wall_ms": r.wall_ms, "env_ms": r.env_ms, "planning_ms": r.planning_ms if planner else None,
+            "action_ms": r.action_ms,
             "slot": r.slot, "near_rounding_boundary": r.extra.get("stat_near_rounding_boundary"),
             "warmup_steps": r.extra.get("warmup_steps"), "warmup_reward": r.extra.get("warmup_reward"),
             "waypoints_per_replan": " ".join(map(str, r.extra["stat_waypoints"])) if "stat_waypoints" in r.extra
@@ -342,6 +356,8 @@ class EpisodicEvalSpec(Spec):
             ctx.environment["episodic_eval"]["ae_call"] = ae_call.report()
         if self._results is not None:  # a run stopped early still closes its environments
             self._results.close()  # type: ignore[attr-defined]
+        if self._scheduler is not None and "episodic_eval" in ctx.environment:  # N as asked and as it ran
+            ctx.environment["episodic_eval"]["num_parallel_effective"] = self._scheduler.effective_parallel
         if self._traces is not None:
             self._traces.close()
 
@@ -352,14 +368,24 @@ class EpisodicEvalSpec(Spec):
         del analysis
         totals = self._scheduler.totals.as_dict() if self._scheduler is not None else None
         traces = read_traces(self._traces.path) if self._traces is not None else {}
-        equivalence = compare_runs(traces, self._serial) if self._serial is not None else None
-        out = episodic_findings(rows, totals, self._serial_totals, equivalence, self._speedup, self._num_parallel)
+        from lmmbench.episodes.batch_check import RTOL_BY_DTYPE, dtype_name
+        from lmmbench.episodes.verdict import reference_verdict, serial_verdict
+
+        equivalence = None
+        if self._serial is not None:
+            actions = self._batch_check.report() if self._batch_check is not None else None
+            equivalence = serial_verdict(actions, compare_runs(traces, self._serial), self._serial, self._max_steps)
+        reference = None
+        if self._reference is not None:
+            rtol = RTOL_BY_DTYPE[dtype_name(self._policy)]
+            reference = reference_verdict(compare_runs(traces, self._reference, rtol), self._reference,
+                                          self._max_steps)
+        slots = self._scheduler.effective_parallel if self._scheduler is not None else self._num_parallel
+        out = episodic_findings(rows, totals, self._serial_totals, equivalence, self._speedup, slots or 1, reference)
         if self._policy is not None:
             shape = out["policy_shape"] = self._policy_shape(self._policy)
             if shape["mode"] != "lmmbench":
                 out["finding"] += f"; policy driven through {shape['mode']}: {shape['action_batch']}"
-        if self._reference is not None:
-            out["reference_equivalence"] = compare_runs(traces, self._reference)
         self._findings = out
         return out
 

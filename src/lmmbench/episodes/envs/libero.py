@@ -134,7 +134,7 @@ def _fresh_grippers(env: Any) -> None:
     for robot in getattr(getattr(env, "env", None), "robots", None) or ():
         gripper = getattr(robot, "gripper", None)
         current = getattr(gripper, "current_action", None)
-        if current is not None:
+        if gripper is not None and current is not None:
             gripper.current_action = np.zeros_like(current)
 
 
