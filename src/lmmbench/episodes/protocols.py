@@ -8,7 +8,8 @@ An environment is gymnasium-style (``reset(seed)`` -> ``(obs, info)``, ``step(ac
 * ``act(items)``: always batched, one call for every slot that needs the action expert this tick;
   it returns one chunk of actions per item, executed one per tick. Optional: ``batched_action = False``
   (the policy takes one observation per call: the scheduler calls ``act`` once per slot and records
-  batch 1) and ``end_episode(memory)`` (called when an episode ends).
+  batch 1), ``has_planner = False`` (``ActOnly``: no planning call; planning is reported as absent) and
+  ``end_episode(memory)`` (called when an episode ends).
 
 Everything a policy remembers about one episode lives in that episode's ``EpisodeMemory``
 (its noise generator included), so batching episodes together cannot mix them.

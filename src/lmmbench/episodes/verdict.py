@@ -43,7 +43,8 @@ def _outcome_part(cmp: dict[str, Any], discriminates: bool, why: str | None) -> 
     return {"episodes_compared": cmp["episodes_compared"], "same_outcomes": cmp["same_outcomes"],
             "mismatches": mismatches, "first_mismatch": mismatches[0] if mismatches else None,
             "discriminate": discriminates, "cannot_discriminate": why,
-            "same_transcripts": cmp.get("same_transcripts"), "first_token_divergence": cmp.get("first_token_divergence"),
+            "same_transcripts": cmp.get("same_transcripts"),
+            "first_token_divergence": cmp.get("first_token_divergence"),
             "closed_loop_max_action_abs_diff": cmp.get("max_action_abs_diff"),
             "closed_loop_max_action_abs_diff_text": cmp.get("max_action_abs_diff_text")}
 
