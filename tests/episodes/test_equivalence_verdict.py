@@ -53,12 +53,12 @@ class Steady(SimplePolicy):
 '''
 
 
-def _run(tmp_path: Path, policy: str, *extra: str, compare: bool = True) -> int:
+def _run(tmp_path: Path, policy: str, *extra: str, compare: bool = True, parallel: int = 2) -> int:
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "policies.py").write_text(POLICIES, encoding="utf-8")
     argv = ["run", "episodic-eval", "--env", "toy-waypoints", "--policy", f"{tmp_path / 'policies.py'}:{policy}",
-            "--num-tasks", "2", "--num-trials-per-task", "1", "--num-parallel", "2", "--num-steps-wait", "0",
-            "--max-steps", "3", "--warmup", "0", "--compare-serial" if compare else "--no-compare-serial",
+            "--num-tasks", "2", "--num-trials-per-task", "1", "--num-parallel", str(parallel), "--num-steps-wait",
+            "0", "--max-steps", "3", "--warmup", "0", "--compare-serial" if compare else "--no-compare-serial",
             "--no-progress", "--out-dir", str(tmp_path / policy), *extra]  # fmt: skip
     return main(argv)
 
@@ -83,7 +83,7 @@ def test_a_policy_whose_actions_depend_on_the_batch_size_is_not_equivalent_exit_
 
 def test_a_batch_independent_policy_is_equivalent_exit_0_and_says_outcomes_cannot_discriminate(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert _run(tmp_path, "Steady") == 0
+    assert _run(tmp_path, "Steady", parallel=8) == 0  # 2 tasks: 2 of the 8 slots run
     out = capsys.readouterr().out
     analysis = _analysis(tmp_path, "Steady")
     eq = analysis["equivalence"]
@@ -92,6 +92,8 @@ def test_a_batch_independent_policy_is_equivalent_exit_0_and_says_outcomes_canno
     # three steps right from any start reach no end: every episode ends at --max-steps without success
     assert eq["outcomes"]["discriminate"] is False
     assert "equivalent to the serial run" in out and "cannot discriminate" in out
+    speed = analysis["speedup_vs_serial"]  # the speed-up is the 2 slots that ran against 1, checked against N = 2
+    assert speed["num_parallel"] == 2 and speed["compared"].startswith("batched on 2 slots vs serial on 1 slot")
 
 
 def test_reference_results_are_in_the_summary_line_and_a_differing_reference_exits_4(
