@@ -160,6 +160,7 @@ class EnvSuite:
     default_policy: str
     default_max_steps: int
     description: str = ""
+    worker_start: str = "fork"  # how --env-workers starts its processes: spawn where the simulator cannot fork
 
 
 @dataclass
@@ -187,3 +188,4 @@ class EpisodeResult:
     slot: int
     trace: list[Any] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # the episode failed: why (its environment worker process died)

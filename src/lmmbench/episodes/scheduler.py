@@ -59,6 +59,13 @@ def success_of(info: dict[str, Any]) -> bool | None:
     return None
 
 
+def _worker_died() -> type[Exception]:
+    """The exception of a dead environment worker (``episodes.envs.workers`` imported only when it is needed)."""
+    from lmmbench.episodes.envs.workers import WorkerDied
+
+    return WorkerDied
+
+
 def _take_setup_ns(policy: Any) -> int:
     """Setup time the policy spent inside its last calls (``take_setup_ns()``, optional: 0 without it)."""
     take = getattr(policy, "take_setup_ns", None)
@@ -153,6 +160,7 @@ class _Slot:
     action_calls: int = 0
     action_sizes: list[int] = field(default_factory=list)
     planning_sizes: list[int] = field(default_factory=list)
+    error: str | None = None  # why the episode failed (its environment worker died)
 
     def item(self) -> ActItem:
         assert self.memory is not None
@@ -165,7 +173,7 @@ class EpisodeScheduler:
     def __init__(self, make_env: Callable[[int], Env], policy: Policy, episodes: Sequence[EpisodeKey], *,
                  num_parallel: int, num_steps_wait: int, max_steps: int, seed: int,
                  steal_trials: bool = False, recorder: Any = None, env_workers: int = 0,
-                 batch_check: Any = None) -> None:
+                 batch_check: Any = None, worker_start: str = "fork") -> None:
         if num_parallel < 1 or max_steps < 1 or num_steps_wait < 0:
             raise ValueError("num_parallel and max_steps must be >= 1, num_steps_wait >= 0")
         self.make_env = make_env
@@ -177,6 +185,7 @@ class EpisodeScheduler:
         self.steal_trials = steal_trials
         self.recorder = recorder  # episodes.replay.ReplayRecorder: a frame after reset and every step
         self.env_workers = env_workers  # > 0: environments live in this many worker processes
+        self.worker_start = worker_start  # how they start: fork, or spawn (a simulator that cannot be forked)
         self._pool: Any = None  # episodes.envs.workers.EnvWorkers while the run is on
         self.batch_check = batch_check  # episodes.batch_check.BatchCheck: batched calls recomputed one by one
         self.has_planner = getattr(policy, "has_planner", True)  # ActOnly policies never plan: no planning calls
@@ -227,15 +236,19 @@ class EpisodeScheduler:
         fresh = _Slot(index=slot.index, task=slot.task, env=slot.env, trials=slot.trials, key=key,
                       start_ns=now_ns() - self._outside_ns)
         t0 = now_ns()
-        fresh.obs, fresh.info = slot.env.reset(seed=seed)
+        fresh.memory = self.policy.new_episode(key, seed)
+        self._slots[slot.index] = fresh
+        try:
+            fresh.obs, fresh.info = slot.env.reset(seed=seed)
+        except _worker_died() as exc:  # the slot's worker process is gone: the episode fails with its cause
+            fresh.error, fresh.state = str(exc), SlotState.DONE
+            return
         fresh.env_ns = now_ns() - t0
         self.totals.env_reset_ns += fresh.env_ns
         if self.recorder is not None:
             self.recorder.capture(key, slot.env)
-        fresh.memory = self.policy.new_episode(key, seed)
         fresh.wait_left = self.num_steps_wait
         fresh.state = SlotState.WAIT if self.num_steps_wait > 0 else self._first_call_state()
-        self._slots[slot.index] = fresh
 
     def _step_all(self, moves: list[tuple[_Slot, Any, bool]]) -> list[bool]:
         """This tick's env steps (slot, action, warm-up?): one after another here, or all workers at once
@@ -245,8 +258,15 @@ class EpisodeScheduler:
         t0 = now_ns()
         outs = self._pool.step_many([(slot.env, action) for slot, action, _ in moves]) if moves else []
         self.totals.env_ns += now_ns() - t0
-        self.totals.env_step_ms += [ns_to_ms(out[5]) for out in outs]
-        return [self._apply(slot, out[:5], out[5], warm) for (slot, _, warm), out in zip(moves, outs, strict=True)]
+        over: list[bool] = []
+        for (slot, _, warm), out in zip(moves, outs, strict=True):
+            if isinstance(out, BaseException):  # the slot's worker died: its episode ends, failed with the cause
+                slot.error = str(out)
+                over.append(True)
+                continue
+            self.totals.env_step_ms.append(ns_to_ms(out[5]))
+            over.append(self._apply(slot, out[:5], out[5], warm))
+        return over
 
     def _step(self, slot: _Slot, action: Any, warm_up: bool = False) -> bool:
         """One env step in this process; returns whether the episode is over."""
@@ -281,7 +301,7 @@ class EpisodeScheduler:
             action_batch_sizes=slot.action_sizes, planning_batch_sizes=slot.planning_sizes,
             wall_ms=ns_to_ms(now_ns() - self._outside_ns - slot.start_ns), env_ms=ns_to_ms(slot.env_ns),
             planning_ms=slot.planning_ns / 1e6, action_ms=slot.action_ns / 1e6, slot=slot.index,
-            trace=slot.memory.trace, extra=extra)
+            trace=slot.memory.trace, extra=extra, error=slot.error)
 
     # -- the tick ----------------------------------------------------------------------------
     def _tick_steps(self) -> None:
@@ -289,7 +309,9 @@ class EpisodeScheduler:
         moves = [(slot, self.policy.dummy_action(), True) for slot in self._slots if slot.state is SlotState.WAIT]
         moves += [(slot, slot.chunk.popleft(), False) for slot in self._slots if slot.state is SlotState.EXECUTING]
         for (slot, _, warm), over in zip(moves, self._step_all(moves), strict=True):
-            if warm:
+            if slot.error is not None:  # its worker died during the step: not a step taken
+                slot.state = SlotState.DONE
+            elif warm:
                 self._after_wait(slot, over)
             else:
                 self._after_execute(slot, over)
@@ -423,7 +445,7 @@ class EpisodeScheduler:
         if self.env_workers > 0:
             from lmmbench.episodes.envs.workers import EnvWorkers
 
-            self._pool = EnvWorkers(self.make_env, min(self.env_workers, self.num_parallel))
+            self._pool = EnvWorkers(self.make_env, min(self.env_workers, self.num_parallel), self.worker_start)
         try:
             yield from self._run_ticks()
         finally:

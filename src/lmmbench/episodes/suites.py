@@ -75,14 +75,16 @@ def _libero_env(suite: str, task: int) -> Env:
 
 
 def _libero_maker(suite: str) -> Callable[[int], Env]:
-    return lambda task: _libero_env(suite, task)
+    import functools
+
+    return functools.partial(_libero_env, suite)  # pickles: spawned --env-workers build the scenes themselves
 
 
 for _suite, (_bench, _max_steps, _tasks) in LIBERO_SUITES.items():
     SUITES.add(_suite, EnvSuite(
         _suite, _libero_maker(_suite), _tasks, "pi0-tiny", _max_steps,
         f"LIBERO's {_bench} (robosuite/MuJoCo, headless EGL): agent-view and wrist cameras at 224 px, "
-        "LIBERO's initial states and success check"))
+        "LIBERO's initial states and success check", worker_start="spawn"))
 SUITES.add("chat", EnvSuite(
     "chat", _chat_env, None, "chat", 8,
     "multi-turn conversations with a scripted user (2-4 turns; success: the reply says the keyword)"))

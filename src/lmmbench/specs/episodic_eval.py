@@ -102,7 +102,8 @@ class EpisodicEvalOptions(RunOptions):
                                  "outcomes are equal.")
     compare_repeats: int = Field(5, ge=5, description="Interleaved serial / batched pairs of --compare-serial.")
     env_workers: int = Field(0, ge=0, description="Worker processes that hold the environments and step them in "
-                             "parallel each tick (0: in this process); for slow simulators.")
+                             "parallel each tick (0: in this process; slot i in worker i mod W; spawned for "
+                             "LIBERO, forked otherwise); for slow simulators.")
     record_replay: bool = Field(False, description="Write each episode's frames to <out-dir>/episodic-eval/replay/"
                                 "task<T>_trial<R>.mp4 (the environment needs render() -> RGB array).")
     reference: Path | None = Field(None, description="Another run's episodic-eval_traces.jsonl to compare with.")
@@ -241,7 +242,8 @@ class EpisodicEvalSpec(Spec):
             return EpisodeScheduler(suite.make_env, policy, keys, num_parallel=parallel,
                                     num_steps_wait=opts.num_steps_wait, max_steps=max_steps, seed=opts.seed,
                                     steal_trials=opts.steal_trials, recorder=recorder, batch_check=check,
-                                    env_workers=opts.env_workers if parallel > 1 else 0)
+                                    env_workers=opts.env_workers if parallel > 1 else 0,
+                                    worker_start=suite.worker_start)
 
         if opts.warmup:
             for _ in scheduler([EpisodeKey(0, -1 - i) for i in range(opts.warmup)], 1).run():
@@ -332,6 +334,8 @@ class EpisodicEvalSpec(Spec):
                 raise
             self._buffer[result.key.id] = result
         r = self._buffer.pop(case.id)
+        if r.error is not None:  # its environment worker died: this episode fails with the cause, the run goes on
+            raise RuntimeError(r.error)
         sizes = r.action_batch_sizes
         planner = self._scheduler is None or self._scheduler.has_planner  # no planner: planning absent, not 0
         return {

@@ -28,8 +28,9 @@ Several scenes live in one process (one per slot). robosuite 1.4's offscreen ren
 only when it is built (``robosuite/utils/binding_utils.py``, ``MjRenderContext.__init__``), and MuJoCo renders
 through whichever context is current: without more, every scene but the last-built one would render with another
 scene's meshes and textures. So each scene's context is made current before it resets or steps (both render the
-two cameras). ``--env-workers`` is refused:
-its workers are forked after the parent rendered, and Mesa's renderer hangs in such a child.
+two cameras). ``--env-workers`` spawns its worker processes for LIBERO (``EnvSuite.worker_start``): Mesa's renderer
+hangs in a child forked after its parent rendered, so each worker is a fresh interpreter that builds and renders
+its own scenes; a scene asked for in a forked child is still refused.
 """
 
 from __future__ import annotations
@@ -108,8 +109,8 @@ def _scene(suite: str, bddl: str, task: int) -> Any:
             del _IDLE[key]
         return env
     if _RENDERED["before_fork"]:
-        raise UserError(f"--env {suite} with --env-workers: LIBERO's renderer hangs in a process forked after it "
-                        "rendered (Mesa's EGL / OSMesa); run without --env-workers")
+        raise UserError(f"--env {suite}: LIBERO's renderer hangs in a process forked after it rendered (Mesa's "
+                        "EGL / OSMesa); start its workers with the 'spawn' method, or run without --env-workers")
     make = _import_libero(suite)
     _RENDERED["here"] = True
     try:
