@@ -6,7 +6,8 @@
 Each point is one ``lmmbench run episodic-eval --env libero-object --policy pi0-tiny`` in a process of its own
 (N tasks, one trial each, on N slots, ``--env-workers W``), repeats interleaved over the points. From each run's
 analysis: policy steps per second of the run's wall time (scene builds and resets included, as a user waits for
-them), the wall time's split (environment steps / scene builds / resets / planner / action expert / scheduling)
+them), environment steps per second of the stepping phase alone (what the workers parallelise), the wall time's
+split (environment steps / scene builds / resets / planner / action expert / scheduling)
 and the speed-up of steps per second against W = 0 at the same N. Medians with min..max over the repeats.
 A LIBERO scene holds about 1 GB: N = 8 needs about 8 GB (in workers or not).
 """
@@ -35,7 +36,10 @@ def _one(env: str, n: int, w: int, max_steps: int, out: Path) -> dict[str, Any]:
     analysis = json.loads((out / "episodic-eval" / "episodic-eval_analysis.json").read_text(encoding="utf-8"))
     run = analysis["run"]
     wall = run["wall_ms"]
+    env_steps = analysis["steps_total"] + n  # one warm-up step per episode (--num-steps-wait 1)
     return {"steps": analysis["steps_total"], "wall_ms": wall, "steps_per_s": analysis["steps_total"] / wall * 1000,
+            # the stepping phase alone: env steps per second of the ticks' env time (all slots' steps at once)
+            "env_steps_per_s": env_steps / run["env_ms"] * 1000,
             **{p.removesuffix("_ms") + "_pct": 100.0 * (run.get(p) or 0.0) / wall for p in PARTS}}
 
 
@@ -64,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     for n, w in points:
         base = statistics.median(x["steps_per_s"] for x in runs[(n, 0)]) if (n, 0) in runs else None
         row = {"slots": n, "workers": w, "steps_per_s": _median(runs[(n, w)], "steps_per_s"),
+               "env_steps_per_s": _median(runs[(n, w)], "env_steps_per_s"),
                **{k: statistics.median(x[k] for x in runs[(n, w)]) for k in runs[(n, w)][0] if k.endswith("_pct")}}
         row["speedup_vs_w0"] = row["steps_per_s"]["median"] / base if base else None
         table.append(row)
