@@ -44,9 +44,9 @@ def _summarise(runs: list[dict[str, Any]], serial_median: float, serial_cpu: flo
     med = statistics.median(walls)
     cpu = statistics.median(r["totals"]["cpu_ms"] for r in runs)
     parts = {}
-    for part in ("env_ms", "planning_ms", "action_ms", "scheduler_ms"):
-        parts[part.removesuffix("_ms") + "_pct"] = statistics.median(
-            100.0 * r["totals"][part] / r["totals"]["wall_ms"] for r in runs)
+    for part in ("env_ms", "env_build_ms", "env_reset_ms", "planning_ms", "action_ms", "scheduler_ms"):
+        parts[part.removesuffix("_ms") + "_pct"] = statistics.median(  # planning_ms is null without a planner
+            100.0 * (r["totals"][part] or 0.0) / r["totals"]["wall_ms"] for r in runs)
     first = runs[0]["totals"]
     return {"wall_ms_median": med, "wall_ms_min": min(walls), "wall_ms_max": max(walls),
             "speedup": serial_median / med, "cpu_ms_median": cpu, "cpu_speedup": serial_cpu / cpu,

@@ -14,7 +14,7 @@ import pytest
 
 from lmmbench.cli.main import main
 
-COMMON = ["run", "episodic-eval", "--num-tasks", "2", "--num-trials-per-task", "2", "--num-parallel", "4",
+COMMON = ["run", "episodic-eval", "--num-tasks", "4", "--num-trials-per-task", "1", "--num-parallel", "4",
           "--max-steps", "8", "--compare-serial", "--no-progress"]
 
 

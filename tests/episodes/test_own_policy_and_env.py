@@ -43,7 +43,9 @@ def test_docs_example_runs_as_written(example_dir: Path) -> None:
     analysis = json.loads((spec_dir / "episodic-eval_analysis.json").read_text())
     overall = analysis["success"]["overall"]
     assert overall["episodes"] == 16 and 0 < overall["successes"] < 16  # the noise decides some episodes
-    assert analysis["equivalence"]["same_outcomes"] and analysis["equivalence"]["episodes_compared"] == 16
+    outcomes = analysis["equivalence"]["outcomes"]
+    assert outcomes["same_outcomes"] and outcomes["episodes_compared"] == 16
+    assert analysis["equivalence"]["verdict"] == "equivalent"
     run = json.loads((spec_dir / "run.json").read_text())["run"]["episodic_eval"]
     assert run["policy"] == "torch-linear" and run["num_parallel"] == 4
 

@@ -105,7 +105,7 @@ def test_infer_policy_is_recorded_as_batch_one(examples: Path) -> None:
     # the ratio is called a wall ratio (or not measured when a loaded machine broke a pair), never "faster"
     assert "faster than serial" not in analysis["finding"]
     assert "wall ratio" in analysis["finding"] or speed["measurement_error"], analysis["finding"]
-    assert analysis["equivalence"]["same_outcomes"]  # a deterministic policy: 4 slots equal 1 slot
+    assert analysis["equivalence"]["outcomes"]["same_outcomes"]  # a deterministic policy: 4 slots equal 1 slot
     assert analysis["cost_model"]["prediction"]["design_formula"].get("predicted_speedup") is None
 
 

@@ -47,6 +47,11 @@ def _run(spec_name: str, options: Any) -> None:
     elif code == PARTIAL:
         typer.echo(f"partial: {counts['failed']} row(s) failed and {counts['degraded']} degraded -> {run.spec_dir}",
                    err=True)
+    elif isinstance(run.analysis.get("negative_verdict"), str):  # a comparison asked for found a difference
+        from lmmbench.core.exit_codes import NOT_EQUIVALENT
+
+        typer.echo(f"{run.analysis['negative_verdict']} -> {run.spec_dir}", err=True)
+        code = NOT_EQUIVALENT
     if code:
         raise typer.Exit(code)
 

@@ -3,19 +3,23 @@
 0 — everything asked for was measured (in a load test, failed requests are part of the measurement: its
 error rate); 1 — a bug (one line naming the saved traceback); 2 — bad input, or nothing could be measured
 (every sample, request or row failed); 3 — partial: some samples, rows or points failed, with the count
-printed; 130 / 143 — interrupted by SIGINT / SIGTERM.
+printed; 4 — everything was measured and a comparison it was asked for found a difference (``run episodic-eval
+--compare-serial`` / ``--reference``: "not equivalent", with the first difference printed); 130 / 143 — interrupted
+by SIGINT / SIGTERM.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["BUG", "NOTHING_MEASURED", "OK", "PARTIAL", "failure_reason", "measured_exit_code", "plan_exit_code"]
+__all__ = ["BUG", "NOTHING_MEASURED", "NOT_EQUIVALENT", "OK", "PARTIAL", "failure_reason", "measured_exit_code",
+           "plan_exit_code"]
 
 OK = 0
 BUG = 1
 NOTHING_MEASURED = 2  # the same code as bad input: nothing usable came out
 PARTIAL = 3
+NOT_EQUIVALENT = 4  # a comparison's negative verdict (not bad input, not a failed measurement)
 
 
 def measured_exit_code(ok: int, failed: int) -> int:

@@ -68,17 +68,40 @@ def cost_model_section(totals: dict[str, Any] | None, serial_totals: dict[str, A
             "measured_speedup": measured}
 
 
+def _batch_parts(out: dict[str, Any], totals: dict[str, Any] | None) -> list[str]:
+    """The action (and planning) batch, per call (this run's calls) and per request (every episode's calls)."""
+    per_call = (totals or {}).get("mean_action_batch_per_call")
+    per_request = out["episode_mean_action_batch_size"]
+    parts = []
+    if per_call is not None and per_request is not None:
+        parts.append(f"action batch {per_call:.2f} per call, {per_request:.2f} per request")
+    elif per_request is not None:
+        parts.append(f"action batch {per_request:.2f} per request")
+    if out["episode_mean_planning_batch_size"] not in (None, 1.0):
+        parts.append(f"planning batch {out['episode_mean_planning_batch_size']:.2f} per request")
+    return parts
+
+
 def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | None,
                       serial_totals: dict[str, Any] | None, equivalence: dict[str, Any] | None,
-                      speedup: dict[str, Any] | None = None, num_parallel: int = 1) -> dict[str, Any]:
-    """The analysis of an episodic run: success, batch sizes, time split, the serial comparison and the
-    design's cost model (``cost_model``: its terms, predicted and measured speed-up)."""
+                      speedup: dict[str, Any] | None = None, num_parallel: int = 1,
+                      reference: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The analysis of an episodic run: success, batch sizes (per call and per request), time split, the serial
+    comparison's verdict (``equivalence``, from ``episodes.verdict``), the ``--reference`` verdict and the design's
+    cost model (``cost_model``: its terms, predicted and measured speed-up). ``num_parallel`` is the effective N:
+    the slots that ran."""
+    from lmmbench.episodes.verdict import verdict_text
+
     ok = [r for r in rows if r.get("status") == "ok"]
     sizes = _batch_sizes(ok)  # per episode: the batch size of each action call it joined
     plans = _batch_sizes(ok, "planning_batch_sizes")
     out: dict[str, Any] = {
         "success": success_summary(ok),
+        "num_parallel_effective": num_parallel,
+        # per request: the batch each request met (an episode's calls, every episode); per call: this run's calls
         "episode_mean_action_batch_size": sum(sizes) / len(sizes) if sizes else None,
+        "action_batch_per_call": (totals or {}).get("mean_action_batch_per_call"),
+        "action_batch_per_request": sum(sizes) / len(sizes) if sizes else None,
         "episode_mean_planning_batch_size": sum(plans) / len(plans) if plans else None,
         "steps_total": sum(int(_num(r.get("steps")) or 0) for r in ok),
         # actions within 1e-5 of a rounding boundary (toy-waypoints): where last bits could change a move
@@ -87,21 +110,22 @@ def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | N
     }
     if totals:
         wall = totals.get("wall_ms") or 0.0
-        out["time_split_pct"] = {k.removesuffix("_ms"): 100.0 * totals[k] / wall if wall else None
-                                 for k in ("env_ms", "planning_ms", "action_ms", "scheduler_ms")}
+        out["time_split_pct"] = {k.removesuffix("_ms"): 100.0 * totals[k] / wall if wall and totals.get(k) is not None
+                                 else None for k in ("env_ms", "env_build_ms", "env_reset_ms", "planning_ms",
+                                                     "action_ms", "scheduler_ms")}
     if serial_totals:
         out["serial_run"] = serial_totals
     if speedup is not None:
         out["speedup_vs_serial"] = speedup  # median and min-max over interleaved pairs (episodes.speedup)
     if equivalence is not None:
         out["equivalence"] = equivalence
+    if reference is not None:
+        out["reference_equivalence"] = reference
     out["cost_model"] = cost_model_section(totals, serial_totals, speedup, num_parallel)
     rate = out["success"]["overall"]
     parts = [f"success {rate['successes']}/{rate['episodes']}" if rate["episodes"] else "no success verdicts"]
-    if out["episode_mean_action_batch_size"] is not None:
-        parts.append(f"mean action batch {out['episode_mean_action_batch_size']:.2f} (per episode call)")
-    if out["episode_mean_planning_batch_size"] not in (None, 1.0):
-        parts.append(f"mean planning batch {out['episode_mean_planning_batch_size']:.2f}")
+    parts.append(f"{num_parallel} slot(s) ran")
+    parts += _batch_parts(out, totals)
     if "speedup_vs_serial" in out:
         from lmmbench.episodes.speedup import speedup_text
 
@@ -110,13 +134,12 @@ def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | N
     if predicted is not None and num_parallel > 1:
         parts.append(f"the design's cost model predicts {predicted:.2f}x")
     if equivalence is not None:
-        parts.append("same outcomes as the reference" if equivalence["same_outcomes"]
-                     else f"{len(equivalence['outcome_mismatches'])} episode(s) differ from the reference")
-        if equivalence.get("max_action_abs_diff") is not None:
-            parts.append(f"largest action difference {equivalence['max_action_abs_diff']:.3g}")
-        if equivalence.get("first_token_divergence"):
-            parts.append(f"first token divergence {equivalence['first_token_divergence']}")
-        elif equivalence.get("same_transcripts"):
-            parts.append("identical transcripts")
+        parts.append(verdict_text("serial run", equivalence))
+    if reference is not None:
+        parts.append(verdict_text("reference", reference))
     out["finding"] = "; ".join(parts)
+    named = (("serial run", equivalence), ("reference", reference))
+    negative = [verdict_text(n, v) for n, v in named if v is not None and v["verdict"] == "not equivalent"]
+    if negative:  # the command exits core.exit_codes.NOT_EQUIVALENT with this line
+        out["negative_verdict"] = "; ".join(negative)
     return out

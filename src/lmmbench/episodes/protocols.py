@@ -8,7 +8,8 @@ An environment is gymnasium-style (``reset(seed)`` -> ``(obs, info)``, ``step(ac
 * ``act(items)``: always batched, one call for every slot that needs the action expert this tick;
   it returns one chunk of actions per item, executed one per tick. Optional: ``batched_action = False``
   (the policy takes one observation per call: the scheduler calls ``act`` once per slot and records
-  batch 1) and ``end_episode(memory)`` (called when an episode ends).
+  batch 1), ``has_planner = False`` (``ActOnly``: no planning call; planning is reported as absent) and
+  ``end_episode(memory)`` (called when an episode ends).
 
 Everything a policy remembers about one episode lives in that episode's ``EpisodeMemory``
 (its noise generator included), so batching episodes together cannot mix them.
@@ -133,9 +134,11 @@ class Policy(Protocol):
 
 class ActOnly:
     """The planning half of a ``Policy`` that never plans (every chunk comes from ``act``): mixed into the
-    policies that only act (``SimplePolicy``, the random policy, the adapters of users' policies)."""
+    policies that only act (``SimplePolicy``, the random policy, the adapters of users' policies). The scheduler
+    sends their slots straight to the action call and reports planning as absent (``has_planner``), not as calls."""
 
     batched_planning = False
+    has_planner = False
 
     def plan(self, items: Sequence[ActItem]) -> None:
         """No planning call."""
@@ -160,6 +163,7 @@ class EnvSuite:
     settings: tuple[str, ...] = ()  # keywords make_env takes (LIBERO: resize_size, env_seed)
     warmup_action: Any = None  # the environment's own warm-up action (LIBERO: openpi's); None: the policy's
     reset_by_trial: bool = False  # reset(seed=trial): trial i starts from the environment's initial state i
+    worker_start: str = "fork"  # how --env-workers starts its processes: spawn where the simulator cannot fork
 
 
 @dataclass
@@ -187,3 +191,4 @@ class EpisodeResult:
     slot: int
     trace: list[Any] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # the episode failed: why (its environment worker process died)

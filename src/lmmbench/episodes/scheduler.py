@@ -61,6 +61,13 @@ def success_of(info: dict[str, Any]) -> bool | None:
     return None
 
 
+def _worker_died() -> type[Exception]:
+    """The exception of a dead environment worker (``episodes.envs.workers`` imported only when it is needed)."""
+    from lmmbench.episodes.envs.workers import WorkerDied
+
+    return WorkerDied
+
+
 def _take_setup_ns(policy: Any) -> int:
     """Setup time the policy spent inside its last calls (``take_setup_ns()``, optional: 0 without it)."""
     take = getattr(policy, "take_setup_ns", None)
@@ -86,32 +93,45 @@ class RunTotals:
     episode_steps: list[int] = field(default_factory=list)  # env steps per episode (warm-up included)
     episode_replans: list[int] = field(default_factory=list)
     setup_ns: int = 0  # one-off setup inside policy calls (CUDA-graph captures), kept out of every other time
+    env_build_ns: int = 0  # building environments (a LIBERO scene: seconds), here or in a worker
+    env_reset_ns: int = 0  # resetting them at the start of every episode
+    has_planner: bool = True  # False: the policy never plans, and planning is reported as absent, not as 0
 
     def action_batch_histogram(self) -> dict[str, int]:
         """How many action calls had each batch size."""
         return {str(b): len(v) for b, v in sorted(self.action_call_ms.items())}
 
     def as_dict(self) -> dict[str, Any]:
-        """Milliseconds and counts, with the time no part accounts for as ``scheduler_ms``, the histogram of
-        action batch sizes and the cost model's terms (``episodes.cost_model.run_terms``)."""
+        """Milliseconds and counts: environment steps, builds and resets, planning (absent without a planner),
+        action calls, and the rest of the wall time as ``scheduler_ms`` (the scheduling itself); the action batch
+        per call and per request, the histograms and the cost model's terms (``episodes.cost_model.run_terms``)."""
         from lmmbench.episodes.cost_model import run_terms
 
-        parts = self.env_ns + self.planning_ns + self.action_ns
+        parts = self.env_ns + self.planning_ns + self.action_ns + self.env_build_ns + self.env_reset_ns
         sizes = self.action_batch_sizes
+        planner = self.has_planner
         return {
             "ticks": self.ticks,
             "wall_ms": ns_to_ms(self.wall_ns),
             "env_ms": ns_to_ms(self.env_ns),
-            "planning_ms": ns_to_ms(self.planning_ns),
+            "env_build_ms": ns_to_ms(self.env_build_ns),
+            "env_reset_ms": ns_to_ms(self.env_reset_ns),
+            "planning_ms": ns_to_ms(self.planning_ns) if planner else None,
             "action_ms": ns_to_ms(self.action_ns),
             "scheduler_ms": ns_to_ms(self.wall_ns - parts),
             "policy_setup_ms": ns_to_ms(self.setup_ns),
             "action_calls": self.action_calls,
-            "planning_calls": self.planning_calls,
-            "mean_action_batch_size": sum(sizes) / len(sizes) if sizes else None,
+            "planning_calls": self.planning_calls if planner else None,
+            "action_requests": sum(sizes),
+            # per call: the mean batch of the calls; per request: the batch a request met, on average (calls
+            # weighted by their size). 23 calls at 1 and 7 at 4 are 1.70 per call and 2.68 per request.
+            "mean_action_batch_per_call": sum(sizes) / len(sizes) if sizes else None,
+            "mean_action_batch_per_request": sum(b * b for b in sizes) / sum(sizes) if sizes else None,
+            "mean_action_batch_size": sum(sizes) / len(sizes) if sizes else None,  # per call (the older name)
             "max_action_batch_size": max(sizes) if sizes else None,
             "action_batch_histogram": self.action_batch_histogram(),
-            "planning_batch_histogram": {str(b): len(v) for b, v in sorted(self.planning_call_ms.items())},
+            "planning_batch_histogram": {str(b): len(v) for b, v in sorted(self.planning_call_ms.items())}
+            if planner else None,
             "terms": run_terms(self),
         }
 
@@ -142,6 +162,7 @@ class _Slot:
     action_calls: int = 0
     action_sizes: list[int] = field(default_factory=list)
     planning_sizes: list[int] = field(default_factory=list)
+    error: str | None = None  # why the episode failed (its environment worker died)
 
     def item(self) -> ActItem:
         assert self.memory is not None
@@ -154,7 +175,8 @@ class EpisodeScheduler:
     def __init__(self, make_env: Callable[[int], Env], policy: Policy, episodes: Sequence[EpisodeKey], *,
                  num_parallel: int, num_steps_wait: int, max_steps: int, seed: int,
                  steal_trials: bool = False, recorder: Any = None, env_workers: int = 0,
-                 warmup_action: Any = None, reset_by_trial: bool = False) -> None:
+                 warmup_action: Any = None, reset_by_trial: bool = False, batch_check: Any = None,
+                 worker_start: str = "fork") -> None:
         if num_parallel < 1 or max_steps < 1 or num_steps_wait < 0:
             raise ValueError("num_parallel and max_steps must be >= 1, num_steps_wait >= 0")
         self.make_env = make_env
@@ -168,9 +190,13 @@ class EpisodeScheduler:
         self.env_workers = env_workers  # > 0: environments live in this many worker processes
         self.warmup_action = warmup_action  # the environment's own (LIBERO: openpi's); None: policy.dummy_action()
         self.reset_by_trial = reset_by_trial  # reset(seed=trial): trial i from initial state i (LIBERO, as openpi)
+        self.worker_start = worker_start  # how they start: fork, or spawn (a simulator that cannot be forked)
         self._pool: Any = None  # episodes.envs.workers.EnvWorkers while the run is on
-        self.totals = RunTotals()
+        self.batch_check = batch_check  # episodes.batch_check.BatchCheck: batched calls recomputed one by one
+        self.has_planner = getattr(policy, "has_planner", True)  # ActOnly policies never plan: no planning calls
+        self.totals = RunTotals(has_planner=self.has_planner)
         self.episodes_done = 0
+        self.effective_parallel = 0  # slots that ran: at most num_parallel, fewer when fewer tasks were given
         by_task: dict[int, list[int]] = {}
         for key in sorted(set(episodes)):
             by_task.setdefault(key.task, []).append(key.trial)
@@ -182,9 +208,10 @@ class EpisodeScheduler:
     # -- episode lifecycle -------------------------------------------------------------------
     def _new_env(self, index: int, task: int) -> Env:
         """The environment of ``task`` for slot ``index``: here, or in the slot's worker process."""
-        if self._pool is not None:
-            return self._pool.make(index, task)  # type: ignore[no-any-return]
-        return self.make_env(task)
+        t0 = now_ns()
+        env = self._pool.make(index, task) if self._pool is not None else self.make_env(task)
+        self.totals.env_build_ns += now_ns() - t0
+        return env
 
     def _close(self, env: Env) -> None:
         """Close an environment the run is done with (``close()`` is optional in the protocol)."""
@@ -213,15 +240,20 @@ class EpisodeScheduler:
         seed = episode_seed(self.seed, key)
         fresh = _Slot(index=slot.index, task=slot.task, env=slot.env, trials=slot.trials, key=key,
                       start_ns=now_ns() - self._outside_ns)
+        fresh.memory = self.policy.new_episode(key, seed)
+        self._slots[slot.index] = fresh
         t0 = now_ns()
-        fresh.obs, fresh.info = slot.env.reset(seed=max(trial, 0) if self.reset_by_trial else seed)
+        try:
+            fresh.obs, fresh.info = slot.env.reset(seed=max(trial, 0) if self.reset_by_trial else seed)
+        except _worker_died() as exc:  # the slot's worker process is gone: the episode fails with its cause
+            fresh.error, fresh.state = str(exc), SlotState.DONE
+            return
         fresh.env_ns = now_ns() - t0
+        self.totals.env_reset_ns += fresh.env_ns
         if self.recorder is not None:
             self.recorder.capture(key, slot.env)
-        fresh.memory = self.policy.new_episode(key, seed)
         fresh.wait_left = self.num_steps_wait
-        fresh.state = SlotState.WAIT if self.num_steps_wait > 0 else SlotState.NEED_VLM
-        self._slots[slot.index] = fresh
+        fresh.state = SlotState.WAIT if self.num_steps_wait > 0 else self._first_call_state()
 
     def _step_all(self, moves: list[tuple[_Slot, Any, bool]]) -> list[bool]:
         """This tick's env steps (slot, action, warm-up?): one after another here, or all workers at once
@@ -231,8 +263,15 @@ class EpisodeScheduler:
         t0 = now_ns()
         outs = self._pool.step_many([(slot.env, action) for slot, action, _ in moves]) if moves else []
         self.totals.env_ns += now_ns() - t0
-        self.totals.env_step_ms += [ns_to_ms(out[5]) for out in outs]
-        return [self._apply(slot, out[:5], out[5], warm) for (slot, _, warm), out in zip(moves, outs, strict=True)]
+        over: list[bool] = []
+        for (slot, _, warm), out in zip(moves, outs, strict=True):
+            if isinstance(out, BaseException):  # the slot's worker died: its episode ends, failed with the cause
+                slot.error = str(out)
+                over.append(True)
+                continue
+            self.totals.env_step_ms.append(ns_to_ms(out[5]))
+            over.append(self._apply(slot, out[:5], out[5], warm))
+        return over
 
     def _step(self, slot: _Slot, action: Any, warm_up: bool = False) -> bool:
         """One env step in this process; returns whether the episode is over."""
@@ -267,7 +306,7 @@ class EpisodeScheduler:
             action_batch_sizes=slot.action_sizes, planning_batch_sizes=slot.planning_sizes,
             wall_ms=ns_to_ms(now_ns() - self._outside_ns - slot.start_ns), env_ms=ns_to_ms(slot.env_ns),
             planning_ms=slot.planning_ns / 1e6, action_ms=slot.action_ns / 1e6, slot=slot.index,
-            trace=slot.memory.trace, extra=extra)
+            trace=slot.memory.trace, extra=extra, error=slot.error)
 
     # -- the tick ----------------------------------------------------------------------------
     def _tick_steps(self) -> None:
@@ -275,7 +314,9 @@ class EpisodeScheduler:
         moves = [(slot, self._warmup(), True) for slot in self._slots if slot.state is SlotState.WAIT]
         moves += [(slot, slot.chunk.popleft(), False) for slot in self._slots if slot.state is SlotState.EXECUTING]
         for (slot, _, warm), over in zip(moves, self._step_all(moves), strict=True):
-            if warm:
+            if slot.error is not None:  # its worker died during the step: not a step taken
+                slot.state = SlotState.DONE
+            elif warm:
                 self._after_wait(slot, over)
             else:
                 self._after_execute(slot, over)
@@ -289,7 +330,11 @@ class EpisodeScheduler:
         if over:
             slot.state = SlotState.DONE
         elif slot.wait_left <= 0:
-            slot.state = SlotState.NEED_VLM
+            slot.state = self._first_call_state()
+
+    def _first_call_state(self) -> SlotState:
+        """An episode's first call: planning, or the action expert when the policy has no planner."""
+        return SlotState.NEED_VLM if self.has_planner else SlotState.NEED_AE
 
     def _after_execute(self, slot: _Slot, over: bool) -> None:
         slot.steps += 1
@@ -302,9 +347,12 @@ class EpisodeScheduler:
         waiting = [s for s in self._slots if s.state is SlotState.NEED_VLM]
         groups = [waiting] if self.policy.batched_planning and waiting else [[s] for s in waiting]
         for group in groups:
+            items = [s.item() for s in group]
+            copies = self._check_before("planning", group, items)
             t0 = now_ns()
-            self.policy.plan([s.item() for s in group])
+            self.policy.plan(items)
             dt = now_ns() - t0
+            self._check_after("planning", copies, items, None)
             self.totals.planning_ns += dt
             self.totals.planning_calls += 1
             self.totals.planning_call_ms.setdefault(len(group), []).append(ns_to_ms(dt))
@@ -328,8 +376,10 @@ class EpisodeScheduler:
                 self._act_call([slot])
 
     def _act_call(self, ready: list[_Slot]) -> None:
+        items = [s.item() for s in ready]
+        copies = self._check_before("action", ready, items)
         t0 = now_ns()
-        chunks = self.policy.act([s.item() for s in ready])
+        chunks = self.policy.act(items)
         dt = now_ns() - t0
         setup = _take_setup_ns(self.policy)  # a one-off inside act (a CUDA-graph capture): not the call's time
         dt -= setup
@@ -337,6 +387,7 @@ class EpisodeScheduler:
         self.totals.setup_ns += setup
         if len(chunks) != len(ready) or any(len(c) == 0 for c in chunks):
             raise RuntimeError(f"policy {self.policy.name}: act() must return one non-empty chunk per request")
+        self._check_after("action", copies, items, chunks)
         self.totals.action_ns += dt
         self.totals.action_calls += 1
         self.totals.action_batch_sizes.append(len(ready))
@@ -347,6 +398,25 @@ class EpisodeScheduler:
             s.action_calls += 1
             s.action_sizes.append(len(ready))
             s.state = SlotState.EXECUTING
+
+    def _check_before(self, kind: str, slots: list[_Slot], items: list[ActItem]) -> Any:
+        """The batch check's copies of a call's requests (None without a check); its time is not the run's."""
+        if self.batch_check is None:
+            return None
+        t0 = now_ns()
+        copies = self.batch_check.before(kind, [(s.index, s.key.id if s.key else "", s.steps, it)
+                                                for s, it in zip(slots, items, strict=True)])
+        self._outside_ns += now_ns() - t0
+        return copies
+
+    def _check_after(self, kind: str, copies: Any, items: list[ActItem], chunks: Any) -> None:
+        """Each copied request recomputed alone and compared (``episodes.batch_check``), outside the run's time."""
+        if copies is None:
+            return
+        t0 = now_ns()
+        self.batch_check.after(kind, copies, items, chunks)
+        _take_setup_ns(self.policy)  # a capture for batch 1 made by the check: the check's time, not the run's
+        self._outside_ns += now_ns() - t0
 
     def _tick_done(self) -> Iterator[EpisodeResult]:
         for i, slot in enumerate(list(self._slots)):
@@ -384,7 +454,7 @@ class EpisodeScheduler:
         if self.env_workers > 0:
             from lmmbench.episodes.envs.workers import EnvWorkers
 
-            self._pool = EnvWorkers(self.make_env, min(self.env_workers, self.num_parallel))
+            self._pool = EnvWorkers(self.make_env, min(self.env_workers, self.num_parallel), self.worker_start)
         try:
             yield from self._run_ticks()
         finally:
@@ -401,6 +471,7 @@ class EpisodeScheduler:
                 break
             self._slots.append(slot)
             self._start_episode(slot)
+        self.effective_parallel = len(self._slots)
         while self._live():
             self.totals.ticks += 1
             self._tick_steps()

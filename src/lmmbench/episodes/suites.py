@@ -77,7 +77,9 @@ def _libero_env(suite: str, task: int, resize_size: int = 224, env_seed: int | N
 
 
 def _libero_maker(suite: str) -> Callable[..., Env]:
-    return lambda task, **settings: _libero_env(suite, task, **settings)
+    import functools
+
+    return functools.partial(_libero_env, suite)  # pickles: spawned --env-workers build the scenes themselves
 
 
 for _suite, (_bench, _max_steps, _tasks) in LIBERO_SUITES.items():
@@ -85,7 +87,7 @@ for _suite, (_bench, _max_steps, _tasks) in LIBERO_SUITES.items():
         _suite, _libero_maker(_suite), _tasks, "pi0-tiny", _max_steps,
         f"LIBERO's {_bench} (robosuite/MuJoCo, headless EGL): agent-view and wrist cameras at 224 px, "
         "LIBERO's initial states and success check", settings=("resize_size", "env_seed"),
-        warmup_action=WARMUP_ACTION, reset_by_trial=True))
+        warmup_action=WARMUP_ACTION, reset_by_trial=True, worker_start="spawn"))
 SUITES.add("chat", EnvSuite(
     "chat", _chat_env, None, "chat", 8,
     "multi-turn conversations with a scripted user (2-4 turns; success: the reply says the keyword)"))

@@ -16,7 +16,8 @@ median speed-up with its min-max; ``--reference`` compares with another run's tr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -126,7 +127,8 @@ class EpisodicEvalOptions(RunOptions):
                                  "outcomes are equal.")
     compare_repeats: int = Field(5, ge=5, description="Interleaved serial / batched pairs of --compare-serial.")
     env_workers: int = Field(0, ge=0, description="Worker processes that hold the environments and step them in "
-                             "parallel each tick (0: in this process); for slow simulators.")
+                             "parallel each tick (0: in this process; slot i in worker i mod W; spawned for "
+                             "LIBERO, forked otherwise); for slow simulators.")
     record_replay: bool = Field(False, description="Write each episode's frames to <out-dir>/episodic-eval/replay/"
                                 "task<T>_trial<R>.mp4 (the environment needs render() -> RGB array).")
     reference: Path | None = Field(None, description="Another run's episodic-eval_traces.jsonl to compare with.")
@@ -194,13 +196,28 @@ def _suite_and_env(opts: EpisodicEvalOptions) -> tuple[Any, int, dict[str, Any],
     return suite, num_tasks, kwargs, info
 
 
+@dataclasses.dataclass(frozen=True)
+class EnvMaker:
+    """``make_env(task)`` with the run's environment settings and policy keys: a module-level object rather than
+    a closure, so that spawned ``--env-workers`` (LIBERO) can pickle it and build their scenes themselves."""
+
+    make: Callable[..., Any]
+    kwargs: dict[str, Any]
+    keys: str
+
+    def __call__(self, task: int) -> Any:
+        from lmmbench.episodes.keys import KeyedEnv
+
+        env = self.make(task, **self.kwargs)
+        return env if self.keys == "native" else KeyedEnv(env, self.keys)
+
+
 def _build_run(opts: EpisodicEvalOptions) -> tuple[Any, int, Any, Any, dict[str, Any]]:
     """(suite, number of tasks, make_env(task), the policy, what run.json records): openpi's settings resolved,
     the policy built with the run's settings and its keys chosen (``episodes.keys``)."""
     from lmmbench.core.errors import UserError
     from lmmbench.episodes import PolicySettings, make_policy
     from lmmbench.episodes.custom import close_env
-    from lmmbench.episodes.keys import KeyedEnv
     from lmmbench.episodes.openpi_settings import (
         OPENPI_REPLAN_STEPS,
         check_chunk_options,
@@ -245,9 +262,7 @@ def _build_run(opts: EpisodicEvalOptions) -> tuple[Any, int, Any, Any, dict[str,
     finally:
         close_env(probe)
 
-    def make_env(task: int) -> Any:
-        env = suite.make_env(task, **kwargs)
-        return env if keys == "native" or remote else KeyedEnv(env, keys)
+    make_env = EnvMaker(suite.make_env, kwargs, "native" if remote else keys)
 
     info.update(policy_name=policy_name, device=device, policy_keys=keys,
                 dtype=dtype if policy_name in VLA_POLICIES else None,
@@ -303,6 +318,8 @@ class EpisodicEvalSpec(Spec):
         self._findings: dict[str, Any] | None = None
         self._speedup: dict[str, Any] | None = None
         self._num_parallel = 1
+        self._batch_check: Any = None  # episodes.batch_check.BatchCheck of the compared run (--compare-serial)
+        self._max_steps: int | None = None
         self._policy: Any = None
 
     def setup(self, ctx: SpecContext) -> list[Case]:
@@ -334,12 +351,13 @@ class EpisodicEvalSpec(Spec):
         todo = [k for k in episodes if k.id not in done]
         episode_seed = info["episode_seed"]
 
-        def scheduler(keys: list[Any], parallel: int, recorder: Any = None) -> EpisodeScheduler:
+        def scheduler(keys: list[Any], parallel: int, recorder: Any = None, check: Any = None) -> EpisodeScheduler:
             return EpisodeScheduler(make_env, policy, keys, num_parallel=parallel,
                                     num_steps_wait=opts.num_steps_wait, max_steps=max_steps, seed=episode_seed,
-                                    steal_trials=opts.steal_trials, recorder=recorder,
+                                    steal_trials=opts.steal_trials, recorder=recorder, batch_check=check,
                                     env_workers=opts.env_workers if parallel > 1 else 0,
-                                    warmup_action=suite.warmup_action, reset_by_trial=suite.reset_by_trial)
+                                    warmup_action=suite.warmup_action, reset_by_trial=suite.reset_by_trial,
+                                    worker_start=suite.worker_start)
 
         if opts.warmup:
             for _ in scheduler([EpisodeKey(0, -1 - i) for i in range(opts.warmup)], 1).run():
@@ -351,7 +369,12 @@ class EpisodicEvalSpec(Spec):
                                  getattr(policy, "batched_action", True))
         replay_dir = Path(opts.video_out_path) if opts.video_out_path is not None else ctx.spec_dir / "replay"
         recorder = ReplayRecorder(replay_dir) if opts.record_replay or opts.video_out_path is not None else None
-        self._scheduler = scheduler(todo, num_parallel, recorder)
+        if opts.compare_serial:  # the run whose traces are compared: every batched call recomputed one at a time
+            from lmmbench.episodes.batch_check import BatchCheck
+
+            self._batch_check = BatchCheck(policy)
+        self._scheduler = scheduler(todo, num_parallel, recorder, self._batch_check)
+        self._max_steps = max_steps
         self._results = self._scheduler.run()
         self._traces = TraceFile(ctx.spec_dir / f"{self.name}_traces.jsonl", resume=opts.resume)
         ctx.environment["episodic_eval"] = {
@@ -392,14 +415,19 @@ class EpisodicEvalSpec(Spec):
                 self._serial, self._serial_totals = outcomes, sched.totals.as_dict()
             return int(sched.totals.setup_ns)  # CUDA-graph captures: not part of the wall compared
 
+        slots_ran: list[int] = []
+
         def run_batched() -> int:
             sched = batched()
             for _ in sched.run():
                 pass
+            slots_ran.append(sched.effective_parallel)
             return int(sched.totals.setup_ns)
 
         walls = interleaved_walls(run_serial, run_batched, repeats)
-        self._speedup = speedup_summary(*walls, num_parallel, episodes, env_workers, batched_action)
+        # the N compared is the slots that ran (2 tasks on --num-parallel 8 run 2 slots), not the option's value
+        self._speedup = speedup_summary(*walls, max(slots_ran, default=num_parallel), episodes, env_workers,
+                                        batched_action)
 
     def _next_result(self) -> Any:
         assert self._results is not None and self._traces is not None
@@ -424,14 +452,18 @@ class EpisodicEvalSpec(Spec):
                 raise
             self._buffer[result.key.id] = result
         r = self._buffer.pop(case.id)
+        if r.error is not None:  # its environment worker died: this episode fails with the cause, the run goes on
+            raise RuntimeError(r.error)
         sizes = r.action_batch_sizes
+        planner = self._scheduler is None or self._scheduler.has_planner  # no planner: planning absent, not 0
         return {
             "seed": r.seed, "success": None if r.success is None else int(r.success), "steps": r.steps,
-            "total_reward": r.total_reward, "planning_calls": r.planning_calls, "action_calls": r.action_calls,
-            "action_batch_sizes": " ".join(map(str, sizes)),
+            "total_reward": r.total_reward, "planning_calls": r.planning_calls if planner else None,
+            "action_calls": r.action_calls, "action_batch_sizes": " ".join(map(str, sizes)),
             "mean_action_batch_size": sum(sizes) / len(sizes) if sizes else None,
-            "planning_batch_sizes": " ".join(map(str, r.planning_batch_sizes)),
-            "wall_ms": r.wall_ms, "env_ms": r.env_ms, "planning_ms": r.planning_ms, "action_ms": r.action_ms,
+            "planning_batch_sizes": " ".join(map(str, r.planning_batch_sizes)) if planner else None,
+            "wall_ms": r.wall_ms, "env_ms": r.env_ms, "planning_ms": r.planning_ms if planner else None,
+            "action_ms": r.action_ms,
             "slot": r.slot, "near_rounding_boundary": r.extra.get("stat_near_rounding_boundary"),
             "warmup_steps": r.extra.get("warmup_steps"), "warmup_reward": r.extra.get("warmup_reward"),
             "waypoints_per_replan": " ".join(map(str, r.extra["stat_waypoints"])) if "stat_waypoints" in r.extra
@@ -452,6 +484,8 @@ class EpisodicEvalSpec(Spec):
             ctx.environment["episodic_eval"]["slots_ran"] = _slots_ran(ctx.spec_dir / f"{self.name}_results.csv")
         if self._results is not None:  # a run stopped early still closes its environments
             self._results.close()  # type: ignore[attr-defined]
+        if self._scheduler is not None and "episodic_eval" in ctx.environment:  # N as asked and as it ran
+            ctx.environment["episodic_eval"]["num_parallel_effective"] = self._scheduler.effective_parallel
         if self._traces is not None:
             self._traces.close()
 
@@ -462,14 +496,24 @@ class EpisodicEvalSpec(Spec):
         del analysis
         totals = self._scheduler.totals.as_dict() if self._scheduler is not None else None
         traces = read_traces(self._traces.path) if self._traces is not None else {}
-        equivalence = compare_runs(traces, self._serial) if self._serial is not None else None
-        out = episodic_findings(rows, totals, self._serial_totals, equivalence, self._speedup, self._num_parallel)
+        from lmmbench.episodes.batch_check import RTOL_BY_DTYPE, dtype_name
+        from lmmbench.episodes.verdict import reference_verdict, serial_verdict
+
+        equivalence = None
+        if self._serial is not None:
+            actions = self._batch_check.report() if self._batch_check is not None else None
+            equivalence = serial_verdict(actions, compare_runs(traces, self._serial), self._serial, self._max_steps)
+        reference = None
+        if self._reference is not None:
+            rtol = RTOL_BY_DTYPE[dtype_name(self._policy)]
+            reference = reference_verdict(compare_runs(traces, self._reference, rtol), self._reference,
+                                          self._max_steps)
+        slots = self._scheduler.effective_parallel if self._scheduler is not None else self._num_parallel
+        out = episodic_findings(rows, totals, self._serial_totals, equivalence, self._speedup, slots or 1, reference)
         if self._policy is not None:
             shape = out["policy_shape"] = self._policy_shape(self._policy)
             if shape["mode"] != "lmmbench":
                 out["finding"] += f"; policy driven through {shape['mode']}: {shape['action_batch']}"
-        if self._reference is not None:
-            out["reference_equivalence"] = compare_runs(traces, self._reference)
         self._findings = out
         return out
 
@@ -509,7 +553,7 @@ def plot_episodes(findings: dict[str, Any], path: Path, title: str) -> None:
     ax1.set_title(title)
     runs = [(name, t) for name, t in (("this run", findings.get("run")), ("serial", findings.get("serial_run"))) if t]
     bottoms = [0.0] * len(runs)
-    for i, part in enumerate(("env_ms", "planning_ms", "action_ms", "scheduler_ms")):
+    for i, part in enumerate(("env_ms", "env_build_ms", "env_reset_ms", "planning_ms", "action_ms", "scheduler_ms")):
         vals = [max(0.0, float(t.get(part) or 0.0)) for _, t in runs]
         ax2.bar([n for n, _ in runs], vals, bottom=bottoms, color=f"C{i}", label=part.removesuffix("_ms"))
         bottoms = [b + v for b, v in zip(bottoms, vals, strict=True)]

@@ -24,8 +24,17 @@ BDDL goal predicates, ``env.check_success()``); the episode ends when it holds.
 Building a scene costs seconds (MuJoCo compiles the meshes, the renderer uploads the textures), so a closed
 environment's scene is kept for the next environment of the same task in this process (at most
 ``IDLE_SCENES``), as openpi keeps one environment per task across its
-trials: ``reset`` sets the whole simulator state from the initial state either way. ``--env-workers`` is refused:
-its workers are forked after the parent rendered, and Mesa's renderer hangs in such a child.
+trials: ``reset`` sets the whole simulator state from the initial state either way, and the grippers' last
+command back to a new scene's (robosuite keeps it across a soft reset), so an episode's outcome does not depend on
+which episode its scene ran before.
+
+Several scenes live in one process (one per slot). robosuite 1.4's offscreen renderer makes its GL context current
+only when it is built (``robosuite/utils/binding_utils.py``, ``MjRenderContext.__init__``), and MuJoCo renders
+through whichever context is current: without more, every scene but the last-built one would render with another
+scene's meshes and textures. So each scene's context is made current before it resets or steps (both render the
+two cameras). ``--env-workers`` spawns its worker processes for LIBERO (``EnvSuite.worker_start``): Mesa's renderer
+hangs in a child forked after its parent rendered, so each worker is a fresh interpreter that builds and renders
+its own scenes; a scene asked for in a forked child is still refused.
 """
 
 from __future__ import annotations
@@ -110,14 +119,34 @@ def _scene(suite: str, bddl: str, task: int) -> Any:
             del _IDLE[key]
         return env
     if _RENDERED["before_fork"]:
-        raise UserError(f"--env {suite} with --env-workers: LIBERO's renderer hangs in a process forked after it "
-                        "rendered (Mesa's EGL / OSMesa); run without --env-workers")
+        raise UserError(f"--env {suite}: LIBERO's renderer hangs in a process forked after it rendered (Mesa's "
+                        "EGL / OSMesa); start its workers with the 'spawn' method, or run without --env-workers")
     make = _import_libero(suite)
     _RENDERED["here"] = True
     try:
         return make(bddl_file_name=bddl, camera_heights=RENDER_SIZE, camera_widths=RENDER_SIZE, hard_reset=False)
     except (AttributeError, RuntimeError, OSError) as exc:  # no EGL / OSMesa library, no GL context
         raise _render_error(suite, exc) from None
+
+
+def _make_current(env: Any) -> None:
+    """Make ``env``'s own GL context current (its renderer's ``gl_ctx``: EGL, OSMesa or GLFW), so that what it
+    renders next is its own scene; a scene without an offscreen renderer has nothing to make current."""
+    sim = getattr(getattr(env, "env", None), "sim", None)
+    context = getattr(getattr(sim, "_render_context_offscreen", None), "gl_ctx", None)
+    if context is not None:
+        context.make_current()
+
+
+def _fresh_grippers(env: Any) -> None:
+    """Put each gripper's command back where a new scene has it. robosuite's grippers move their fingers a step
+    toward the last command (``current_action``) and a soft reset (``hard_reset=False``) leaves that command as
+    the previous episode ended it: a kept scene would start its next episode with the last episode's grip."""
+    for robot in getattr(getattr(env, "env", None), "robots", None) or ():
+        gripper = getattr(robot, "gripper", None)
+        current = getattr(gripper, "current_action", None)
+        if gripper is not None and current is not None:
+            gripper.current_action = np.zeros_like(current)
 
 
 def _keep_idle(key: tuple[str, int, int], env: Any) -> None:
@@ -128,17 +157,6 @@ def _keep_idle(key: tuple[str, int, int], env: Any) -> None:
         _IDLE[oldest].pop(0).close()
         if not _IDLE[oldest]:
             del _IDLE[oldest]
-
-
-def _open_gripper_commands(env: Any) -> None:
-    """Zero each gripper's running command (robosuite's ``GripperModel.current_action``, which ``format_action``
-    moves by ``speed`` per step): a soft reset (``hard_reset=False``, the kept scene) leaves the last episode's, and
-    its warm-up steps would then start from a half-closed command; a hard reset (openpi's) builds new grippers with
-    zeros."""
-    for robot in getattr(getattr(env, "env", None), "robots", ()):
-        gripper = getattr(robot, "gripper", None)
-        if gripper is not None and hasattr(gripper, "current_action"):
-            gripper.current_action = np.zeros_like(gripper.current_action)
 
 
 class LiberoEnv:
@@ -193,8 +211,9 @@ class LiberoEnv:
             raise ValueError(f"{self.suite} task {self.task} has {len(self.init_states)} initial states "
                              f"(0..{len(self.init_states) - 1}), not {seed}")
         self._init_state = seed or 0
+        _make_current(self.env)  # the reset renders both cameras: through this scene's own context
         self.env.reset()
-        _open_gripper_commands(self.env)
+        _fresh_grippers(self.env)  # a kept scene starts like a new one (the simulator state comes next)
         obs = self.env.set_init_state(self.init_states[self._init_state])
         self._steps = 0
         return self._observation(obs), {"init_state": self._init_state}
@@ -205,6 +224,7 @@ class LiberoEnv:
         if flat.size < 7:
             raise ValueError(f"a LIBERO action needs 7 values (delta position, delta rotation, gripper), "
                              f"got {flat.size}")
+        _make_current(self.env)
         obs, reward, done, _ = self.env.step(np.clip(flat[:7], -1.0, 1.0))
         self._steps += 1
         success = bool(done)  # LIBERO's step returns its own check, the task's BDDL goal predicates
