@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from lmmbench.backends.openai_stream import finalize_record
 from lmmbench.backends.sglang_native import native_body
-from lmmbench.backends.sse import SSESplitter
+from lmmbench.backends.sse import SSESplitter, StreamError
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest, RequestRecord
 
@@ -28,6 +28,8 @@ __all__ = ["EndpointInfo", "OpenAIHttpClient", "parse_base_url"]
 
 _now = time.perf_counter_ns
 _MAX_ERROR_BODY = 65536
+_MAX_HEAD = 1 << 20  # an HTTP response head (status line and headers)
+_MAX_CHUNK_LINE = 4096  # one chunk-size line with its extensions
 
 _IDLE, _HEAD, _BODY = 0, 1, 2
 _LEN, _CHUNKED, _CLOSE = 0, 1, 2
@@ -108,12 +110,15 @@ class _Conn(asyncio.Protocol):
         rec = self.rec
         if rec is None:
             return
+        self.splitter.last_read_ns = t
         if not rec.first_byte_ns:
             rec.first_byte_ns = t
         if self.state == _HEAD:
             self.head += data
             i = self.head.find(b"\r\n\r\n")
             if i < 0:
+                if len(self.head) > _MAX_HEAD:
+                    self.expire("malformed_sse", f"a response head of over {_MAX_HEAD} bytes")
                 return
             data = bytes(self.head[i + 4 :])
             if not self._parse_head(bytes(self.head[:i])):
@@ -145,7 +150,7 @@ class _Conn(asyncio.Protocol):
         self.framing = _LEN
         self.chunk_left = 0
         self.keep_alive = True
-        rec.sent_ns = _now()
+        rec.sent_ns = self.splitter.last_read_ns = _now()
         assert self.transport is not None
         self.transport.write(data)
 
@@ -203,6 +208,11 @@ class _Conn(asyncio.Protocol):
             elif left == 0:
                 i = buf.find(b"\r\n", pos)
                 if i < 0:
+                    if n - pos > _MAX_CHUNK_LINE:  # a size line that never ends
+                        del buf[:]
+                        self._fail("malformed_sse", "bad chunked transfer encoding (a chunk-size line without end)")
+                        self.abort()
+                        return
                     break
                 try:
                     size = int(bytes(buf[pos:i]).split(b";", 1)[0], 16)
@@ -234,7 +244,10 @@ class _Conn(asyncio.Protocol):
         rec = self.rec
         assert rec is not None
         if self.is_sse:
-            self.splitter.feed(data, t, rec.event_times_ns, rec.event_data)
+            try:
+                self.splitter.feed(data, t, rec.event_times_ns, rec.event_data)
+            except StreamError as exc:  # an over-long line: this request fails, the connection is dropped
+                self.expire(exc.kind, exc.message)
         elif len(rec.error_body) < _MAX_ERROR_BODY:
             rec.error_body += data
 
@@ -411,10 +424,17 @@ class OpenAIHttpClient:
         expired = 0
         for conn in list(self.busy):
             rec = conn.rec
-            if rec is not None and rec.sent_ns and now_ns - rec.sent_ns > self.timeout_ns:
+            if rec is None or not rec.sent_ns:
+                continue
+            if now_ns - rec.sent_ns > self.timeout_ns:
                 conn.expire("timeout", f"no complete response within {self.timeout_ns / 1e9:g} s")
-                self.busy.discard(conn)
-                expired += 1
+            elif conn.splitter.stalled(now_ns):  # the SSE reader's idle bound (sse_idle_s)
+                err = conn.splitter.idle_error()
+                conn.expire(err.kind, err.message)
+            else:
+                continue
+            self.busy.discard(conn)
+            expired += 1
         return expired
 
     def cancel_all(self, reason: str = "stopped before the response completed") -> None:
