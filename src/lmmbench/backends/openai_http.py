@@ -38,10 +38,12 @@ DoneCallback = Callable[[RequestRecord], None]
 
 
 class EndpointInfo:
-    """Host, port, TLS and path prefix of a base URL such as ``http://host:8000`` or ``.../v1``."""
+    """Host, port, TLS and path prefix of a base URL such as ``http://host:8000`` or ``.../v1``; ``authorization``:
+    the ``Basic`` credentials of its user info (``http://user:password@host``), never part of the host name."""
 
-    def __init__(self, host: str, port: int, tls: bool, prefix: str) -> None:
+    def __init__(self, host: str, port: int, tls: bool, prefix: str, authorization: str | None = None) -> None:
         self.host, self.port, self.tls, self.prefix = host, port, tls, prefix
+        self.authorization = authorization
 
     def path(self, endpoint: str) -> str:
         """The request path of ``chat``, ``completions``, ``models`` or ``generate`` (SGLang's native API)."""
@@ -52,22 +54,29 @@ class EndpointInfo:
 
 
 def parse_base_url(url: str) -> EndpointInfo:
-    """Parse the server's base URL; a malformed one is a ``UserError``."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"--url {url!r}: expected http://host:port (optionally ending in /v1)")
+    """Parse the server's base URL; a malformed one is a ``UserError`` (its user info masked in the message)."""
+    from lmmbench.core.secrets import redact_text, url_credentials
+
+    shown = redact_text(url)
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:
+        raise UserError(f"--url {shown!r}: expected http://host:port (optionally ending in /v1)") from None
+    if parts.scheme not in ("http", "https") or not hostname:
+        raise UserError(f"--url {shown!r}: expected http://host:port (optionally ending in /v1)")
     tls = parts.scheme == "https"
     try:
         port = parts.port or (443 if tls else 80)
     except ValueError:
-        raise UserError(f"--url {url!r}: bad port") from None
+        raise UserError(f"--url {shown!r}: bad port") from None
     prefix = parts.path.rstrip("/")
     for suffix in ("/chat/completions", "/completions"):
         if prefix.endswith(suffix):
             prefix = prefix[: -len(suffix)]
     if prefix.endswith("/v1"):
         prefix = prefix[:-3]
-    return EndpointInfo(parts.hostname, port, tls, prefix)
+    return EndpointInfo(hostname, port, tls, prefix, url_credentials(url)[1])
 
 
 class _Conn(asyncio.Protocol):
@@ -353,6 +362,8 @@ class OpenAIHttpClient:
         lines.append("Accept: text/event-stream, application/json")
         if self.api_key:
             lines.append(f"Authorization: Bearer {self.api_key}")
+        elif ep.authorization:  # the URL's user info
+            lines.append(f"Authorization: {ep.authorization}")
         lines += [f"{k}: {v}" for k, v in {**self.headers, **(headers or {})}.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
 

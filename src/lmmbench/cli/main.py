@@ -215,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except UserError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        from lmmbench.core.secrets import redact_text
+
+        typer.echo(f"error: {redact_text(str(exc))}", err=True)  # a URL's user info, keys: never printed
         return exc.exit_code
     except ModuleNotFoundError as exc:
         message = missing_extra_message(exc)

@@ -169,6 +169,8 @@ def _upstream_failure(base: str, exc: BaseException) -> ProxyError:
         return ProxyError(502, f"the upstream {base}'s stream ended: {exc.message}")
     if isinstance(exc, AnswerError):
         return ProxyError(502, f"the upstream {base}'s answer: {exc}")
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return ProxyError(502, f"the upstream {base}'s answer broke off: {exc}")
     if isinstance(exc, aiohttp.ServerTimeoutError):
         return ProxyError(502, f"the upstream {base} went silent for {limit_value('sse_idle_s')} s (limit "
                                "sse_idle_s)")  # fmt: skip

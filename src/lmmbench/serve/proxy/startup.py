@@ -4,16 +4,16 @@ listening socket bound before the address is printed (so ``--port 0`` prints the
 
 from __future__ import annotations
 
-import base64
 import json
 import socket
 import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from lmmbench.core.errors import UserError
+from lmmbench.core.secrets import redact_text, url_credentials
 
 __all__ = ["Upstream", "bind_socket", "check_upstream", "parse_upstream", "upstream_base"]
 
@@ -29,24 +29,13 @@ class Upstream:
         return f"Upstream(base={self.base!r}, authorization={'***' if self.authorization else None})"
 
 
-def _redacted(url: str) -> str:
-    """``url`` with any user info replaced by ``***``, for messages."""
-    head, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    netloc, slash, path = rest.partition("/")
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    return f"{head}{sep}{netloc}{slash}{path}"
-
-
 def parse_upstream(url: str) -> Upstream:
     """The upstream of ``--upstream URL`` (with or without ``/v1``); ``UserError`` for anything that is not an
     http(s) base URL: an endpoint path such as ``/v1/chat/completions`` is refused with the base URL to give."""
-    shown = _redacted(url.strip())
-    parts = urlsplit(url.strip())
+    shown = redact_text(url.strip())
     bad = UserError(f"--upstream {shown!r}: expected the server's URL, e.g. http://127.0.0.1:8000")
     try:
+        parts = urlsplit(url.strip())
         port = parts.port
     except ValueError:
         raise bad from None
@@ -58,10 +47,7 @@ def parse_upstream(url: str) -> Upstream:
             raise UserError(f"--upstream {shown!r}: that is an endpoint, not the server's base URL; give "
                             f"{parts.scheme}://{_host_port(parts.hostname, port)}{path[: -len(tail)]}")  # fmt: skip
     path = path[:-3] if path.endswith("/v1") else path
-    auth = None
-    if parts.username is not None or parts.password is not None:
-        pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-        auth = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+    auth = url_credentials(url.strip())[1]  # the password is registered: masked wherever it might appear
     return Upstream(f"{parts.scheme}://{_host_port(parts.hostname, port)}{path}", auth)
 
 
@@ -94,6 +80,17 @@ def _reason(exc: BaseException) -> str:
     return str(reason)
 
 
+def _speaks_plain_http(base: str, timeout_s: float) -> bool:
+    """Whether a plain-HTTP request to an https URL's host and port gets an HTTP answer (a scheme mismatch)."""
+    parts = urlsplit(base)
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or 443), timeout=timeout_s) as sock:
+            sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            return sock.recv(5) == b"HTTP/"
+    except OSError:
+        return False
+
+
 def check_upstream(up: Upstream | str, timeout_s: float = 5.0) -> None:
     """``UserError`` unless an OpenAI-compatible server answers at the upstream: ``GET /v1/models`` with a models
     list (``{"data": [...]}``). A server that answers ``/v1/models`` with a 5xx while its ``/health`` is 200 (as
@@ -114,6 +111,9 @@ def check_upstream(up: Upstream | str, timeout_s: float = 5.0) -> None:
         if status >= 500 and _get(up, "/health", timeout_s)[0] == 200:
             return
     except (OSError, ValueError, ssl.SSLError) as exc:
+        if up.base.startswith("https://") and _speaks_plain_http(up.base, timeout_s):
+            raise UserError(f"--upstream {up.base}: the server there speaks plain HTTP, not TLS; use "
+                            f"{up.base.replace('https://', 'http://', 1)}") from None  # fmt: skip
         raise UserError(f"--upstream {up.base}: nothing answers there ({_reason(exc)}); start the server first, "
                         "or fix the URL") from None  # fmt: skip
     hint = "start the server first" if status >= 500 else "is this the server's base URL (e.g. http://host:port)?"
