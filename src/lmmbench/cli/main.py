@@ -112,6 +112,11 @@ def _apply_limits(items: list[str]) -> None:
     from lmmbench.config.input_files import raise_csv_field_limit
     from lmmbench.config.limits import limit_value
 
+    known = {lim.env_var for lim in LIMITS.values()}
+    for var in sorted(os.environ):  # a misspelt bound would be ignored: refused instead
+        if var.startswith("LMMBENCH_LIMIT_") and var not in known:
+            raise UserError(f"{var}: no such limit; the limits are LMMBENCH_LIMIT_<NAME> with NAME one of: "
+                            f"{', '.join(n.upper() for n in LIMITS)} (docs/reliability.md)")  # fmt: skip
     for name in LIMITS:  # every bound from --limit and LMMBENCH_LIMIT_*, checked here: one line, exit 2
         limit_value(name)
     raise_csv_field_limit()

@@ -228,7 +228,7 @@ def _check_sglang_lengths(ns: argparse.Namespace) -> None:
     _length(ns.mooncake_num_rounds, "--mooncake-num-rounds", "requests", low=1)
     _length(ns.agentic_max_turns, "--agentic-max-turns", "requests", low=1)
     _length(ns.top_logprobs_num, "--top-logprobs-num", "output_tokens")
-    check_limit("duration_s", ns.ready_check_timeout_sec, "--ready-check-timeout-sec")
+    _length(ns.ready_check_timeout_sec, "--ready-check-timeout-sec", "duration_s")  # a negative wait: refused
 
 
 def check_sglang_values(ns: argparse.Namespace) -> None:
