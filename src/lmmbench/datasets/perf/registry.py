@@ -41,7 +41,8 @@ _WORDS = (
 
 def load_tokenizer(path: Path | str) -> Any:
     """A ``tokenizers.Tokenizer`` from a built-in tiny model's name (``tiny-llm``, built on first use), a local
-    directory (its tokenizer.json), a tokenizer.json file, or a Hugging Face hub id (``ORG/NAME[@REV]``, resolved through the local hub cache: only its tokenizer files)."""
+    directory (its tokenizer.json), a tokenizer.json file, or a Hugging Face hub id (``ORG/NAME[@REV]``, resolved
+    through the local hub cache: only its tokenizer files)."""
     from tokenizers import Tokenizer
 
     from lmmbench.core.hub import looks_like_hub_id, resolve_hub_snapshot
