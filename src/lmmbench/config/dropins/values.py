@@ -110,8 +110,17 @@ def _pairs_have_values(items: list[str] | None, flag: str) -> None:
             raise UserError(f"{flag} {item!r}: expected KEY=VALUE")
 
 
+def _check_schedule_span(rate: float, prompts: Any) -> None:
+    """The schedule of ``prompts`` requests at ``rate`` per second spans ~prompts / rate seconds: within
+    ``duration_s`` before any send time is converted to nanoseconds (1e-300 req/s would overflow)."""
+    if isinstance(rate, (int, float)) and 0 < rate < math.inf and isinstance(prompts, int) and prompts > 1:
+        check_limit("duration_s", (prompts - 1) / rate, f"--request-rate {rate:g} with --num-prompts {prompts}: the "
+                    "schedule's span in seconds")  # fmt: skip
+
+
 def _check_vllm_rates(ns: argparse.Namespace) -> None:
     check_number(ns.request_rate, "--request-rate", low=0, low_open=True, inf_ok=True)
+    _check_schedule_span(ns.request_rate, ns.num_prompts)
     check_number(ns.burstiness, "--burstiness", low=0, low_open=True, inf_ok=True)  # inf: evenly spaced
     check_number(ns.probe_request_rate, "--probe-request-rate", low=0)
     check_number(ns.ramp_up_start_rps, "--ramp-up-start-rps", low=0)
@@ -237,6 +246,7 @@ def check_sglang_values(ns: argparse.Namespace) -> None:
     check_port(ns.port, "--port")
     _check_url(ns.base_url, "--base-url")
     check_number(ns.request_rate, "--request-rate", low=0, low_open=True, inf_ok=True)
+    _check_schedule_span(ns.request_rate, ns.num_prompts)
     check_number(ns.random_range_ratio, "--random-range-ratio", low=0, high=1)
     check_number(ns.gsp_range_ratio, "--gsp-range-ratio", low=0, high=1)
     check_number(ns.temperature, "--temperature", low=0)

@@ -1,0 +1,101 @@
+"""Bad input, round 5 (the cases as users met them): each is one ``error:`` line naming the flag or variable, exit 2,
+before anything is measured, no traceback; or the right result where the input is legitimate (README's
+``perf --tokenizer tiny-llm``). The generated classes behind these cases are in tests/fuzz/test_fuzz_round5.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lmmbench.cli.main import main
+from lmmbench.config.perf.testserver import TestServerConfig
+from lmmbench.core.net import free_loopback_port
+from lmmbench.testing import running_testserver
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+from test_fuzz_classes import _serve, _sglang  # noqa: E402
+
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=1, itl_ms=1)) as u:
+        yield u
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], code: int, *named: str) -> str:
+    out = capsys.readouterr()
+    errors = [x for x in out.err.splitlines() if x.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in out.err, out.err[-2000:]
+    assert all(n in errors[0] for n in named), errors[0]
+    return errors[0]
+
+
+def test_perf_takes_a_built_in_model_as_its_tokenizer_as_the_readme_says(url: str, tmp_path: Path) -> None:
+    code = main(["perf", "--url", url, "--tokenizer", "tiny-llm", "--input-tokens", "12", "--output-tokens", "2",
+                 "--num-requests", "2", "--no-plots", "--no-progress", "--out-dir", str(tmp_path)])  # fmt: skip
+    assert code == 0
+    rows = [json.loads(x) for x in next(tmp_path.rglob("records.jsonl")).read_text().splitlines()]
+    assert len(rows) == 2 and all(r["input_tokens"] == 12 for r in rows)  # exact lengths: the tokenizer's
+
+
+def test_a_misspelt_limit_variable_is_refused(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                              tmp_path: Path) -> None:  # fmt: skip
+    monkeypatch.setenv("LMMBENCH_LIMIT_NO_SUCH", "5")
+    _one_line(capsys, main(["runs", "list"]), "LMMBENCH_LIMIT_NO_SUCH", "CONCURRENCY")
+
+
+def test_eval_limit_inf_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    _one_line(capsys, main(["eval", "--model", "tiny-llm", "--tasks", "sample_qa", "--limit", "inf", "--out-dir",
+                            str(tmp_path)]), "limit")  # fmt: skip
+
+
+def test_a_negative_compare_threshold_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    _one_line(capsys, main(["runs", "compare", "a", "b", "--threshold", "ttft_ms=-5"]), "--threshold ttft_ms=-5")
+
+
+def test_a_negative_sglang_ready_wait_and_a_vllm_rate_of_1e_300(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    _one_line(capsys, main(_sglang(tmp_path / "a", "--ready-check-timeout-sec", "-5")), "--ready-check-timeout-sec")
+    _one_line(capsys, main(_serve(tmp_path / "b", "--request-rate", "1e-300")), "--request-rate", "duration_s")
+
+
+def _f1_task(tmp: Path) -> Path:
+    task = tmp / "qa_f1.yaml"
+    from lmmbench.evaluation.task_registry import resolve_selection
+
+    qa = resolve_selection(["sample_qa"], []).tasks[0].resolve("data/sample_qa.jsonl")
+    task.write_text(f"task: qa_f1\nkind: generate\ndata: {{path: {qa}}}\n"
+                    "doc_to_text: 'Q: {{question}}\\nA:'\ndoc_to_target: '{{answers}}'\ngeneration: {max_tokens: 8}\n"
+                    "metrics: [f1, exact_match]\n")  # fmt: skip
+    return task
+
+
+@pytest.mark.parametrize("rule", ["f1>=2", "f1>=1e999"])
+def test_a_correct_if_no_answer_can_reach_is_refused_before_the_load(rule: str, url: str, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["perf", "--url", url, "--tasks", str(_f1_task(tmp_path)), "--score", "--correct-if", rule,
+                 "--out-dir", str(tmp_path / "out")])  # fmt: skip
+    _one_line(capsys, code, "--correct-if")
+    assert not (tmp_path / "out" / "perf").exists()
+
+
+@pytest.mark.parametrize(("models", "named"), [
+    ("a=http://127.0.0.1:1,a=http://127.0.0.1:2", "'a' is given twice"),
+    ("http://127.0.0.1:1", "expected KEY=VALUE"),
+])  # fmt: skip
+def test_models_pairs_are_unique_and_a_url_is_never_split_at_its_colon(models: str, named: str,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    _one_line(capsys, main(["perf", "--tasks", "sample_qa", "--models", models]), "--models", named)
+
+
+def test_a_bad_second_models_entry_is_found_before_the_first_is_measured(url: str, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["perf", "--tasks", "sample_qa", "--models", f"good={url},bad=http://127.0.0.1:{free_loopback_port()}",
+                 "--wait-for-server", "1", "--out-dir", str(tmp_path)])  # fmt: skip
+    _one_line(capsys, code, "--models bad")
+    assert not (tmp_path / "perf").exists()  # the first model was not measured
