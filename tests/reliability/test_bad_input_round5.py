@@ -5,7 +5,6 @@ before anything is measured, no traceback; or the right result where the input i
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +15,23 @@ from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port
 from lmmbench.testing import running_testserver
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
-from test_fuzz_classes import _serve, _sglang  # noqa: E402
+
+def _tok(tmp: Path) -> str:
+    from lmmbench.testing import build_word_tokenizer
+
+    return str(build_word_tokenizer(tmp / "tok", []))
+
+
+def _serve(tmp: Path, *more: str) -> list[str]:
+    return ["bench", "serve", "--base-url", "http://127.0.0.1:9", "--model", "m", "--tokenizer", _tok(tmp),
+            "--random-input-len", "6", "--random-output-len", "3", "--num-prompts", "2", "--result-dir",
+            str(tmp / "res"), *more]  # fmt: skip
+
+
+def _sglang(tmp: Path, *more: str) -> list[str]:
+    return ["bench", "sglang", "--port", "9", "--tokenizer", _tok(tmp), "--dataset-name", "random",
+            "--random-input-len", "6", "--random-output-len", "3", "--num-prompts", "2", "--output-file",
+            str(tmp / "o.jsonl"), *more]  # fmt: skip
 
 
 
