@@ -55,3 +55,11 @@ def test_lmmbench_home_naming_a_file_is_one_line(tmp_path: Path, monkeypatch: py
     assert main(["envs", "list"]) == 2
     err = capsys.readouterr().err
     assert "LMMBENCH_HOME" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["envs", "prune", "--keep", "all"], ["envs", "purge"], ["perf", "--no-such-flag"]])
+def test_a_usage_error_is_one_line_not_typers_block(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "--help" in lines[0], err

@@ -122,6 +122,14 @@ def _apply_limits(items: list[str]) -> None:
     raise_csv_field_limit()
 
 
+def _usage_line(exc: Exception) -> str:
+    """A click usage error as one line: its message and where the command's help is."""
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "lmmbench"
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    return f"{' '.join(message.split())} (see `{path} --help`)"
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the program is so that every ``except KeyboardInterrupt`` flush runs."""
 
@@ -238,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
             return int(getattr(exc, "exit_code", 0))
         if kind == "abort":  # typer turns KeyboardInterrupt into Abort
             return _stopped(isinstance(exc.__cause__, Terminated))
-        if kind == "usage":  # click's own one-line usage errors (exit 2)
-            exc.show()  # type: ignore[attr-defined]
+        if kind == "usage":  # click's usage errors: one line (not its Usage / Try / Error block), exit 2
+            typer.echo(f"error: {_usage_line(exc)}", err=True)
             return int(getattr(exc, "exit_code", 2))
         problem = _input_problem(exc)
         if problem is None:
