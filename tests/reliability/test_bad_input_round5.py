@@ -113,3 +113,30 @@ def test_a_bad_second_models_entry_is_found_before_the_first_is_measured(url: st
                  "--wait-for-server", "1", "--out-dir", str(tmp_path)])  # fmt: skip
     _one_line(capsys, code, "--models bad")
     assert not (tmp_path / "perf").exists()  # the first model was not measured
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.9])
+def test_a_truncated_reference_npz_is_one_line(cut: float, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    (ref / "reference.json").write_text(json.dumps({"format": 2, "model": "tiny-llm", "prompts": []}))
+    np.savez_compressed(ref / "reference.npz", first_token_logits=np.random.default_rng(0).normal(size=(4, 512)))
+    data = (ref / "reference.npz").read_bytes()
+    (ref / "reference.npz").write_bytes(data[: int(len(data) * cut)])
+    code = main(["reference", "compare", "--model", "tiny-llm", "--reference", str(ref), "--out-dir",
+                 str(tmp_path / "out")])  # fmt: skip
+    _one_line(capsys, code, "reference")
+
+
+def test_reference_dump_out_naming_a_file_is_refused_before_the_model_loads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import lmmbench.evaluation.reference.run as run
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(run, "_engine", never)
+    (tmp_path / "f").write_text("x")
+    _one_line(capsys, main(["reference", "dump", "--model", "tiny-llm", "--out", str(tmp_path / "f")]), "--out")
