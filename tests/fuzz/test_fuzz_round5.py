@@ -162,3 +162,32 @@ def test_generated_user_info_is_never_printed_nor_taken_as_a_host(tmp_path: Path
             assert code == 2 and "Traceback" not in text, text[-2000:]
             assert written not in text and password not in text and f"{user}:" not in text, text[-2000:]
             assert "127.0.0.1" in text and "Name or service not known" not in text, text[-2000:]
+
+
+def _bad_return(rng: random.Random) -> tuple[str, str]:
+    """(a Python expression a policy's infer() returns, what the error names): drawn from the shapes a policy
+    must not return on the 2-wide toy environment."""
+    width = rng.choice([1, 3, 7, 32, rng.randint(4, 64)])
+    horizon = rng.randint(1, 8)
+    key = rng.choice(["action", "act", "a", "Actions", "output"])
+    draws = [
+        (f"np.zeros(({horizon}, {width}))", f"got {width}"),  # each action of the chunk is stepped
+        (f"np.zeros((1, {horizon}, 2))", "for one observation"),
+        (f"{{'{key}': np.zeros(2)}}", "no 'actions'"),
+        (rng.choice(["None", "'left'", "b'x'"]), "a policy returns actions"),
+        (f"[['x'] * {width}]", "a policy returns actions"),
+    ]
+    return rng.choice(draws)
+
+
+@pytest.mark.timeout(300)
+def test_generated_bad_policy_outputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rng = random.Random(SEED)
+    for i in range(6):
+        expr, named = _bad_return(rng)
+        mod = tmp_path / f"p{i}.py"
+        mod.write_text(f"import numpy as np\n\n\nclass P:\n    def infer(self, obs):\n        return {expr}\n")
+        code, text = _run(["run", "episodic-eval", "--policy", f"{mod}:P", "--num-tasks", "1",
+                           "--num-trials-per-task", "1", "--num-steps-wait", "0", "--no-progress", "--out-dir",
+                           str(tmp_path / f"o{i}")], capsys)  # fmt: skip
+        _one_line(code, text, named)
