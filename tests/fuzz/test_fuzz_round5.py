@@ -164,7 +164,7 @@ def test_generated_user_info_is_never_printed_nor_taken_as_a_host(tmp_path: Path
             assert "127.0.0.1" in text and "Name or service not known" not in text, text[-2000:]
 
 
-def _bad_return(rng: random.Random) -> tuple[str, str]:
+def _bad_return(rng: random.Random, i: int) -> tuple[str, str]:
     """(a Python expression a policy's infer() returns, what the error names): drawn from the shapes a policy
     must not return on the 2-wide toy environment."""
     width = rng.choice([1, 3, 7, 32, rng.randint(4, 64)])
@@ -177,14 +177,14 @@ def _bad_return(rng: random.Random) -> tuple[str, str]:
         (rng.choice(["None", "'left'", "b'x'"]), "a policy returns actions"),
         (f"[['x'] * {width}]", "a policy returns actions"),
     ]
-    return rng.choice(draws)
+    return draws[i % len(draws)]  # every shape of the class, its sizes and names drawn
 
 
 @pytest.mark.timeout(300)
 def test_generated_bad_policy_outputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rng = random.Random(SEED)
     for i in range(6):
-        expr, named = _bad_return(rng)
+        expr, named = _bad_return(rng, i)
         mod = tmp_path / f"p{i}.py"
         mod.write_text(f"import numpy as np\n\n\nclass P:\n    def infer(self, obs):\n        return {expr}\n")
         code, text = _run(["run", "episodic-eval", "--policy", f"{mod}:P", "--num-tasks", "1",

@@ -91,9 +91,9 @@ def _actions(out: Any, name: str, call: str) -> Any:
 
 
 def _check_width(chunk: Any, name: str, call: str, space: Any) -> None:
-    """Each action as wide as the environment's action space (never cut to it)."""
+    """No action wider than the environment's action space (it would be cut to it without a word)."""
     shape = getattr(space, "shape", None)
-    if shape and chunk.shape[-1:] != tuple(shape)[-1:]:
+    if shape and chunk.ndim and chunk.shape[-1] > tuple(shape)[-1]:
         raise UserError(f"--policy {name}: {call} returned actions {chunk.shape[-1]} wide; the environment's "
                         f"actions are {tuple(shape)[-1]} wide (its action space {tuple(shape)})")  # fmt: skip
 
