@@ -140,3 +140,11 @@ def test_reference_dump_out_naming_a_file_is_refused_before_the_model_loads(
     monkeypatch.setattr(run, "_engine", never)
     (tmp_path / "f").write_text("x")
     _one_line(capsys, main(["reference", "dump", "--model", "tiny-llm", "--out", str(tmp_path / "f")]), "--out")
+
+
+def test_bench_sglang_output_file_naming_a_folder_is_refused_before_the_load(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    (tmp_path / "folder").mkdir()
+    argv = _sglang(tmp_path, "--ready-check-timeout-sec", "60")
+    argv[argv.index("--output-file") + 1] = str(tmp_path / "folder")
+    _one_line(capsys, main(argv), "--output-file", "a folder")

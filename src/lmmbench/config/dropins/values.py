@@ -262,6 +262,9 @@ def _check_output_folder(path: Any, flag: str) -> None:
     """The folder of an output file exists and is writable (SGLang appends to the file after the whole load)."""
     if not path:
         return
+    if Path(str(path)).is_dir():
+        raise UserError(f"{flag} {path}: a folder; give a file to append the results to, e.g. "
+                        f"{Path(str(path)) / 'results.jsonl'}")
     folder = Path(str(path)).parent
     if not folder.is_dir():
         raise UserError(f"{flag} {path}: the folder {folder} does not exist; create it first")
