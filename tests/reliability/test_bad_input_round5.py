@@ -148,3 +148,9 @@ def test_bench_sglang_output_file_naming_a_folder_is_refused_before_the_load(
     argv = _sglang(tmp_path, "--ready-check-timeout-sec", "60")
     argv[argv.index("--output-file") + 1] = str(tmp_path / "folder")
     _one_line(capsys, main(argv), "--output-file", "a folder")
+
+
+def test_num_fewshot_on_lmms_benchmarks_only_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code = main(["eval", "--model", f"http://127.0.0.1:{free_loopback_port()}", "--tokenizer", "tiny-vl", "--tasks",
+                 "chartqa", "--num_fewshot", "3", "--out-dir", str(tmp_path)])  # fmt: skip
+    _one_line(capsys, code, "--num_fewshot", "chartqa")
