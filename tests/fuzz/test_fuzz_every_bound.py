@@ -77,7 +77,12 @@ CASES: dict[str, list[str]] = {  # bound -> argv at B + 1 ({f:name} a file of _f
     "episodes": ["run", "episodic-eval", "--num-tasks", N, "--num-trials-per-task", "1"],
     "include_depth": [*EVAL, "--tasks", "{f:chain}"],
     "episode_steps": ["run", "episodic-eval", "--num-tasks", "1", "--num-trials-per-task", "1", "--max-steps", N],
-    "body_bytes": [],  # a server's bound: answered with HTTP 413, below
+    "body_bytes": [],  # a server's bound: answered with HTTP 413, below (the proxy's: tests/serve/test_proxy_inputs.py)
+    "json_depth": [],  # the proxy's bounds on one request: HTTP 400 / 502 with the bound named, and requests
+    "answer_index": [],  # that fail with the bound as their cause (perf's client: error kinds), not exit 2:
+    "answer_bytes": [],  # tests/serve/test_proxy_inputs.py and test_proxy_misbehaving.py meet each one past
+    "sse_line_bytes": [],  # it; tests/perf/test_stream_parsing.py the SSE reader's two
+    "sse_idle_s": [],
     "stop_grace_s": [],  # a time bound, not an input's: tests/reliability/test_plan_interrupt.py kills past it
     "venvs_kept": [],  # bounds of a cache, not an input's: tests/plans/test_venv_cache.py builds and prunes past
     "venvs_bytes": [],  # them, and refuses a bad value in one line (test_bad_options_are_one_line_and_exit_2)

@@ -167,3 +167,65 @@ def test_split_proportional() -> None:
     assert sum(split_proportional(7, [3, 1, 1])) == 7
     assert split_proportional(1, [1, 5]) == [0, 1]
     assert split_proportional(0, [1]) == [0]
+
+
+def _line_cost_s(n: int, piece: int = 65536) -> float:
+    """CPU seconds of reading one ``data:`` line of ``n`` bytes, arriving in reads of ``piece`` bytes."""
+    import time
+
+    line = b"data: " + b"x" * n + b"\n\n"
+    reads = [line[i : i + piece] for i in range(0, len(line), piece)]
+    s = SSESplitter(max_line_bytes=2 * n, idle_s=60)
+    times: list[int] = []
+    datas: list[bytes] = []
+    start = time.process_time()
+    for r in reads:
+        s.feed(r, 0, times, datas)
+    s.flush(0, times, datas)
+    cost = time.process_time() - start
+    assert len(datas) == 1 and len(datas[0]) == n
+    return cost
+
+
+def test_the_sse_reader_is_linear_in_the_line_length() -> None:
+    """A 100 MB line costs at most about 150x a 1 MB line (100x the bytes): each read is scanned once and the
+    unfinished line grows in place, never copied or re-scanned whole per read (the old splitter: quadratic)."""
+    small = sorted(_line_cost_s(1_000_000) for _ in range(5))[2]  # the median of 5: one 1 MB line is ~10 ms
+    big = _line_cost_s(100_000_000)
+    assert big <= 150 * small, (big, small)
+
+
+def test_an_over_long_line_ends_the_stream_with_its_cause(monkeypatch: Any) -> None:
+    from lmmbench.backends.sse import StreamError
+
+    monkeypatch.setenv("LMMBENCH_LIMIT_SSE_LINE_BYTES", "1000")
+    s = SSESplitter()
+    times: list[int] = []
+    datas: list[bytes] = []
+    s.feed(b'data: {"a": 1}\n\n', 0, times, datas)  # events within the bound pass
+    try:
+        for _ in range(10):
+            s.feed(b"data: " + b"y" * 300, 1, times, datas)
+        raise AssertionError("no error past the bound")
+    except StreamError as exc:
+        assert exc.kind == "sse_line_too_long" and "sse_line_bytes" in exc.message
+    assert datas == [b'{"a": 1}']
+
+
+def test_a_crlf_or_blank_line_split_anywhere_between_two_reads() -> None:
+    stream = b'data: {"a": 1}\r\n\r\n: c\r\n\r\ndata: 2\r\ndata: 3\r\n\r\ndata: [DONE]\r\n\r\n'
+    for k in range(len(stream) + 1):
+        assert _split([stream[:k], stream[k:]]) == [b'{"a": 1}', b"2\n3", b"[DONE]"], k
+
+
+def test_a_whole_json_answer_under_an_event_stream_label_is_one_event() -> None:
+    body = b'{"choices": [{"message": {"content": "hi"}}]}'
+    assert _split([b"\n ", body[:9], body[9:]]) == [body]
+    assert _split([b'data: {"x": 1}\n\n']) == [b'{"x": 1}']  # the next answer on the connection: events again
+
+
+def test_a_stalled_stream_is_named_by_the_idle_bound() -> None:
+    s = SSESplitter(idle_s=2)
+    s.feed(b"data: 1\n\n", 10**9, [], [])
+    assert not s.stalled(2 * 10**9) and s.stalled(4 * 10**9)
+    assert s.idle_error().kind == "stream_idle" and "sse_idle_s" in s.idle_error().message

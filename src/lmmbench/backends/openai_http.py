@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from lmmbench.backends.openai_stream import finalize_record
 from lmmbench.backends.sglang_native import native_body
-from lmmbench.backends.sse import SSESplitter
+from lmmbench.backends.sse import SSESplitter, StreamError
 from lmmbench.core.errors import UserError
 from lmmbench.core.request_records import PerfRequest, RequestRecord
 
@@ -28,6 +28,8 @@ __all__ = ["EndpointInfo", "OpenAIHttpClient", "parse_base_url"]
 
 _now = time.perf_counter_ns
 _MAX_ERROR_BODY = 65536
+_MAX_HEAD = 1 << 20  # an HTTP response head (status line and headers)
+_MAX_CHUNK_LINE = 4096  # one chunk-size line with its extensions
 
 _IDLE, _HEAD, _BODY = 0, 1, 2
 _LEN, _CHUNKED, _CLOSE = 0, 1, 2
@@ -36,10 +38,12 @@ DoneCallback = Callable[[RequestRecord], None]
 
 
 class EndpointInfo:
-    """Host, port, TLS and path prefix of a base URL such as ``http://host:8000`` or ``.../v1``."""
+    """Host, port, TLS and path prefix of a base URL such as ``http://host:8000`` or ``.../v1``; ``authorization``:
+    the ``Basic`` credentials of its user info (``http://user:password@host``), never part of the host name."""
 
-    def __init__(self, host: str, port: int, tls: bool, prefix: str) -> None:
+    def __init__(self, host: str, port: int, tls: bool, prefix: str, authorization: str | None = None) -> None:
         self.host, self.port, self.tls, self.prefix = host, port, tls, prefix
+        self.authorization = authorization
 
     def path(self, endpoint: str) -> str:
         """The request path of ``chat``, ``completions``, ``models`` or ``generate`` (SGLang's native API)."""
@@ -50,22 +54,29 @@ class EndpointInfo:
 
 
 def parse_base_url(url: str) -> EndpointInfo:
-    """Parse the server's base URL; a malformed one is a ``UserError``."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"--url {url!r}: expected http://host:port (optionally ending in /v1)")
+    """Parse the server's base URL; a malformed one is a ``UserError`` (its user info masked in the message)."""
+    from lmmbench.core.secrets import redact_text, url_credentials
+
+    shown = redact_text(url)
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:
+        raise UserError(f"--url {shown!r}: expected http://host:port (optionally ending in /v1)") from None
+    if parts.scheme not in ("http", "https") or not hostname:
+        raise UserError(f"--url {shown!r}: expected http://host:port (optionally ending in /v1)")
     tls = parts.scheme == "https"
     try:
         port = parts.port or (443 if tls else 80)
     except ValueError:
-        raise UserError(f"--url {url!r}: bad port") from None
+        raise UserError(f"--url {shown!r}: bad port") from None
     prefix = parts.path.rstrip("/")
     for suffix in ("/chat/completions", "/completions"):
         if prefix.endswith(suffix):
             prefix = prefix[: -len(suffix)]
     if prefix.endswith("/v1"):
         prefix = prefix[:-3]
-    return EndpointInfo(parts.hostname, port, tls, prefix)
+    return EndpointInfo(hostname, port, tls, prefix, url_credentials(url)[1])
 
 
 class _Conn(asyncio.Protocol):
@@ -108,12 +119,15 @@ class _Conn(asyncio.Protocol):
         rec = self.rec
         if rec is None:
             return
+        self.splitter.last_read_ns = t
         if not rec.first_byte_ns:
             rec.first_byte_ns = t
         if self.state == _HEAD:
             self.head += data
             i = self.head.find(b"\r\n\r\n")
             if i < 0:
+                if len(self.head) > _MAX_HEAD:
+                    self.expire("malformed_sse", f"a response head of over {_MAX_HEAD} bytes")
                 return
             data = bytes(self.head[i + 4 :])
             if not self._parse_head(bytes(self.head[:i])):
@@ -145,7 +159,7 @@ class _Conn(asyncio.Protocol):
         self.framing = _LEN
         self.chunk_left = 0
         self.keep_alive = True
-        rec.sent_ns = _now()
+        rec.sent_ns = self.splitter.last_read_ns = _now()
         assert self.transport is not None
         self.transport.write(data)
 
@@ -203,6 +217,11 @@ class _Conn(asyncio.Protocol):
             elif left == 0:
                 i = buf.find(b"\r\n", pos)
                 if i < 0:
+                    if n - pos > _MAX_CHUNK_LINE:  # a size line that never ends
+                        del buf[:]
+                        self._fail("malformed_sse", "bad chunked transfer encoding (a chunk-size line without end)")
+                        self.abort()
+                        return
                     break
                 try:
                     size = int(bytes(buf[pos:i]).split(b";", 1)[0], 16)
@@ -234,7 +253,10 @@ class _Conn(asyncio.Protocol):
         rec = self.rec
         assert rec is not None
         if self.is_sse:
-            self.splitter.feed(data, t, rec.event_times_ns, rec.event_data)
+            try:
+                self.splitter.feed(data, t, rec.event_times_ns, rec.event_data)
+            except StreamError as exc:  # an over-long line: this request fails, the connection is dropped
+                self.expire(exc.kind, exc.message)
         elif len(rec.error_body) < _MAX_ERROR_BODY:
             rec.error_body += data
 
@@ -340,6 +362,8 @@ class OpenAIHttpClient:
         lines.append("Accept: text/event-stream, application/json")
         if self.api_key:
             lines.append(f"Authorization: Bearer {self.api_key}")
+        elif ep.authorization:  # the URL's user info
+            lines.append(f"Authorization: {ep.authorization}")
         lines += [f"{k}: {v}" for k, v in {**self.headers, **(headers or {})}.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
 
@@ -411,10 +435,17 @@ class OpenAIHttpClient:
         expired = 0
         for conn in list(self.busy):
             rec = conn.rec
-            if rec is not None and rec.sent_ns and now_ns - rec.sent_ns > self.timeout_ns:
+            if rec is None or not rec.sent_ns:
+                continue
+            if now_ns - rec.sent_ns > self.timeout_ns:
                 conn.expire("timeout", f"no complete response within {self.timeout_ns / 1e9:g} s")
-                self.busy.discard(conn)
-                expired += 1
+            elif conn.splitter.stalled(now_ns):  # the SSE reader's idle bound (sse_idle_s)
+                err = conn.splitter.idle_error()
+                conn.expire(err.kind, err.message)
+            else:
+                continue
+            self.busy.discard(conn)
+            expired += 1
         return expired
 
     def cancel_all(self, reason: str = "stopped before the response completed") -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lmmbench.core.errors import UserError
+from lmmbench.core.secrets import url_credentials
 
 __all__ = ["ServerInfo", "models_url", "wait_for_server"]
 
@@ -46,8 +47,9 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _get(url: str, api_key: str | None, timeout_s: float) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+def _get(url: str, api_key: str | None, timeout_s: float, basic: str | None = None) -> tuple[int, bytes]:
+    auth = f"Bearer {api_key}" if api_key else basic
+    req = urllib.request.Request(url, headers={"Authorization": auth} if auth else {})
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return int(resp.status), bytes(resp.read(8 * 1024 * 1024))
@@ -89,12 +91,13 @@ def wait_for_server(
     A server that never answers, or lists models without ``model``, is a ``UserError``; a failing
     ``/v1/models`` is a warning (passed to ``notify``) and the returned info has ``listed=False``.
     """
+    url, basic = url_credentials(url)  # user:password@ is credentials: never part of the host name, never printed
     info = ServerInfo(models_url(url))
     deadline = time.monotonic() + timeout_s
     announced = False
     while True:
         try:
-            status, body = _get(info.url, api_key, max(1.0, min(10.0, timeout_s)))
+            status, body = _get(info.url, api_key, max(1.0, min(10.0, timeout_s)), basic)
             break
         except (OSError, ValueError) as exc:  # refused, reset, timed out, or a malformed URL (ValueError)
             if isinstance(exc, ValueError) or time.monotonic() >= deadline:

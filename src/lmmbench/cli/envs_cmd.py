@@ -50,6 +50,8 @@ def _list(cfg: EnvsListConfig) -> None:
     table = Table("key", "requirements", "python", "isolation", "size", "frees", "last used", "in use", box=None)
     for e in entries:
         reqs = " ".join(e.requirements) if e.complete else "(unfinished build)"
+        if e.problem is not None:
+            reqs = f"(broken: {e.problem}; `lmmbench envs prune` removes it)"
         table.add_row(e.key, reqs or "-", e.python or "", e.isolation or "", _size(e.size_bytes),
                       _size(e.frees_bytes), _when(e.last_used_s), "yes" if e.in_use else "no")  # fmt: skip
     con = Console(width=200, highlight=False)

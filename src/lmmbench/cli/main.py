@@ -124,9 +124,22 @@ def _apply_limits(items: list[str]) -> None:
     from lmmbench.config.input_files import raise_csv_field_limit
     from lmmbench.config.limits import limit_value
 
+    known = {lim.env_var for lim in LIMITS.values()}
+    for var in sorted(os.environ):  # a misspelt bound would be ignored: refused instead
+        if var.startswith("LMMBENCH_LIMIT_") and var not in known:
+            raise UserError(f"{var}: no such limit; the limits are LMMBENCH_LIMIT_<NAME> with NAME one of: "
+                            f"{', '.join(n.upper() for n in LIMITS)} (docs/reliability.md)")  # fmt: skip
     for name in LIMITS:  # every bound from --limit and LMMBENCH_LIMIT_*, checked here: one line, exit 2
         limit_value(name)
     raise_csv_field_limit()
+
+
+def _usage_line(exc: Exception) -> str:
+    """A click usage error as one line: its message and where the command's help is."""
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "lmmbench"
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    return f"{' '.join(message.split())} (see `{path} --help`)"
 
 
 class Terminated(KeyboardInterrupt):
@@ -227,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except UserError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        from lmmbench.core.secrets import redact_text
+
+        typer.echo(f"error: {redact_text(str(exc))}", err=True)  # a URL's user info, keys: never printed
         return exc.exit_code
     except ModuleNotFoundError as exc:
         message = missing_extra_message(exc)
@@ -243,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
             return int(getattr(exc, "exit_code", 0))
         if kind == "abort":  # typer turns KeyboardInterrupt into Abort
             return _stopped(isinstance(exc.__cause__, Terminated))
-        if kind == "usage":  # click's own one-line usage errors (exit 2)
-            exc.show()  # type: ignore[attr-defined]
+        if kind == "usage":  # click's usage errors: one line (not its Usage / Try / Error block), exit 2
+            typer.echo(f"error: {_usage_line(exc)}", err=True)
             return int(getattr(exc, "exit_code", 2))
         problem = _input_problem(exc)
         if problem is None:

@@ -84,7 +84,22 @@ def _cli_type(tp: Any) -> tuple[Any, str]:
     return str, "JSON"
 
 
-def _convert(tp: Any, raw: Any) -> Any:
+def _convert_pairs(raw: str, flag: str) -> dict[str, str]:
+    """``key=value,key=value`` (or ``key:value``) as a mapping: a key given twice, or a value that is a URL
+    without its ``key=`` (``http://...`` is not ``http`` = ``//...``), is refused naming the flag."""
+    out: dict[str, str] = {}
+    for part in raw.replace(",", " ").split():
+        sep = "=" if "=" in part else ":"
+        if sep not in part or (sep == ":" and "://" in part):
+            raise UserError(f"{flag} {part!r}: expected KEY=VALUE (e.g. NAME=http://host:port)")
+        k, v = (x.strip() for x in part.split(sep, 1))
+        if k in out:
+            raise UserError(f"{flag}: {k!r} is given twice; each key once")
+        out[k] = v
+    return out
+
+
+def _convert(tp: Any, raw: Any, flag: str = "option") -> Any:
     tp = _unwrap_optional(tp)
     origin = get_origin(tp)
     if not isinstance(raw, str):
@@ -92,14 +107,7 @@ def _convert(tp: Any, raw: Any) -> Any:
     if origin in (list, tuple, set):
         return [p.strip() for p in raw.split(",") if p.strip()]
     if origin is dict:
-        out: dict[str, str] = {}
-        for part in raw.replace(",", " ").split():
-            sep = "=" if "=" in part else ":"
-            if sep not in part:
-                raise UserError(f"expected key=value, got '{part}'")
-            k, v = part.split(sep, 1)
-            out[k.strip()] = v.strip()
-        return out
+        return _convert_pairs(raw, flag)
     if origin is Literal or tp in _SCALARS or tp is bool:
         return raw
     try:
@@ -203,7 +211,7 @@ def _collect_options(
         if key in aliases:
             key, flag = aliases[key]
             used.append(flag)
-        data[key] = _convert(fields[key].annotation, raw)
+        data[key] = _convert(fields[key].annotation, raw, "--" + key.replace("_", "-"))
     return data, used
 
 

@@ -49,7 +49,18 @@ LIMITS: dict[str, Limit] = {
         Limit("prompt_chars", 100_000_000, "one rendered prompt / string built by a task template"),
         Limit("media_seconds", 86_400, "one synthetic video or audio duration (media synth), seconds"),
         Limit("image_side", 16_384, "one synthetic image side (media synth), pixels"),
-        Limit("body_bytes", 64 * 1024**2, "one HTTP request body accepted by testserver"),
+        Limit("body_bytes", 64 * 1024**2, "one HTTP request body accepted by testserver and by lmmbench proxy "
+              "(HTTP 413 past it)"),
+        Limit("sse_line_bytes", 64 * 1024**2, "one line (or unfinished event) of a server-sent event stream read "
+              "by perf's client or lmmbench proxy; past it that request fails (sse_line_too_long)"),
+        Limit("sse_idle_s", 600, "seconds a stream read by perf's client or lmmbench proxy may go without a byte "
+              "before that request fails (stream_idle)"),
+        Limit("answer_bytes", 256 * 1024**2, "one upstream answer lmmbench proxy reads whole or rebuilds from a "
+              "stream (HTTP 502 past it)"),
+        Limit("answer_index", 4096, "a choice or tool-call index in an upstream answer lmmbench proxy rebuilds "
+              "(HTTP 502 past it)"),
+        Limit("json_depth", 200, "nesting depth of [ ] / { } in one JSON request body lmmbench proxy reads "
+              "(HTTP 400 past it)"),
         Limit("duration_s", 7 * 86_400, "seconds of one load point or schedule (--duration-s, workload perf_time, "
               "the span of a trace's timestamps)"),
         Limit("hash_ids", 100_000, "prefix-block hash ids on one trace line"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from pathlib import Path
 
@@ -40,6 +41,15 @@ class RunsListConfig(BaseModel):
         return value
 
 
+def check_thresholds(value: dict[str, float]) -> dict[str, float]:
+    """A threshold is a size of change (percent, or points): finite and at least 0."""
+    for name, number in value.items():
+        if not math.isfinite(number) or number < 0:
+            raise ValueError(f"--threshold {name}={number:g}: a threshold is a change's size, a finite number >= 0 "
+                             "(percent; points for accuracies)")  # fmt: skip
+    return value
+
+
 class RunsShowConfig(BaseModel):
     """Show one run: its run log (config, environment, measurement, outcome, headline, files)."""
 
@@ -62,6 +72,11 @@ class RunsCompareConfig(BaseModel):
         description="Per-metric threshold, e.g. ttft_ms=5,acc=2 (percent; points for accuracies). "
         "Defaults: 10 % latencies and throughputs, 1 point accuracies.",
     )
+
+    @field_validator("threshold")
+    @classmethod
+    def _thresholds(cls, value: dict[str, float]) -> dict[str, float]:
+        return check_thresholds(value)
     statistics: list[str] = Field(["mean", "p50"], description="Statistics of latency metrics: mean, p50, p90, p99.")
     resamples: int = Field(1000, ge=100, le=100_000, description="Bootstrap resamples.")
     seed: int = Field(0, description="Seed of the bootstrap.")
@@ -78,6 +93,11 @@ class RunsReportConfig(BaseModel):
     runs: list[str] = Field(description="Run ids, id prefixes or folders; `--` (or `vs`) between pooled sides.")
     out: Path = Field(Path("runs-report.html"), description="The page to write.")
     threshold: dict[str, float] = Field(default_factory=dict, description="Per-metric threshold, as for compare.")
+
+    @field_validator("threshold")
+    @classmethod
+    def _thresholds(cls, value: dict[str, float]) -> dict[str, float]:
+        return check_thresholds(value)
     resamples: int = Field(1000, ge=100, le=100_000, description="Bootstrap resamples.")
     store: str | None = Field(None, description="Store URL (default: $LMMBENCH_STORE_URL or SQLite in LMMBENCH_HOME).")
 

@@ -85,14 +85,15 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{4,}")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]+@")  # user:password@ of a URL: credentials
 
 
 def redact_text(text: str) -> str:
-    """``text`` with every registered secret and any ``Bearer <token>`` masked."""
+    """``text`` with every registered secret, any ``Bearer <token>`` and a URL's user info masked."""
     for value in sorted(_registered, key=len, reverse=True):
         if value in text:
             text = text.replace(value, MASK)
-    return _BEARER.sub(rf"\g<1>{MASK}", text)
+    return _USERINFO.sub(rf"\g<1>{MASK}@", _BEARER.sub(rf"\g<1>{MASK}", text))
 
 
 class RedactingFilter(logging.Filter):
@@ -103,3 +104,23 @@ class RedactingFilter(logging.Filter):
             record.msg = redact_text(record.getMessage())
             record.args = ()
         return True
+
+
+def url_credentials(url: str) -> tuple[str, str | None]:
+    """``url`` without its user info, and the ``Authorization: Basic`` value that user info stands for (None
+    without one). The password is registered as a secret: masked wherever it might still be printed. A URL
+    that cannot be split is returned as it is (its user info masked by ``redact_text`` in messages)."""
+    import base64
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        user, password, host = parts.username, parts.password, parts.netloc.rpartition("@")[2]
+    except ValueError:
+        return url, None
+    if user is None and password is None:
+        return url, None
+    register_secret(password)
+    pair = f"{unquote(user or '')}:{unquote(password or '')}"
+    clean = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return clean, "Basic " + base64.b64encode(pair.encode()).decode("ascii")

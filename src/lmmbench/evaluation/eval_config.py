@@ -73,7 +73,8 @@ class EvalConfig(BaseModel):
     )
     device: str = device_field()
     dtype: Dtype = dtype_field()
-    limit: float | None = Field(None, gt=0, description="only the first N samples of each task; a fraction below 1 "
+    limit: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                description="only the first N samples of each task; a fraction below 1 "
                                 "takes that share of each task (as lm-eval's --limit)")
     num_fewshot: int | None = Field(None, ge=0, description="override the tasks' few-shot count")
     gen_kwargs: str | None = Field(None, description="generation arguments of lm-eval catalogue tasks, e.g. "

@@ -117,6 +117,7 @@ class VenvEntry:
     python: str | None = None
     isolation: str | None = None
     setup_s: float | None = None
+    problem: str | None = None  # a marker that cannot be read as lmmbench wrote it: listed broken, prunable
 
     def as_json(self) -> dict[str, Any]:
         """The entry as ``envs list --json`` prints it."""
@@ -124,7 +125,7 @@ class VenvEntry:
                 "isolation": self.isolation, "complete": self.complete, "in_use": self.in_use,
                 "last_used": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.last_used_s)),
                 "last_used_s": self.last_used_s, "size_bytes": self.size_bytes, "frees_bytes": self.frees_bytes,
-                "setup_s": self.setup_s}  # fmt: skip
+                "setup_s": self.setup_s, "problem": self.problem}  # fmt: skip
 
 
 def _usage(paths: list[Path]) -> tuple[int, int, float]:
@@ -192,15 +193,40 @@ def _record_size(venvs: Path, key: str, meta: dict[str, Any], du: int) -> None:
             tmp.unlink(missing_ok=True)
 
 
+def _marker_problem(meta: Any) -> str | None:
+    """What is wrong with a venv's marker (None: it is as lmmbench writes it)."""
+    if not isinstance(meta, dict):
+        return f"its {MARKER} is a JSON {type(meta).__name__}, not an object"
+    reqs = meta.get("requirements")
+    if reqs is not None and (not isinstance(reqs, list) or not all(isinstance(r, str) for r in reqs)):
+        return f"its {MARKER} has requirements that are not a list of strings"
+    for key in ("python", "isolation"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            return f"its {MARKER} has {key} {meta[key]!r}, not a string"
+    for key in ("setup_s", "size_bytes"):
+        value = meta.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"its {MARKER} has {key} {value!r}, not a number"
+    return None
+
+
 def _entry(venvs: Path, key: str, measure: bool) -> VenvEntry:
     root = venvs / key
-    meta: dict[str, Any] = {}
+    meta: Any = {}
     marker = root / MARKER
+    problem = None
     try:
         meta = json.loads(marker.read_text(encoding="utf-8"))
         last_used: float | None = marker.stat().st_mtime
-    except (OSError, ValueError):
+        problem = _marker_problem(meta)
+    except (OSError, ValueError, RecursionError) as exc:
         last_used = None
+        if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+            problem = f"its {MARKER} cannot be read ({type(exc).__name__})"
+    if root.is_symlink() or (root.exists() and not root.is_dir()):
+        problem = "a link or a file where a venv folder belongs"
+    if problem is not None:  # a broken venv: listed as such, and removed as an unfinished build is
+        meta, last_used = {}, None
     recorded = meta.get("size_bytes")
     if measure or last_used is None or not isinstance(recorded, int):
         du, frees, newest = _usage(_paths(venvs, key))
@@ -214,7 +240,7 @@ def _entry(venvs: Path, key: str, measure: bool) -> VenvEntry:
                      last_used_s=last_used if last_used is not None else newest, size_bytes=du, frees_bytes=frees,
                      requirements=[str(r) for r in meta.get("requirements") or []], python=meta.get("python"),
                      isolation=meta.get("isolation"),
-                     setup_s=float(setup) if isinstance(setup, (int, float)) else None)  # fmt: skip
+                     setup_s=float(setup) if isinstance(setup, (int, float)) else None, problem=problem)  # fmt: skip
 
 
 def list_venvs(home: Path, measure: bool = True) -> list[VenvEntry]:
@@ -273,13 +299,18 @@ def _remove(venvs: Path, entry: VenvEntry) -> VenvEntry | None:
         with use:
             marker = entry.path / MARKER
             try:
-                if marker.stat().st_mtime > entry.last_used_s:  # used since it was listed: no longer the LRU
-                    return None
+                if marker.stat().st_mtime > entry.last_used_s and entry.problem is None:  # used since it was
+                    return None  # listed: no longer the least recently used
                 entry = _measured(venvs, entry)
                 marker.unlink()  # first: a removal cut short leaves an unfinished venv, rebuilt on its next use
-            except FileNotFoundError:
+            except OSError:  # no marker, or no folder to hold one (a stray file, a link)
                 pass
-            shutil.rmtree(entry.path, ignore_errors=True)
+            if entry.path.is_symlink() or (entry.path.exists() and not entry.path.is_dir()):
+                entry.path.unlink()  # the link itself, never what it points at
+            else:
+                shutil.rmtree(entry.path, ignore_errors=True)
+            if entry.path.exists() or entry.path.is_symlink():
+                return None  # not removed: never reported as removed
             for suffix in (".log", ".use", ".lock"):  # the lock files last, while they are held
                 (venvs / f"{entry.key}{suffix}").unlink(missing_ok=True)
     return entry

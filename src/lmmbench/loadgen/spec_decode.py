@@ -42,9 +42,13 @@ def parse_spec_decode(text: str) -> dict[str, Any] | None:
 
 def scrape_spec_decode(base_url: str, timeout_s: float = 5.0) -> dict[str, Any] | None:
     """The summed spec-decode counters of the server at ``base_url`` now (None without them)."""
-    url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+    from lmmbench.core.secrets import url_credentials
+
+    clean, basic = url_credentials(base_url)  # user:password@ is credentials, never part of the host name
+    url = clean.rstrip("/").removesuffix("/v1") + "/metrics"
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        req = urllib.request.Request(url, headers={"Authorization": basic} if basic else {})
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             text = resp.read().decode("utf-8", "replace")
     except (urllib.error.URLError, OSError, ValueError):
         return None

@@ -36,7 +36,11 @@ class TelemetrySampler:
     """Samples server metrics and GPUs every ``interval_s`` into ``<run_dir>/telemetry.jsonl``."""
 
     def __init__(self, base_url: str, run_dir: Path, interval_s: float = 1.0, nvml: NvmlSampler | None = None) -> None:
-        self.url = _metrics_url(base_url)
+        from lmmbench.core.secrets import url_credentials
+
+        url, basic = url_credentials(base_url)  # user:password@ is credentials, never part of the host name
+        self.url = _metrics_url(url)
+        self._request = urllib.request.Request(self.url, headers={"Authorization": basic} if basic else {})
         self.path = run_dir / TELEMETRY_NAME
         self.interval_s = interval_s
         self.nvml = nvml if nvml is not None else NvmlSampler()
@@ -61,7 +65,7 @@ class TelemetrySampler:
         if self.server_ok is False:
             return {}
         try:
-            with urllib.request.urlopen(self.url, timeout=max(self.interval_s, 1.0)) as resp:
+            with urllib.request.urlopen(self._request, timeout=max(self.interval_s, 1.0)) as resp:
                 values = parse_prometheus(resp.read().decode("utf-8", "replace"))
                 now_ns = time.perf_counter_ns()
         except urllib.error.HTTPError as exc:  # the server answered: it has no /metrics

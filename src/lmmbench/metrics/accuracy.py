@@ -47,6 +47,8 @@ class AccuracyMetric:
     unit: str = ""
     #: the name of lm-eval's aggregation this metric equals, when an lm-eval-format task file may use it
     lmeval_aggregation: str | None = None
+    #: the largest value one answer can score (None: unbounded, as perplexities)
+    top: float | None = 1.0
 
 
 @dataclass
@@ -233,19 +235,19 @@ _GEN = ("generate",)
 
 for _m in (
     AccuracyMetric("acc", (*_MC, *_LL), _acc, _mean, lmeval_aggregation="mean"),
-    AccuracyMetric("perplexity", _LL, _ll, _perplexity, False, False, lmeval_aggregation="perplexity"),
+    AccuracyMetric("perplexity", _LL, _ll, _perplexity, False, False, lmeval_aggregation="perplexity", top=None),
     AccuracyMetric("acc_norm", _MC, _acc_norm, _mean, lmeval_aggregation="mean"),
     AccuracyMetric("word_perplexity", _ROLL, _word_ppl, _weighted_perplexity, False, False,
-                   lmeval_aggregation="weighted_perplexity"),
+                   lmeval_aggregation="weighted_perplexity", top=None),
     AccuracyMetric("byte_perplexity", _ROLL, _byte_ppl, _weighted_perplexity, False, False,
-                   lmeval_aggregation="weighted_perplexity"),
+                   lmeval_aggregation="weighted_perplexity", top=None),
     AccuracyMetric("bits_per_byte", _ROLL, _byte_ppl, _bits_per_byte, False, False, "bits",
-                   lmeval_aggregation="bits_per_byte"),
+                   lmeval_aggregation="bits_per_byte", top=None),
     AccuracyMetric("exact_match", _GEN, _exact_match, _mean, lmeval_aggregation="mean"),
     AccuracyMetric("f1", _GEN, _f1, _mean),
     AccuracyMetric("rougeL", _GEN, _rouge, _mean),
     AccuracyMetric("anls", _GEN, _anls, _mean),
-    AccuracyMetric("bleu", _GEN, _bleu, _corpus_bleu, True, False),
+    AccuracyMetric("bleu", _GEN, _bleu, _corpus_bleu, True, False, top=100.0),  # sacreBLEU's 0-100 scale
 ):
     ACCURACY_METRICS.add(_m.name, _m)
 

@@ -33,7 +33,12 @@ BUILD_VERSION = 1
 def lmmbench_home() -> Path:
     """Where lmmbench caches built models and synthetic media (``$LMMBENCH_HOME``)."""
     env = os.environ.get("LMMBENCH_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "lmmbench"
+    home = Path(env).expanduser() if env else Path.home() / ".cache" / "lmmbench"
+    if home.exists() and not home.is_dir():
+        from lmmbench.core.errors import UserError
+
+        raise UserError(f"LMMBENCH_HOME={home}: a file, not a folder; point LMMBENCH_HOME at a folder (or unset it)")
+    return home
 
 
 def tiny_model_dir(name: str) -> Path:

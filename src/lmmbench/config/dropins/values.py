@@ -110,8 +110,17 @@ def _pairs_have_values(items: list[str] | None, flag: str) -> None:
             raise UserError(f"{flag} {item!r}: expected KEY=VALUE")
 
 
+def _check_schedule_span(rate: float, prompts: Any) -> None:
+    """The schedule of ``prompts`` requests at ``rate`` per second spans ~prompts / rate seconds: within
+    ``duration_s`` before any send time is converted to nanoseconds (1e-300 req/s would overflow)."""
+    if isinstance(rate, (int, float)) and 0 < rate < math.inf and isinstance(prompts, int) and prompts > 1:
+        check_limit("duration_s", (prompts - 1) / rate, f"--request-rate {rate:g} with --num-prompts {prompts}: the "
+                    "schedule's span in seconds")  # fmt: skip
+
+
 def _check_vllm_rates(ns: argparse.Namespace) -> None:
     check_number(ns.request_rate, "--request-rate", low=0, low_open=True, inf_ok=True)
+    _check_schedule_span(ns.request_rate, ns.num_prompts)
     check_number(ns.burstiness, "--burstiness", low=0, low_open=True, inf_ok=True)  # inf: evenly spaced
     check_number(ns.probe_request_rate, "--probe-request-rate", low=0)
     check_number(ns.ramp_up_start_rps, "--ramp-up-start-rps", low=0)
@@ -228,7 +237,7 @@ def _check_sglang_lengths(ns: argparse.Namespace) -> None:
     _length(ns.mooncake_num_rounds, "--mooncake-num-rounds", "requests", low=1)
     _length(ns.agentic_max_turns, "--agentic-max-turns", "requests", low=1)
     _length(ns.top_logprobs_num, "--top-logprobs-num", "output_tokens")
-    check_limit("duration_s", ns.ready_check_timeout_sec, "--ready-check-timeout-sec")
+    _length(ns.ready_check_timeout_sec, "--ready-check-timeout-sec", "duration_s")  # a negative wait: refused
 
 
 def check_sglang_values(ns: argparse.Namespace) -> None:
@@ -237,6 +246,7 @@ def check_sglang_values(ns: argparse.Namespace) -> None:
     check_port(ns.port, "--port")
     _check_url(ns.base_url, "--base-url")
     check_number(ns.request_rate, "--request-rate", low=0, low_open=True, inf_ok=True)
+    _check_schedule_span(ns.request_rate, ns.num_prompts)
     check_number(ns.random_range_ratio, "--random-range-ratio", low=0, high=1)
     check_number(ns.gsp_range_ratio, "--gsp-range-ratio", low=0, high=1)
     check_number(ns.temperature, "--temperature", low=0)
@@ -252,6 +262,9 @@ def _check_output_folder(path: Any, flag: str) -> None:
     """The folder of an output file exists and is writable (SGLang appends to the file after the whole load)."""
     if not path:
         return
+    if Path(str(path)).is_dir():
+        raise UserError(f"{flag} {path}: a folder; give a file to append the results to, e.g. "
+                        f"{Path(str(path)) / 'results.jsonl'}")
     folder = Path(str(path)).parent
     if not folder.is_dir():
         raise UserError(f"{flag} {path}: the folder {folder} does not exist; create it first")

@@ -57,7 +57,8 @@ class PerfConfig(VllmBenchFlags, WorkloadShapeOptions, TelemetryOptions, HubData
     )
     dataset_path: Path | None = Field(None, description="JSONL (sharegpt/jsonl) or manifest CSV (multimodal).")
     tokenizer: Path | None = Field(
-        None, description="Local tokenizer dir or tokenizer.json (exact token lengths); none: word mode."
+        None, description="Local tokenizer dir, tokenizer.json, hub id or a built-in model (tiny-llm) for exact token "
+                   "lengths; none: word mode."
     )
     input_tokens: int = Field(128, ge=1, description="Synthetic prompt length (tokens, or words in word mode).")
     input_tokens_stddev: float = Field(0.0, ge=0, description="Normal spread of synthetic input lengths.")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, ClassVar
 
@@ -18,7 +19,13 @@ def parse_correct_if(text: str) -> tuple[str, float]:
     m = _CORRECT_IF.match(text)
     if m is None:
         raise ValueError(f"--correct-if {text!r}: write METRIC>=X, e.g. f1>=0.5")
-    return m.group(1), float(m.group(2))
+    try:
+        value = float(m.group(2))
+    except ValueError:
+        raise ValueError(f"--correct-if {text!r}: {m.group(2)!r} is not a number; e.g. f1>=0.5") from None
+    if not math.isfinite(value):
+        raise ValueError(f"--correct-if {text!r}: the threshold must be a finite number, e.g. f1>=0.5")
+    return m.group(1), value
 
 
 class TaskLoadOptions(BaseModel):

@@ -40,18 +40,23 @@ _WORDS = (
 
 
 def load_tokenizer(path: Path | str) -> Any:
-    """A ``tokenizers.Tokenizer`` from a local directory (its tokenizer.json), a tokenizer.json file, or a
-    Hugging Face hub id (``ORG/NAME[@REV]``, resolved through the local hub cache: only its tokenizer files)."""
+    """A ``tokenizers.Tokenizer`` from a built-in tiny model's name (``tiny-llm``, built on first use), a local
+    directory (its tokenizer.json), a tokenizer.json file, or a Hugging Face hub id (``ORG/NAME[@REV]``, resolved
+    through the local hub cache: only its tokenizer files)."""
     from tokenizers import Tokenizer
 
     from lmmbench.core.hub import looks_like_hub_id, resolve_hub_snapshot
+    from lmmbench.models.tiny import TINY_MODEL_NAMES, build_tiny_model
 
-    if looks_like_hub_id(str(path)):
+    if str(path) in TINY_MODEL_NAMES and not Path(path).exists():  # a built-in model's tokenizer (README)
+        path = build_tiny_model(str(path))
+    elif looks_like_hub_id(str(path)):
         path = Path(resolve_hub_snapshot(str(path), "--tokenizer", ["tokenizer*", "*.json", "*.txt", "*.model"]).path)
     path = Path(path)
     file = path / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
-        raise UserError(f"--tokenizer {path}: no tokenizer.json there; give a local tokenizer directory or a hub id")
+        raise UserError(f"--tokenizer {path}: no tokenizer.json there; give a local tokenizer directory, a hub id or a "
+                        "built-in model's name (tiny-llm, tiny-vl, tiny-omni)")
     try:
         return Tokenizer.from_file(str(file))
     except Exception as exc:  # tokenizers raises plain Exception subclasses

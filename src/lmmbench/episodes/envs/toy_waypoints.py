@@ -88,8 +88,11 @@ class ToyWaypointsEnv:
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """Move by the rounded, clipped action; terminated once every waypoint is visited."""
+        flat = np.asarray(action, dtype=np.float64).ravel()
+        if flat.size != 2:  # never cut to 2 without a word
+            raise ValueError(f"a toy-waypoints action is 2 values (dx, dy), got {flat.size}")
         move = []
-        for value in (float(action[0]), float(action[1])):
+        for value in (float(flat[0]), float(flat[1])):
             if abs(value - math.floor(value) - 0.5) < ROUNDING_MARGIN:
                 self.near_boundary += 1
             move.append(min(1, max(-1, math.floor(value + 0.5))))

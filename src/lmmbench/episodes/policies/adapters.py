@@ -72,6 +72,37 @@ def _to_numpy(value: Any) -> Any:
     return np.asarray(value)
 
 
+_RETURN = ("a policy returns actions: a numeric array or tensor, (A,) or (H, A) per observation ((B, ...) for a "
+           "batched call), or a dict with them under 'actions'")
+
+
+def _actions(out: Any, name: str, call: str) -> Any:
+    """What a policy's ``call`` returned, as a numeric array; a ``UserError`` saying what a policy must return."""
+    if isinstance(out, dict):
+        if "actions" not in out:
+            near = " (did you mean 'actions'?)" if "action" in out else ""
+            raise UserError(f"--policy {name}: {call} returned a dict with keys {sorted(map(str, out))[:8]} and no "
+                            f"'actions'{near}; {_RETURN}")  # fmt: skip
+        out = out["actions"]
+    if out is None or isinstance(out, (str, bytes)):
+        raise UserError(f"--policy {name}: {call} returned {type(out).__name__}; {_RETURN}")
+    try:
+        arr = _to_numpy(out)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise UserError(f"--policy {name}: {call} returned {type(out).__name__} ({exc}); {_RETURN}") from None
+    if arr.dtype.kind not in "biuf" or arr.size == 0:
+        raise UserError(f"--policy {name}: {call} returned {arr.dtype} values of shape {arr.shape}; {_RETURN}")
+    return arr
+
+
+def _check_width(chunk: Any, name: str, call: str, space: Any) -> None:
+    """No action wider than the environment's action space (it would be cut to it without a word)."""
+    shape = getattr(space, "shape", None)
+    if shape and chunk.ndim and chunk.shape[-1] > tuple(shape)[-1]:
+        raise UserError(f"--policy {name}: {call} returned actions {chunk.shape[-1]} wide; the environment's "
+                        f"actions are {tuple(shape)[-1]} wide (its action space {tuple(shape)})")  # fmt: skip
+
+
 def _stack(observations: Sequence[Any], device: str) -> Any:
     """Observations stacked on dim 0: a tensor, or a dict of stacked tensors (lists for non-array values)."""
     import numpy as np
@@ -178,14 +209,14 @@ class AdaptedPolicy(ActOnly):
             else:
                 chunks = [self._single(it) for it in items]
         for it, chunk in zip(items, chunks, strict=True):
+            _check_width(chunk, self.name, f"{self.mode}()", self.action_space)
             it.memory.trace.append(chunk)
         return [list(chunk) for chunk in chunks]
 
     def _batched(self, observations: list[Any]) -> list[Any]:
         batch = _stack(observations, self.device)
         call = self.obj if self.mode == "forward" else self.obj.predict_action_chunk
-        out = call(batch)
-        out = _to_numpy(out["actions"] if isinstance(out, dict) and "actions" in out else out)
+        out = _actions(call(batch), self.name, f"{self.mode}()")
         if out.ndim == 0 or out.shape[0] != len(observations):
             raise UserError(f"--policy {self.name}: {self.mode}() returned shape {tuple(out.shape)} for a batch "
                             f"of {len(observations)}: dim 0 must be the batch")
@@ -203,11 +234,14 @@ class AdaptedPolicy(ActOnly):
 
     def _single(self, item: ActItem) -> Any:
         if self.mode == "infer":
-            out = self.obj.infer(item.observation)
-            out = _to_numpy(out["actions"] if isinstance(out, dict) else out)
+            out = _actions(self.obj.infer(item.observation), self.name, "infer()")
+            if out.ndim > 2:
+                raise UserError(f"--policy {self.name}: infer() returned shape {out.shape} for one observation; "
+                                f"{_RETURN}")  # fmt: skip
             return self._cut(out if out.ndim >= 2 else out[None])
         instance = item.memory.data["_instance"]
-        action = _to_numpy(instance.select_action(_stack([item.observation], self.device)))
+        action = _actions(instance.select_action(_stack([item.observation], self.device)), self.name,
+                          "select_action()")  # fmt: skip
         return action if action.ndim >= 2 else action[None]  # (1, A): one action
 
 
@@ -227,6 +261,9 @@ def adapt_policy(obj: Any, ref: str, device: str, build: Callable[[], Any],
 def _prepare(obj: Any, device: str) -> Any:
     """A ``torch.nn.Module`` in eval mode on ``device``; anything else as it is."""
     if _is_torch_module(obj):
+        if any(getattr(p, "is_meta", False) for p in obj.parameters()):
+            raise UserError(f"{type(obj).__name__}: its parameters are on the meta device (built without weights); "
+                            "load its weights (e.g. to_empty() then load_state_dict()) before lmmbench drives it")
         obj.eval()
         obj.to(device)
     return obj

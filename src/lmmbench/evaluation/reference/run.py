@@ -64,6 +64,8 @@ def dump_reference(cfg: DumpConfig) -> Path:
 
     from lmmbench.evaluation.reference.trace import engine_trace
 
+    if cfg.out.exists() and not cfg.out.is_dir():  # before the model loads
+        raise UserError(f"--out {cfg.out}: a file; give a folder for reference.json and reference.npz")
     prompts = load_prompts(cfg.prompts, cfg.num_prompts)
     counts = prompt_counts(len(prompts), cfg.num_prompts, cfg.token_diff_prompts)
     engine = _engine(cfg.engine, cfg.model, cfg.device, cfg.dtype, cfg.threads)
@@ -96,11 +98,20 @@ def read_reference(folder: Path) -> tuple[dict[str, Any], Any]:
     meta_path, npz_path = folder / "reference.json", folder / "reference.npz"
     if not meta_path.is_file() or not npz_path.is_file():
         raise UserError(f"{folder}: no reference.json / reference.npz; run `lmmbench reference dump` first")
+    import zipfile
+    import zlib
+
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        ref_first = np.load(npz_path)["first_token_logits"]
-    except (json.JSONDecodeError, KeyError, ValueError, OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{folder}: unreadable reference ({exc})") from None
+        with np.load(npz_path) as npz:
+            ref_first = npz["first_token_logits"]
+    except (json.JSONDecodeError, KeyError, ValueError, OSError, UnicodeDecodeError, zipfile.BadZipFile, EOFError,
+            zlib.error, RecursionError) as exc:  # a truncated or corrupt file among them
+        raise UserError(f"{folder}: unreadable reference ({type(exc).__name__}: {exc}); run `lmmbench reference "
+                        "dump` again") from None  # fmt: skip
+    if getattr(ref_first, "ndim", 0) != 2:
+        raise UserError(f"{npz_path}: first_token_logits is not a (prompts, vocabulary) array; run `lmmbench "
+                        "reference dump` again")  # fmt: skip
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise UserError(f"{folder}: a reference of another layout (an older lmmbench's); run `lmmbench reference "
                         "dump` again")  # fmt: skip

@@ -11,6 +11,14 @@ rebuilt; one that has no first token to see (``echo``, ``max_tokens: 0``) is for
 null, as is the answer of an upstream that answers a stream request with one JSON body (no SSE). An upstream error
 is passed through as the upstream said it, without ``metrics``; an upstream that cannot be reached (or breaks off
 before answering) is a 502 with an OpenAI-style error object.
+
+Every request's work is bounded by the limits table (``serve.proxy.bounds``): its body (``body_bytes``, 413), the
+body's nesting (``json_depth``), each line of the upstream's stream (``sse_line_bytes``, read by the one SSE reader,
+``backends.sse``), the upstream's silence (``sse_idle_s``), the answer read or rebuilt (``answer_bytes``) and the
+list indexes it names (``answer_index``). A malformed client request is a 400 naming the field; an upstream answer
+the proxy cannot use a 502 naming what was wrong (inside a stream already started: an ``error`` event, then the
+end). Each failed request is one line on stderr, never a traceback; large JSON is parsed off the event loop, so one
+request never holds up the others (``/health`` included).
 """
 
 from __future__ import annotations
@@ -19,17 +27,23 @@ import asyncio
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lmmbench.backends.sse import SSESplitter
+from lmmbench.backends.sse import SSESplitter, StreamError, read_events
+from lmmbench.config.limits import limit_value
 from lmmbench.core.errors import UserError, require
-from lmmbench.serve.proxy.measure import Measure, StreamRelay, WholeAnswer
+from lmmbench.serve.proxy.bounds import OFF_LOOP_BYTES, ProxyError, parse_client_body, read_body
+from lmmbench.serve.proxy.measure import AnswerError, Measure, StreamRelay, WholeAnswer, parse_event
+from lmmbench.serve.proxy.startup import (
+    Upstream,
+    bind_socket,
+    check_upstream,
+    parse_upstream,
+    upstream_base,
+)
 
 __all__ = ["ProxyConfig", "check_upstream", "create_proxy_app", "run_proxy", "upstream_base"]
 
@@ -42,107 +56,135 @@ class ProxyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    upstream: str = Field(description="Base URL of the server to measure, e.g. http://127.0.0.1:8000 (or .../v1).")
+    upstream: str = Field(description="Base URL of the server to measure, e.g. http://127.0.0.1:8000 (or .../v1); "
+                                      "user:password@ in it is sent as HTTP basic credentials, never printed.")
     host: str = Field("127.0.0.1", description="Address to bind; anything but loopback is exposed to the network.")
-    port: int = Field(8001, ge=0, le=65535, description="TCP port.")
+    port: int = Field(8001, ge=0, le=65535, description="TCP port (0: a free one, printed at start).")
 
 
-def upstream_base(url: str) -> str:
-    """``http://host:port`` (plus any path prefix) of an upstream URL given with or without ``/v1``;
-    ``UserError`` for anything that is not an http(s) URL."""
-    parts = urlsplit(url.strip())
-    bad = UserError(f"--upstream {url!r}: expected the server's URL, e.g. http://127.0.0.1:8000")
+def _log(request: Any, status: int, message: str) -> None:
+    """One line per failed request on stderr."""
+    print(f"lmmbench proxy: {request.method} {request.url.path} -> {status}: {message}", file=sys.stderr, flush=True)
+
+
+def _sse_event(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _reader(resp: Any, first: bytes) -> Callable[[], Awaitable[bytes]]:
+    """The upstream body's reads, starting with the ``first`` bytes already read."""
+    pending = [first] if first else []
+
+    async def read() -> bytes:
+        if pending:
+            return pending.pop()
+        data: bytes = await resp.content.readany()
+        return data
+
+    return read
+
+
+async def _first_bytes(resp: Any) -> bytes:
+    """The first bytes of the upstream's body, within the idle bound."""
+    idle = limit_value("sse_idle_s")
     try:
-        _ = parts.port
-    except ValueError:
-        raise bad from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise bad
-    path = parts.path.rstrip("/")
-    path = path[:-3] if path.endswith("/v1") else path
-    return f"{parts.scheme}://{parts.netloc}{path}"
+        data: bytes = await asyncio.wait_for(resp.content.readany(), idle)
+    except asyncio.TimeoutError:
+        raise StreamError("stream_idle", f"the upstream sent no byte of its answer for {idle} s (limit sse_idle_s; "
+                                         "raise it with LMMBENCH_LIMIT_SSE_IDLE_S=N)") from None  # fmt: skip
+    return data
 
 
-def check_upstream(base: str, timeout_s: float = 5.0) -> None:
-    """``UserError`` when nothing answers at ``base`` (any HTTP answer of ``/v1/models`` or ``/health`` will do:
-    ``transformers serve`` answers ``/v1/models`` with 500 until its cache folder exists)."""
-    last = ""
-    for path in ("/v1/models", "/health"):
+async def _read_bounded(resp: Any, first: bytes = b"") -> bytes:
+    """The rest of the upstream's body after ``first``, within ``answer_bytes`` and the idle bound."""
+    bound = limit_value("answer_bytes")
+    read = _reader(resp, first)
+    idle = limit_value("sse_idle_s")
+    parts: list[bytes] = []
+    size = 0
+    while True:
         try:
-            with urllib.request.urlopen(base + path, timeout=timeout_s):
-                return
-        except urllib.error.HTTPError:
-            return
-        except (OSError, ValueError) as exc:
-            last = str(getattr(exc, "reason", None) or exc)
-    raise UserError(f"--upstream {base}: nothing answers there ({last}); start the server first")
+            data = await asyncio.wait_for(read(), idle)
+        except asyncio.TimeoutError:
+            raise StreamError("stream_idle", f"the upstream went silent for {idle} s (limit sse_idle_s)") from None
+        if not data:
+            return b"".join(parts)
+        size += len(data)
+        if size > bound:
+            raise AnswerError(f"the answer exceeds {bound} bytes (limit answer_bytes; raise it with "
+                              "LMMBENCH_LIMIT_ANSWER_BYTES=N)")  # fmt: skip
+        parts.append(data)
 
 
-def _headers(request: Any) -> dict[str, str]:
-    return {k: v for k, v in request.headers.items() if k.lower() in _PASS_HEADERS}
+async def _parse(payload: bytes) -> Any:
+    """One event's JSON (None when not JSON), parsed off the event loop when large."""
+    if len(payload) < OFF_LOOP_BYTES:
+        return parse_event(payload)
+    return await asyncio.to_thread(parse_event, payload)
 
 
-def _whole_only(body: dict[str, Any]) -> bool:
-    """A request without a first generated token to watch (echoed prompt log-probs, no new tokens)."""
-    return bool(body.get("echo")) or body.get("max_tokens") == 0 or body.get("max_completion_tokens") == 0
+async def _relay_events(batch: list[tuple[int, bytes]], relay: StreamRelay) -> bytes:
+    out = []
+    for t, payload in batch:
+        if payload == b"[DONE]" or len(payload) < OFF_LOOP_BYTES:
+            out.append(relay.feed(t, payload))
+        else:
+            out.append(relay.feed_parsed(t, payload, await _parse(payload)))
+    return b"".join(out)
 
 
-async def _relay_stream(resp: Any, relay: StreamRelay, measure: Measure, memory: Any, key: int | None,
-                        ) -> AsyncIterator[bytes]:  # fmt: skip
-    """Forward the upstream's SSE events as they arrive; the held end of the stream goes out with ``metrics``."""
-    splitter = SSESplitter()
-    times: list[int] = []
-    datas: list[bytes] = []
-    try:
-        async for data in resp.content.iter_any():
-            splitter.feed(data, _now(), times, datas)
-            out = b"".join(relay.feed(t, d) for t, d in zip(times, datas, strict=True))
-            times.clear()
-            datas.clear()
-            if out:
-                yield out
-        splitter.flush(_now(), times, datas)
-        out = b"".join(relay.feed(t, d) for t, d in zip(times, datas, strict=True))
-        measure.device_peak_memory_bytes = memory.end(key)
-        key = None
-        yield out + relay.finish(measure.metrics())
-    finally:
-        memory.end(key)
-        resp.release()
-
-
-def _release(resp: Any, memory: Any, key: int | None) -> None:
-    """Free a streamed request's upstream connection and memory slot (a no-op when the stream did)."""
-    memory.end(key)
-    resp.release()
-
-
-async def _collect(resp: Any, measure: Measure, whole: WholeAnswer) -> None:
-    """Read a streamed upstream answer to its end into ``whole``, timing it."""
-    splitter = SSESplitter()
-    times: list[int] = []
-    datas: list[bytes] = []
-    async for data in resp.content.iter_any():
-        splitter.feed(data, _now(), times, datas)
-    splitter.flush(_now(), times, datas)
-    for t, payload in zip(times, datas, strict=True):
-        if payload == b"[DONE]":
-            measure.end_ns = t
-            continue
-        try:
-            obj = json.loads(payload)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
+async def _collect(resp: Any, first: bytes, measure: Measure, whole: WholeAnswer) -> None:
+    """Read a streamed upstream answer to its end into ``whole``, timing it; ``AnswerError`` for one it cannot
+    rebuild (not JSON, an error event, no event at all, past ``answer_bytes``)."""
+    bound = limit_value("answer_bytes")
+    size = events = 0
+    async for batch in read_events(_reader(resp, first), SSESplitter()):
+        for t, payload in batch:
+            events += 1
+            if payload == b"[DONE]":
+                measure.end_ns = t
+                continue
+            size += len(payload)
+            if size > bound:
+                raise AnswerError(f"the answer exceeds {bound} bytes (limit answer_bytes)")
+            obj = await _parse(payload)
+            if not isinstance(obj, dict):
+                what = "not JSON" if obj is None else f"a JSON {type(obj).__name__}, not an object"
+                raise AnswerError(f"event {events} of the stream is {what}: {payload[:80]!r}")
+            if obj.get("error") is not None:
+                raise AnswerError(f"event {events} is an error: {json.dumps(obj['error'])[:300]}")
             measure.see(t, obj)
-            whole.feed(obj)
+            whole.feed(obj, events)
+    if not events:
+        raise AnswerError("the stream ended without an event")
+
+
+def _upstream_failure(base: str, exc: BaseException) -> ProxyError:
+    """The 502 (or 500, for a fault of the proxy's own) that ends a request on ``exc``."""
+    import aiohttp
+
+    if isinstance(exc, ProxyError):
+        return exc
+    if isinstance(exc, StreamError):
+        return ProxyError(502, f"the upstream {base}'s stream ended: {exc.message}")
+    if isinstance(exc, AnswerError):
+        return ProxyError(502, f"the upstream {base}'s answer: {exc}")
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return ProxyError(502, f"the upstream {base}'s answer broke off: {exc}")
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return ProxyError(502, f"the upstream {base} went silent for {limit_value('sse_idle_s')} s (limit "
+                               "sse_idle_s)")  # fmt: skip
+    if isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, OSError)):
+        return ProxyError(502, f"the upstream {base} did not answer: {type(exc).__name__}: {exc}")
+    return ProxyError(500, f"proxy error: {type(exc).__name__}: {exc}")
 
 
 class _Proxy:
-    """The proxy's state: the upstream base URL, one HTTP session to it, the GPU memory reader."""
+    """The proxy's state: the upstream, one HTTP session to it, the GPU memory reader."""
 
-    def __init__(self, base: str, memory: Any) -> None:
-        self.base = base
+    def __init__(self, up: Upstream, memory: Any) -> None:
+        self.up = up
+        self.base = up.base
         self.memory = memory
         self.session: Any = None
 
@@ -150,121 +192,159 @@ class _Proxy:
         import aiohttp
 
         # no connection limit: a pool cap would queue requests inside the proxy, in its own measured TTFT
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))  # fmt: skip
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=limit_value("sse_idle_s"))
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout)
 
     async def close(self) -> None:
         if self.session is not None:
             await self.session.close()
         self.memory.close()
 
+    def headers(self, request: Any) -> dict[str, str]:
+        """The client's headers passed on, with the upstream URL's credentials unless the client sent its own."""
+        out = {k: v for k, v in request.headers.items() if k.lower() in _PASS_HEADERS}
+        if self.up.authorization and not any(k.lower() == "authorization" for k in out):
+            out["Authorization"] = self.up.authorization
+        return out
+
+    async def guarded(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        """``handler(request)``, any failure turned into one logged line and an OpenAI-style error answer."""
+        from fastapi.responses import JSONResponse
+
+        try:
+            return await handler(request)
+        except Exception as exc:  # every failure of one request ends that request only
+            err = _upstream_failure(self.base, exc)
+            _log(request, err.status, err.message)
+            return JSONResponse(err.body(), status_code=err.status)
+
     async def passthrough(self, request: Any) -> Any:
         """A GET route answered by the upstream as it is."""
         from fastapi.responses import Response
 
-        async with self.session.get(self.base + request.url.path, headers=_headers(request)) as resp:
-            content = await resp.read()
+        async with self.session.get(self.base + request.url.path, headers=self.headers(request)) as resp:
+            content = await _read_bounded(resp)
             return Response(content, status_code=resp.status, media_type=resp.headers.get("content-type"))
 
     async def complete(self, request: Any) -> Any:
         """A chat or text completion, forwarded and measured."""
-        from fastapi.responses import JSONResponse, Response, StreamingResponse
-
         measure = Measure(_now())
-        raw = await request.body()
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
+        body = await parse_client_body(await read_body(request))
         url = self.base + request.url.path
-        if not isinstance(body, dict):  # the upstream's own answer to a malformed body
-            return await self._forward_raw(url, raw, request)
-        stream, whole_only = bool(body.get("stream")), _whole_only(body)
-        if whole_only and not stream:
+        stream = bool(body.get("stream"))
+        if not stream and (bool(body.get("echo")) or body.get("max_tokens") == 0
+                           or body.get("max_completion_tokens") == 0):  # fmt: skip
             return await self._forward_whole(url, body, request, measure)
         opts = dict(body.get("stream_options") or {})
-        asked_usage = bool(opts.get("include_usage"))
+        relay = StreamRelay(measure, drop_usage=not opts.get("include_usage"))
         upstream_body = {**body, "stream": True, "stream_options": {**opts, "include_usage": True}}
         key = self.memory.begin()
+        handed = False
+        resp: Any = None
         try:
-            resp = await self.session.post(url, json=upstream_body, headers=_headers(request))
-        except BaseException:
-            self.memory.end(key)
-            raise
-        if resp.status != 200:
-            self.memory.end(key)
-            content = await resp.read()
-            resp.release()
-            return Response(content, status_code=resp.status, media_type=resp.headers.get("content-type"))
-        if "event-stream" not in resp.headers.get("content-type", ""):  # an upstream that does not stream
-            measure.token_seen = False
-            try:
-                content = await resp.read()
+            resp = await self.session.post(url, json=upstream_body, headers=self.headers(request))
+            if resp.status != 200:
+                return await self._upstream_said(request, resp)
+            first = await _first_bytes(resp)
+            if "event-stream" not in resp.headers.get("content-type", "") or first.lstrip()[:1] in (b"{", b"["):
+                measure.token_seen = False  # an upstream that answers whole: no first token to see
+                content = await _read_bounded(resp, first)
                 measure.end_ns = _now()
-            finally:
-                measure.device_peak_memory_bytes = self.memory.end(key)
-                resp.release()
-            return _with_metrics(200, resp.headers.get("content-type"), content, measure)
-        if stream:
-            from starlette.background import BackgroundTask
-
-            relay = StreamRelay(measure, drop_usage=not asked_usage)
-            return StreamingResponse(_relay_stream(resp, relay, measure, self.memory, key),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-                                     # a client gone before the stream started never runs the generator's finally
-                                     background=BackgroundTask(_release, resp, self.memory, key))  # fmt: skip
-        whole = WholeAnswer(chat=request.url.path.endswith("/chat/completions"))
-        try:
-            await _collect(resp, measure, whole)
+                measure.device_peak_memory_bytes, key = self.memory.end(key), None
+                return await _with_metrics(200, resp.headers.get("content-type"), content, measure)
+            if stream:
+                handed = True
+                return self._streaming(request, resp, first, relay, key)
+            whole = WholeAnswer(chat=request.url.path.endswith("/chat/completions"))
+            await _collect(resp, first, measure, whole)
+            measure.device_peak_memory_bytes, key = self.memory.end(key), None
+            return await _json_response(whole.body(measure.usage, measure.metrics()))
         finally:
-            measure.device_peak_memory_bytes = self.memory.end(key)
-            resp.release()
-        return JSONResponse(whole.body(measure.usage, measure.metrics()))
+            if not handed:
+                self.memory.end(key)
+                if resp is not None:
+                    resp.release()
 
-    async def _forward_raw(self, url: str, raw: bytes, request: Any) -> Any:
+    def _streaming(self, request: Any, resp: Any, first: bytes, relay: StreamRelay, key: int | None) -> Any:
+        from fastapi.responses import StreamingResponse
+        from starlette.background import BackgroundTask
+
+        return StreamingResponse(self._relay(request, resp, first, relay, key), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                                 # a client gone before the stream started never runs the generator's finally
+                                 background=BackgroundTask(self._release, resp, key))  # fmt: skip
+
+    def _release(self, resp: Any, key: int | None) -> None:
+        """Free a streamed request's upstream connection and memory slot (a no-op when the stream did)."""
+        self.memory.end(key)
+        resp.release()
+
+    async def _relay(self, request: Any, resp: Any, first: bytes, relay: StreamRelay, key: int | None,
+                     ) -> AsyncIterator[bytes]:  # fmt: skip
+        """Forward the upstream's SSE events as they arrive; the held end goes out with ``metrics``. A failure
+        mid-stream (status 200 already sent) ends the stream with an ``error`` event and one logged line."""
+        try:
+            async for batch in read_events(_reader(resp, first), SSESplitter()):
+                out = await _relay_events(batch, relay)
+                if out:
+                    yield out
+            relay.measure.device_peak_memory_bytes = self.memory.end(key)
+            key = None
+            yield relay.finish(relay.measure.metrics())
+        except Exception as exc:  # this stream ends; the others go on
+            err = _upstream_failure(self.base, exc)
+            _log(request, err.status, err.message)
+            yield _sse_event(err.body())
+        finally:
+            self.memory.end(key)
+            resp.release()
+
+    async def _upstream_said(self, request: Any, resp: Any) -> Any:
+        """An upstream error answer, passed on as the upstream said it (and logged in one line)."""
         from fastapi.responses import Response
 
-        async with self.session.post(url, data=raw, headers=_headers(request)) as resp:
-            return Response(await resp.read(), status_code=resp.status, media_type=resp.headers.get("content-type"))
+        content = await _read_bounded(resp)
+        _log(request, resp.status, f"the upstream answered HTTP {resp.status}: {content[:200]!r}")
+        return Response(content, status_code=resp.status, media_type=resp.headers.get("content-type"))
 
     async def _forward_whole(self, url: str, body: dict[str, Any], request: Any, measure: Measure) -> Any:
         """A whole answer with no first token to see: latency, usage and memory only."""
         measure.token_seen = False
         key = self.memory.begin()
         try:
-            async with self.session.post(url, json=body, headers=_headers(request)) as resp:
-                content = await resp.read()
+            async with self.session.post(url, json=body, headers=self.headers(request)) as resp:
+                if resp.status != 200:
+                    return await self._upstream_said(request, resp)
+                content = await _read_bounded(resp)
                 measure.end_ns = _now()
-                status, media = resp.status, resp.headers.get("content-type")
+                media = resp.headers.get("content-type")
         finally:
             measure.device_peak_memory_bytes = self.memory.end(key)
-        return _with_metrics(status, media, content, measure)
+        return await _with_metrics(200, media, content, measure)
 
 
-async def _unreachable(request: Any, exc: Exception) -> Any:
-    from fastapi.responses import JSONResponse
+async def _json_response(obj: dict[str, Any]) -> Any:
+    """A JSON answer, written off the event loop when large."""
+    from fastapi.responses import Response
 
-    base = request.app.state.proxy.base
-    message = f"the upstream {base} did not answer: {type(exc).__name__}: {exc}"
-    return JSONResponse({"error": {"message": message, "type": "upstream_error", "code": 502}}, status_code=502)
+    def dump() -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    big = sum(len(c.get("message", {}).get("content") or c.get("text") or "") for c in obj.get("choices", [])
+              if isinstance(c, dict)) >= OFF_LOOP_BYTES  # fmt: skip
+    return Response(await asyncio.to_thread(dump) if big else dump(), media_type="application/json")
 
 
-def _with_metrics(status: int, media: str | None, content: bytes, measure: Measure) -> Any:
-    """A whole upstream answer with ``metrics`` added (a non-200 or non-JSON one as it came)."""
-    from fastapi.responses import JSONResponse, Response
-
-    try:
-        answer = json.loads(content) if status == 200 else None
-    except ValueError:
-        answer = None
+async def _with_metrics(status: int, media: str | None, content: bytes, measure: Measure) -> Any:
+    """A whole upstream 200 answer with ``metrics`` added; 502 when it is not a JSON object."""
+    answer = await _parse(content)
     if not isinstance(answer, dict):
-        return Response(content, status_code=status, media_type=media)
+        raise AnswerError(f"a 200 answer ({media or 'no content type'}) that is not a JSON object: {content[:80]!r}")
     measure.see(measure.end_ns, {"usage": answer.get("usage")})
-    return JSONResponse({**answer, "metrics": measure.metrics()})
+    return await _json_response({**answer, "metrics": measure.metrics()})
 
 
-def create_proxy_app(base: str, memory: Any | None = None) -> Any:
+def create_proxy_app(base: str | Upstream, memory: Any | None = None) -> Any:
     """The FastAPI app of a proxy in front of ``base``; ``memory`` reads GPU memory (default: NVML if present)."""
     from contextlib import asynccontextmanager
 
@@ -272,7 +352,8 @@ def create_proxy_app(base: str, memory: Any | None = None) -> Any:
 
     from lmmbench.serve.proxy.memory import GpuMemoryPeaks
 
-    proxy = _Proxy(base, memory if memory is not None else GpuMemoryPeaks())
+    up = base if isinstance(base, Upstream) else parse_upstream(base)
+    proxy = _Proxy(up, memory if memory is not None else GpuMemoryPeaks())
 
     @asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
@@ -285,10 +366,10 @@ def create_proxy_app(base: str, memory: Any | None = None) -> Any:
     app = FastAPI(title="lmmbench proxy", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
 
     async def complete(request: Any) -> Any:
-        return await proxy.complete(request)
+        return await proxy.guarded(request, proxy.complete)
 
     async def passthrough(request: Any) -> Any:
-        return await proxy.passthrough(request)
+        return await proxy.guarded(request, proxy.passthrough)
 
     for endpoint in (complete, passthrough):  # annotations are strings here: give FastAPI the real class
         endpoint.__annotations__ = {"request": Request, "return": Any}
@@ -298,33 +379,31 @@ def create_proxy_app(base: str, memory: Any | None = None) -> Any:
     for path in ("/v1/models", "/health", "/metrics"):
         app.add_api_route(path, passthrough, methods=["GET"], response_model=None)
     app.state.proxy = proxy
-    import aiohttp
-
-    app.add_exception_handler(aiohttp.ClientError, _unreachable)
-    app.add_exception_handler(asyncio.TimeoutError, _unreachable)
     return app
 
 
 def run_proxy(cfg: ProxyConfig) -> None:
-    """Check the upstream answers, then serve the proxy in the foreground until interrupted."""
+    """Check the upstream answers with a models list, bind the port, then serve in the foreground until
+    interrupted; the printed address is the bound one (``--port 0``: the free port it got)."""
     require("fastapi", "serve")
     require("uvicorn", "serve")
     require("aiohttp", "serve")
     import uvicorn
 
-    from lmmbench.core.net import ensure_port_free
-
-    base = upstream_base(cfg.upstream)
-    check_upstream(base)
-    ensure_port_free(cfg.host, cfg.port)
+    up = parse_upstream(cfg.upstream)
+    check_upstream(up)
+    sock = bind_socket(cfg.host, cfg.port)
     if cfg.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: binding {cfg.host}: anyone who can reach this port can use {base} through it (the "
+        print(f"warning: binding {cfg.host}: anyone who can reach this port can use {up.base} through it (the "
               f"client's Authorization header is passed on)", file=sys.stderr, flush=True)  # fmt: skip
-    app = create_proxy_app(base)
+    app = create_proxy_app(up)
     gpu = "NVML" if app.state.proxy.memory.available else f"none: {app.state.proxy.memory.reason}"
-    print(f"lmmbench proxy: http://{cfg.host}:{cfg.port} -> {base} (peak GPU memory: {gpu})", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
-                                           access_log=False, timeout_keep_alive=30))  # fmt: skip
-    server.run()
+    host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+    print(f"lmmbench proxy: http://{host}:{sock.getsockname()[1]} -> {up.base} (peak GPU memory: {gpu})", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=30))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
     if not server.started:
-        raise UserError(f"could not listen on {cfg.host}:{cfg.port} (in use, or not allowed)")
+        raise UserError(f"could not serve on {cfg.host}:{cfg.port}")

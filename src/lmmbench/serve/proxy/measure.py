@@ -26,7 +26,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Measure", "StreamRelay", "WholeAnswer", "has_text"]
+from lmmbench.config.limits import limit_value
+
+__all__ = ["AnswerError", "Measure", "StreamRelay", "WholeAnswer", "has_text", "parse_event"]
 
 _MS = 1e6
 
@@ -91,6 +93,14 @@ class Measure:
         }
 
 
+def parse_event(payload: bytes) -> Any:
+    """One event's JSON value, or None when it is not JSON (or nested past what the parser can read)."""
+    try:
+        return json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+
+
 def _event(payload: bytes) -> bytes:
     return b"data: " + payload + b"\n\n"
 
@@ -114,11 +124,11 @@ class StreamRelay:
             self.saw_done = True
             self.measure.end_ns = t_ns
             return b""
-        try:
-            obj = json.loads(payload)
-        except ValueError:
-            return self._flush_held() + _event(payload)  # not JSON: the client's parser decides
-        if not isinstance(obj, dict):
+        return self.feed_parsed(t_ns, payload, parse_event(payload))
+
+    def feed_parsed(self, t_ns: int, payload: bytes, obj: Any) -> bytes:
+        """``feed`` of an event already parsed (``obj``: None when not JSON), e.g. off the event loop."""
+        if not isinstance(obj, dict):  # not a JSON object: the client's parser decides
             return self._flush_held() + _event(payload)
         self.measure.see(t_ns, obj)
         choices = obj.get("choices")
@@ -149,11 +159,25 @@ class StreamRelay:
         return self._flush_held() + (_event(b"[DONE]") if self.saw_done else b"")
 
 
-def _merge_tool_calls(into: list[dict[str, Any]], deltas: list[Any]) -> None:
-    for d in deltas:
+class AnswerError(ValueError):
+    """An upstream answer the proxy cannot rebuild: the message names the part that was wrong."""
+
+
+def _index(value: Any, where: str, bound: int) -> int:
+    """A list index of the upstream's answer, checked: a whole number within ``answer_index``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise AnswerError(f"{where}: expected a whole number >= 0, got {value!r:.80}")
+    if value > bound:
+        raise AnswerError(f"{where}: {value} exceeds the limit answer_index={bound} (raise it with "
+                          "LMMBENCH_LIMIT_ANSWER_INDEX=N)")
+    return value
+
+
+def _merge_tool_calls(into: list[dict[str, Any]], deltas: list[Any], where: str, bound: int) -> None:
+    for j, d in enumerate(deltas):
         if not isinstance(d, dict):
-            continue
-        idx = d.get("index", len(into))
+            raise AnswerError(f"{where}.tool_calls[{j}]: expected an object, got {d!r:.80}")
+        idx = _index(d.get("index", len(into)), f"{where}.tool_calls[{j}].index", bound)
         while len(into) <= idx:
             into.append({"function": {"name": "", "arguments": ""}})
         call = into[idx]
@@ -161,9 +185,15 @@ def _merge_tool_calls(into: list[dict[str, Any]], deltas: list[Any]) -> None:
             if d.get(key):
                 call[key] = d[key]
         fn = d.get("function") or {}
+        if not isinstance(fn, dict):
+            raise AnswerError(f"{where}.tool_calls[{j}].function: expected an object, got {fn!r:.80}")
         for key in ("name", "arguments"):
-            if fn.get(key):
-                call["function"][key] += fn[key]
+            part = fn.get(key)
+            if part is None or part == "":
+                continue
+            if not isinstance(part, str):
+                raise AnswerError(f"{where}.tool_calls[{j}].function.{key}: expected a string, got {part!r:.80}")
+            call["function"][key] += part
 
 
 def _merge_logprobs(into: dict[str, Any], lp: Any) -> None:
@@ -191,26 +221,37 @@ class WholeAnswer:
     choices: dict[int, _Choice] = field(default_factory=dict)
     top: dict[str, Any] = field(default_factory=dict)
 
-    def feed(self, obj: dict[str, Any]) -> None:
-        """Add one parsed chunk."""
+    def feed(self, obj: dict[str, Any], event: int = 0) -> None:
+        """Add one parsed chunk (the ``event``-th of the stream); ``AnswerError`` naming a part that is wrong."""
         self.top.update({k: v for k, v in obj.items() if k not in ("choices", "object", "usage", "metrics")})
-        for ch in obj.get("choices") or []:
+        choices = obj.get("choices") or []
+        if not isinstance(choices, list):
+            raise AnswerError(f"event {event}: choices: expected a list, got {choices!r:.80}")
+        bound = limit_value("answer_index")
+        for k, ch in enumerate(choices):
+            where = f"event {event}: choices[{k}]"
             if not isinstance(ch, dict):
-                continue
-            c = self.choices.setdefault(int(ch.get("index") or 0), _Choice())
+                raise AnswerError(f"{where}: expected an object, got {ch!r:.80}")
+            c = self.choices.setdefault(_index(ch.get("index") or 0, f"{where}.index", bound), _Choice())
             delta = ch.get("delta") if self.chat else ch
             if isinstance(delta, dict):
-                text = delta.get("content") if self.chat else delta.get("text")
-                if isinstance(text, str):
-                    c.text.append(text)
-                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                if isinstance(reasoning, str):
-                    c.reasoning.append(reasoning)
-                if isinstance(delta.get("tool_calls"), list):
-                    _merge_tool_calls(c.tool_calls, delta["tool_calls"])
+                self._feed_delta(c, delta, f"{where}.delta" if self.chat else where, bound)
             _merge_logprobs(c.logprobs, ch.get("logprobs"))
             if ch.get("finish_reason"):
                 c.finish_reason = ch["finish_reason"]
+
+    def _feed_delta(self, c: _Choice, delta: dict[str, Any], where: str, bound: int) -> None:
+        text = delta.get("content") if self.chat else delta.get("text")
+        if isinstance(text, str):
+            c.text.append(text)
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(reasoning, str):
+            c.reasoning.append(reasoning)
+        calls = delta.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            raise AnswerError(f"{where}.tool_calls: expected a list, got {calls!r:.80}")
+        if calls:
+            _merge_tool_calls(c.tool_calls, calls, where, bound)
 
     def body(self, usage: dict[str, Any] | None, metrics: dict[str, Any]) -> dict[str, Any]:
         """The response body, ``usage`` and ``metrics`` included."""

@@ -33,6 +33,7 @@ def run_models(cfg: PerfConfig) -> list[Any]:
     table = cfg.out_dir / "perf" / f"{cfg.run_name or 'models'}_comparison.csv"
     if table.exists() and not cfg.overwrite:
         raise UserError(f"{table} exists: give a fresh --out-dir or --run-name (or --overwrite)")
+    _check_every_model(cfg)
     runs, rows = [], []
     for name, url in cfg.models.items():
         run_name = f"{cfg.run_name}-{name}" if cfg.run_name else name
@@ -44,6 +45,22 @@ def run_models(cfg: PerfConfig) -> list[Any]:
     _print(rows)
     print(f"[perf] comparison of {len(runs)} models: {table}", file=sys.stderr)
     return runs
+
+
+def _check_every_model(cfg: PerfConfig) -> None:
+    """Every ``--models`` entry a well-formed URL whose server answers (and serves ``--model`` when given),
+    before the first model is measured."""
+    from lmmbench.backends.openai_http import parse_base_url
+    from lmmbench.backends.readiness import wait_for_server
+
+    if cfg.server_cmd is not None:  # each server is started by the run
+        return
+    for name, url in cfg.models.items():
+        try:
+            parse_base_url(url)
+            wait_for_server(url, cfg.model, cfg.wait_for_server, api_key=cfg.api_key)
+        except UserError as exc:
+            raise UserError(f"--models {name}: {exc}") from None
 
 
 def _summary(run_dir: Path) -> list[dict[str, str]]:

@@ -99,6 +99,10 @@ class TaskQuality:
         if self.rule is not None:
             for spec, metric in entries:
                 if spec.name == self.rule[0]:
+                    top = getattr(metric, "top", None)
+                    if top is not None and self.rule[1] > top:
+                        raise UserError(f"--correct-if {self.cfg.correct_if}: no answer can reach it ({spec.name} "
+                                        f"scores at most {top:g}); give a threshold within 0..{top:g}")  # fmt: skip
                     return spec, metric
             raise UserError(f"--correct-if {self.cfg.correct_if}: task '{task.task}' has no metric "
                             f"'{self.rule[0]}' (it has {', '.join(s.name for s, _ in entries)})")
