@@ -73,7 +73,8 @@ def _frames(num_parallel: int, tasks: int = SLOTS, workers: int = 0) -> dict[int
     suite = resolve_suite("libero-object")
     sched = EpisodeScheduler(suite.make_env, ReplayPolicy(), [EpisodeKey(t, 0) for t in range(tasks)],
                              num_parallel=num_parallel, num_steps_wait=0, max_steps=STEPS, seed=0,
-                             env_workers=workers, worker_start=suite.worker_start)
+                             env_workers=workers, worker_start=suite.worker_start,
+                             reset_by_trial=suite.reset_by_trial)  # trial 0: initial state 0, as openpi
     out = {r.key.task: (r.success, r.steps, list(r.trace)) for r in sched.run()}
     assert sched.effective_parallel == num_parallel  # every slot ran at once
     return out

@@ -72,8 +72,10 @@ class ScriptedServer:
     """The server, on 127.0.0.1 (port chosen at start), serving until ``stop()`` / the ``with`` block ends."""
 
     def __init__(self, rules: Sequence[Rule], default: str = "", model: str = "scripted",
-                 record_path: Path | None = None, port: int = 0, delay_s: float = 0.0) -> None:  # fmt: skip
+                 record_path: Path | None = None, port: int = 0, delay_s: float = 0.0,
+                 streams: bool = True) -> None:  # fmt: skip
         self.rules = list(rules)
+        self.streams = streams  # False: a server that answers ``"stream": true`` with one JSON body, as some do
         self.delay_s = delay_s  # each answer waits this long (to see how many requests are in flight at once)
         self.in_flight = self.max_in_flight = 0
         self.default = default
@@ -148,7 +150,7 @@ class ScriptedServer:
                     server.in_flight -= 1
                 seen["path"], seen["body"] = self.path, body
                 server._record(seen)
-                if body.get("stream"):
+                if body.get("stream") and server.streams:
                     self._stream(chat, seen["answer"], bool((body.get("stream_options") or {}).get("include_usage")))
                     return
                 choice: dict[str, Any] = ({"index": 0, "finish_reason": "stop",
