@@ -229,7 +229,8 @@ def test_an_lmms_benchmark_through_the_proxy_before_a_server_that_never_streams(
         if mod in sys.modules:
             monkeypatch.setattr(sys.modules[mod], "HF_HUB_OFFLINE", True)
     mm_datasets.write_all(hf)
-    with ScriptedServer(mm_datasets.rules(), default="zzz", streams=False) as srv, running_proxy(srv.url.removesuffix("/v1")) as px:
+    with (ScriptedServer(mm_datasets.rules(), default="zzz", streams=False) as srv,
+          running_proxy(srv.url.removesuffix("/v1")) as px):
         assert main(["eval", "--model", px, "--tokenizer", "tiny-vl", "--tasks", "chartqa", "--limit", "2",
                      "--out-dir", str(tmp_path / "e")]) in (0, 1)  # fmt: skip
     preds = [json.loads(x) for x in next((tmp_path / "e").glob("*/predictions/chartqa.jsonl")).read_text()
