@@ -35,8 +35,8 @@ COMMON = ["run", "episodic-eval", "--num-trials-per-task", "1", "--num-steps-wai
 class FakeServer:
     """openpi's protocol by hand (metadata on connect, msgpack-numpy answers with ``server_timing``); per request,
     ``reply(task)`` says what the episode of that task gets: ``ok`` (a stand-still chunk after ``delay_s``, its
-    ``infer_ms`` the sleep as measured here), ``garbage`` (bytes that are not msgpack) or ``stall`` (no answer until
-    the server stops)."""
+    ``infer_ms`` the sleep as measured here), ``garbage`` (bytes that are not msgpack), ``text`` (an error text frame
+    and a close, as openpi's server on an exception) or ``stall`` (no answer until the server stops)."""
 
     def __init__(self, reply: Callable[[int], str], delay_s: float = 0.0) -> None:
         self.reply = reply
@@ -61,6 +61,10 @@ class FakeServer:
                 kind = self.reply(int(unpackb(message)["lmmbench/episode"][0]))
                 if kind == "garbage":
                     await ws.send(b"\xc1\xc1 this is not msgpack")
+                elif kind == "text":  # openpi's server on an exception: its text as a text frame, then close
+                    await ws.send("ValueError: the policy failed")
+                    await ws.close(code=1011)
+                    return
                 elif kind == "stall":
                     await self._stop.wait()
                     return
@@ -104,11 +108,12 @@ def _served(out: Path) -> dict[str, Any]:
     return dict(run["served_policy"])
 
 
-@pytest.mark.parametrize("fault,cause", [("garbage", "malformed"), ("stall", "timeout")])
+@pytest.mark.parametrize("fault,cause", [("garbage", "malformed"), ("stall", "timeout"), ("text", "server_error")])
 def test_a_garbage_or_stalled_answer_fails_only_its_episode_with_the_cause(
         fault: str, cause: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Task 1's episode gets garbage / no answer (call timeout 1 s); tasks 0, 2 and 3 finish; the row of task 1
-    names the cause, run.json and the printed line count it; a stalled call waited the timeout, no more hang."""
+    """Task 1's episode gets garbage / no answer (call timeout 1 s) / an error text frame; tasks 0, 2 and 3
+    finish; the row of task 1 names the cause, run.json and the printed line count it; a stalled call waited the
+    timeout, no more hang."""
     with FakeServer(lambda task: fault if task == 1 else "ok") as server:
         t0 = time.monotonic()
         code = main([*COMMON, "--policy", f"ws://127.0.0.1:{server.port}", "--num-tasks", "4", "--max-steps", "5",
