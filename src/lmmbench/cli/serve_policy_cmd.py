@@ -28,31 +28,50 @@ class ServePolicyConfig(BaseModel):
     metrics_out: Path | None = Field(None, description="Write the batch-size histogram and queueing times here "
                                      "(JSON) at exit; also served at GET /metrics.")
     seed: int = Field(0, description="Weight seed of the built-in policies.")
-    device: str = Field("cpu", description="torch device of the policy.")
-    threads: int | None = Field(1, ge=1, description="torch CPU threads.")
+    device: str = Field("cpu", description="torch device of the policy: cpu, cuda[:N] or auto (CUDA asked for on a "
+                        "machine without it is refused).")
+    threads: int | None = Field(1, ge=1, description="torch CPU threads of the policy's forward (sent in the "
+                                "metadata as torch_threads).")
 
 
 def _serve_policy(cfg: ServePolicyConfig) -> None:
     import asyncio
 
+    import numpy as np
     import torch
 
+    from lmmbench.core.errors import UserError
     from lmmbench.episodes import PolicySettings, make_policy, resolve_suite
     from lmmbench.episodes.custom import close_env
+    from lmmbench.episodes.policies.remote import is_remote
     from lmmbench.episodes.served.server import PolicyServer
+    from lmmbench.specs.episodic_eval import _device
 
+    if is_remote(cfg.policy):
+        raise UserError(f"--policy {cfg.policy}: serve-policy serves a policy lmmbench runs in this process; a served "
+                        "one is driven with run episodic-eval --policy ws://HOST:PORT")
+    device = _device(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     suite = resolve_suite(cfg.env)
     probe = suite.make_env(0)
     try:
-        settings = PolicySettings(device=cfg.device, weight_seed=cfg.seed, probe_env=probe,
+        settings = PolicySettings(device=device, weight_seed=cfg.seed, probe_env=probe,
                                   control_period_s=float(getattr(probe, "control_period_s", 0.1)))
-        policy = make_policy(cfg.policy, settings)
+        try:
+            policy = make_policy(cfg.policy, settings)
+        except ValueError as exc:
+            raise UserError(f"--policy {cfg.policy}: {exc}") from None
+        shape = getattr(getattr(probe, "action_space", None), "shape", None)
     finally:
         close_env(probe)
+    metadata = {"env": cfg.env, "device": device, "weight_seed": cfg.seed, "torch_threads": torch.get_num_threads()}
+    if not shape:  # an environment without a gym action space: the width of the policy's own warm-up action
+        shape = np.shape(policy.dummy_action())
+    if shape:  # the action width: the driver's warm-up action (RemotePolicy.dummy_action) has it
+        metadata["action_dim"] = int(shape[-1])
     server = PolicyServer(policy, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms,
-                          metadata={"env": cfg.env}, metrics_out=cfg.metrics_out)
+                          metadata=metadata, metrics_out=cfg.metrics_out)
 
     def ready(port: int) -> None:
         import sys

@@ -143,3 +143,25 @@ def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | N
     if negative:  # the command exits core.exit_codes.NOT_EQUIVALENT with this line
         out["negative_verdict"] = "; ".join(negative)
     return out
+
+
+def served_line(served: dict[str, Any]) -> str:
+    """One line about a served policy's run (``--policy ws://``): calls per second, latency percentiles, the time
+    split, and the failed requests counted by cause."""
+    def ms(value: Any) -> str:
+        return "-" if value is None else f"{float(value):.1f}"
+
+    split = served.get("time_split_ms") or {}
+    rate = served.get("calls_per_s")
+    line = (f"served: {served.get('requests', 0)} calls ({'-' if rate is None else f'{rate:.1f}'}/s), latency ms "
+            f"p50 {ms(served.get('latency_ms_p50'))} p90 {ms(served.get('latency_ms_p90'))} "
+            f"p99 {ms(served.get('latency_ms_p99'))}")
+    if split:
+        line += (f"; wall {ms(split.get('wall'))} ms = environment {ms(split.get('environment'))} + waiting for the "
+                 f"server {ms(split.get('waiting_for_server'))} (inside it {ms(split.get('inside_server'))}) + "
+                 f"lmmbench {ms(split.get('lmmbench'))}")
+    faults = served.get("faults") or {}
+    if faults:
+        causes = ", ".join(f"{n} {kind}" for kind, n in sorted(faults.items()))
+        line += f"; {sum(faults.values())} request(s) failed, each failing its episode: {causes}"
+    return line

@@ -265,6 +265,8 @@ def check_fit(policy: Policy, env: Env, policy_name: str, env_name: str, num_ste
         item = ActItem(memory, obs, info)
         policy.plan([item])
         chunks = policy.act([item])
+        if len(chunks) == 1 and isinstance(chunks[0], BaseException):  # a request that failed (a served policy)
+            raise chunks[0]
         if len(chunks) != 1 or not chunks[0]:
             raise ValueError("act() must return one non-empty chunk per item")
         _check_action(space, chunks[0][0], "its action")

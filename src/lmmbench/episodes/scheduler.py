@@ -17,7 +17,9 @@ does not end with one slot working through a whole task alone. Every tick, in th
    planning is batched;
 4. all NEED_AE slots share ONE action call (inputs stacked on dim 0 by the policy); a policy with
    ``batched_action = False`` (one observation per call: ``episodes.policies.adapters``) gets one call per slot,
-   each timed and counted as a call of batch 1;
+   each timed and counted as a call of batch 1; a request whose place in ``act``'s answer holds an exception
+   instead of a chunk (a served policy's fault, ``episodes.policies.remote``) ends its episode, failed with that
+   cause, and the other slots go on;
 5. DONE slots yield their result (calling the policy's optional ``end_episode(memory)``) and start their
    next episode.
 
@@ -385,18 +387,22 @@ class EpisodeScheduler:
         dt -= setup
         self._outside_ns += setup
         self.totals.setup_ns += setup
-        if len(chunks) != len(ready) or any(len(c) == 0 for c in chunks):
+        failed = [isinstance(c, BaseException) for c in chunks]  # a request that failed (a served policy's fault)
+        if len(chunks) != len(ready) or any(len(c) == 0 for c, f in zip(chunks, failed, strict=False) if not f):
             raise RuntimeError(f"policy {self.policy.name}: act() must return one non-empty chunk per request")
-        self._check_after("action", copies, items, chunks)
+        self._check_after("action", None if any(failed) else copies, items, chunks)
         self.totals.action_ns += dt
         self.totals.action_calls += 1
         self.totals.action_batch_sizes.append(len(ready))
         self.totals.action_call_ms.setdefault(len(ready), []).append(ns_to_ms(dt))
         for s, chunk in zip(ready, chunks, strict=True):
-            s.chunk = deque(chunk)
             s.action_ns += dt / len(ready)
             s.action_calls += 1
             s.action_sizes.append(len(ready))
+            if isinstance(chunk, BaseException):  # this request failed: its episode ends, failed with the cause
+                s.error, s.state = str(chunk), SlotState.DONE
+                continue
+            s.chunk = deque(chunk)
             s.state = SlotState.EXECUTING
 
     def _check_before(self, kind: str, slots: list[_Slot], items: list[ActItem]) -> Any:

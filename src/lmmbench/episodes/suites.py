@@ -38,6 +38,7 @@ class PolicySettings:
     cuda_graphs: str = "off"  # the pi0 policies' action-expert call: off, on (CUDA only), auto (models.vla_graphs)
     control_period_s: float = 0.1  # the environment's control period (LIBERO 0.05 s): the pi0 action expert's input
     replan_steps: int | None = None  # adapted policies: actions executed of each chunk (openpi's replan_steps)
+    call_timeout_s: float = 60.0  # a served policy (ws://): seconds one call may wait for its answer
 
 
 SUITES: Registry[EnvSuite] = Registry("episode_suites")
@@ -170,7 +171,7 @@ def make_policy(name: str, settings: PolicySettings) -> Policy:
     from lmmbench.episodes.policies.remote import RemotePolicy, is_remote
 
     if is_remote(name):
-        return RemotePolicy(name, replan_steps=settings.replan_steps)
+        return RemotePolicy(name, replan_steps=settings.replan_steps, timeout_s=settings.call_timeout_s)
     if is_object_ref(name):
         return make_custom_policy(name, settings)
     return POLICIES.get(name)(settings)

@@ -87,6 +87,9 @@ class EpisodicEvalOptions(RunOptions):
                                      "actions of each chunk are executed before the next call (a shorter chunk "
                                      "fails; default: 5 with --policy-keys openpi, as openpi; else LeRobot's "
                                      "n_action_steps or the whole chunk).")
+    call_timeout_s: float | None = Field(None, gt=0, description="A served policy (--policy ws://): seconds one "
+                                         "call may wait for its answer; a request that meets no answer fails its "
+                                         "episode (cause: timeout) and the run goes on (default 60).")
     resize_size: int | None = Field(None, ge=1, description="openpi's resize_size: LIBERO's cameras resized with "
                                     "padding to this square (openpi's image_tools.resize_with_pad; default 224).")
     video_out_path: Path | None = Field(None, description="openpi's video_out_path: each episode's frames written "
@@ -242,7 +245,7 @@ def _build_run(opts: EpisodicEvalOptions) -> tuple[Any, int, Any, Any, dict[str,
                                   batched_planning=opts.batched_planning, model=opts.model, probe_env=probe,
                                   dtype=dtype, cuda_graphs=graphs,
                                   control_period_s=float(getattr(probe, "control_period_s", 0.1)),
-                                  replan_steps=opts.replan_steps)
+                                  replan_steps=opts.replan_steps, call_timeout_s=opts.call_timeout_s or 60.0)
         try:
             policy = make_policy(policy_name, settings)
         except ValueError as exc:
@@ -250,6 +253,11 @@ def _build_run(opts: EpisodicEvalOptions) -> tuple[Any, int, Any, Any, dict[str,
         from lmmbench.episodes.policies.remote import RemotePolicy
 
         remote = isinstance(policy, RemotePolicy)
+        if opts.call_timeout_s is not None and not remote:
+            raise UserError(f"--call-timeout-s {opts.call_timeout_s:g}: --policy {policy_name} is not served; it "
+                            "applies to --policy ws://HOST:PORT; remove it")
+        if isinstance(policy, RemotePolicy):
+            policy.check_reachable()
         adapted = isinstance(policy, AdaptedPolicy) or remote
         check_chunk_options(policy_name, adapted, "execute_steps" in opts.model_fields_set, opts.replan_steps)
         keys = resolve_policy_keys(policy, policy_name, opts.policy_keys, probe,
@@ -321,6 +329,7 @@ class EpisodicEvalSpec(Spec):
         self._batch_check: Any = None  # episodes.batch_check.BatchCheck of the compared run (--compare-serial)
         self._max_steps: int | None = None
         self._policy: Any = None
+        self._served: dict[str, Any] | None = None  # --policy ws://: the served policy's report (run.json)
 
     def setup(self, ctx: SpecContext) -> list[Case]:
         from lmmbench.episodes import EpisodeKey, EpisodeScheduler
@@ -373,6 +382,9 @@ class EpisodicEvalSpec(Spec):
             from lmmbench.episodes.batch_check import BatchCheck
 
             self._batch_check = BatchCheck(policy)
+        mark = getattr(policy, "mark_run_start", None)
+        if callable(mark):  # --policy ws://: the probe and warm-up calls are not the measured run's
+            mark()
         self._scheduler = scheduler(todo, num_parallel, recorder, self._batch_check)
         self._max_steps = max_steps
         self._results = self._scheduler.run()
@@ -473,7 +485,10 @@ class EpisodicEvalSpec(Spec):
     def teardown(self, ctx: SpecContext) -> None:
         report = getattr(self._policy, "report", None)
         if callable(report) and "episodic_eval" in ctx.environment:  # --policy ws://: the server and its calls
-            ctx.environment["episodic_eval"]["served_policy"] = report()
+            if self._results is not None:  # a run stopped early: its wall time is final once its generator closes
+                self._results.close()  # type: ignore[attr-defined]
+            totals = self._scheduler.totals if self._scheduler is not None else None
+            self._served = ctx.environment["episodic_eval"]["served_policy"] = report(totals)
             self._policy.close()
         if self._policy is not None and "episodic_eval" in ctx.environment:  # select_action: instances built
             ctx.environment["episodic_eval"]["policy_shape"] = self._policy_shape(self._policy)
@@ -514,6 +529,11 @@ class EpisodicEvalSpec(Spec):
             shape = out["policy_shape"] = self._policy_shape(self._policy)
             if shape["mode"] != "lmmbench":
                 out["finding"] += f"; policy driven through {shape['mode']}: {shape['action_batch']}"
+        if self._served is not None:  # --policy ws://: calls, latency, time split and faults, one line
+            from lmmbench.episodes.analysis import served_line
+
+            out["served_policy"] = {k: v for k, v in self._served.items() if k != "fault_records"}
+            out["finding"] += f"; {served_line(self._served)}"
         self._findings = out
         return out
 
