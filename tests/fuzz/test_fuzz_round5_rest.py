@@ -1,0 +1,99 @@
+"""Generators for the classes of bad input issue 62 found that tests/fuzz/test_fuzz_round5.py does not draw, each
+drawing its own inputs from a seeded generator rather than the cases users met (those are in
+tests/reliability/test_bad_input_round5_rest.py):
+
+- TTFT breakdown results holding old and new rows (one header over both sets, or files concatenated with their
+  headers): every row is read in its own layout, the sums computed here from the injected parts;
+- negative durations anywhere in a results file: one ``error:`` line naming the file, the line and the column.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lmmbench.cli.main import main
+
+SEED = 62
+FIXTURES = Path(__file__).parents[1] / "runs" / "fixtures"
+LEGACY = ("others_embedding_merge_ms", "others_position_ids_ms", "others_lm_head_ms")
+TODAY = ("prefill_merge_ms", "prefill_rope_index_ms", "prefill_lm_head_ms")
+
+
+def _breakdown(rng: random.Random, i: int, old: bool) -> tuple[dict[str, str], float, float]:
+    """(a results row, its prefill and others in the TTFT study's terms): drawn parts, the row written in the
+    old layout (the parts under others_*, prefill = LLM forward + glue) or today's."""
+    visual, audio, llm, glue = (round(rng.uniform(0.5, 80), 3) for _ in range(4))
+    parts = [round(rng.uniform(0.01, 9), 3) for _ in range(3)]
+    rest = round(rng.uniform(1, 40), 3)
+    prefill = llm + glue + sum(parts)
+    row = {"sample_id": f"s{i}", "status": "ok", "visual_encoder_ms": f"{visual}", "audio_encoder_ms": f"{audio}",
+           "llm_prefill_ms": f"{llm}", "ttft_ms": f"{visual + audio + prefill + rest:.6f}"}  # fmt: skip
+    if old:
+        row |= {"prefill_ms": f"{llm + glue:.6f}", "others_ms": f"{rest + sum(parts):.6f}"}
+        row |= {k: f"{v}" for k, v in zip(LEGACY, parts, strict=True)}
+    else:
+        row |= {"prefill_ms": f"{prefill:.6f}", "others_ms": f"{rest}", "prefill_forward_glue_ms": f"{glue}"}
+        row |= {k: f"{v}" for k, v in zip(TODAY, parts, strict=True)}
+    return row, prefill, rest
+
+
+def _csv(rows: list[dict[str, str]], cols: list[str]) -> str:
+    return "".join(",".join(r.get(c, "") for c in cols) + "\n" for r in [dict(zip(cols, cols, strict=True)), *rows])
+
+
+def _folder(tmp: Path, text: str) -> Path:
+    tmp.mkdir(parents=True)
+    shutil.copy(FIXTURES / "spec_v1_run.json", tmp / "run.json")
+    (tmp / "ttft-breakdown_results.csv").write_text(text)
+    return tmp
+
+
+@pytest.mark.timeout(120)
+def test_generated_mixed_layouts_read_every_row_in_its_own_layout(tmp_path: Path) -> None:
+    from lmmbench.core.runs.log import load_run_log
+    from lmmbench.sessions.run_samples import load_samples
+
+    rng = random.Random(SEED)
+    for draw in range(12):
+        drawn = [_breakdown(rng, i, rng.random() < 0.5) for i in range(rng.randint(2, 9))]
+        rows = [r for r, _, _ in drawn]
+        if draw % 2:  # one header over both sets, in a drawn column order
+            cols = sorted({k for r in rows for k in r}, key=lambda _: rng.random())
+            text = _csv(rows, cols)
+        else:  # each piece under its own header, as `cat a.csv b.csv` leaves it
+            cut = rng.randint(1, len(rows) - 1)
+            text = "".join(_csv(part, sorted({k for r in part for k in r}, key=lambda _: rng.random()))
+                           for part in (rows[:cut], rows[cut:]))  # fmt: skip
+        folder = _folder(tmp_path / str(draw), text)
+        got = load_samples(load_run_log(folder), folder).per_sample["all"]
+        for name, want in (("prefill_ms", [p for _, p, _ in drawn]), ("others_ms", [o for _, _, o in drawn])):
+            assert sorted(got[name]) == pytest.approx(sorted(want), abs=1e-4), (draw, name, text)
+        assert not set(LEGACY) & set(got), (draw, text)
+
+
+@pytest.mark.timeout(300)
+def test_generated_negative_durations_are_one_line_naming_file_line_and_column(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    rng = random.Random(SEED)
+    logs = Path(os.environ["LMMBENCH_HOME"]) / "logs"
+    for draw in range(6):
+        rows = [_breakdown(rng, i, rng.random() < 0.5)[0] for i in range(rng.randint(2, 6))]
+        base = _folder(tmp_path / f"a{draw}", _csv(rows, sorted({k for r in rows for k in r})))
+        at = rng.randrange(len(rows))
+        column = rng.choice([k for k in rows[at] if k.endswith("_ms")])
+        rows[at][column] = rng.choice(["-5", f"-{rng.random():.4f}", f"-1e{rng.randint(-6, 6)}", "-0.001"])
+        edited = _folder(tmp_path / f"b{draw}", _csv(rows, sorted({k for r in rows for k in r})))
+        sides = [str(base), str(edited)]
+        rng.shuffle(sides)
+        crashes = set(logs.glob("crash-*")) if logs.is_dir() else set()
+        code = main(["runs", "compare", *sides])
+        out = capsys.readouterr()
+        errors = [x for x in out.err.splitlines() if x.startswith("error:")]
+        assert code == 2 and len(errors) == 1 and "Traceback" not in out.err, out.err[-2000:]
+        assert str(edited) in errors[0] and f"line {at + 2}" in errors[0] and column in errors[0], errors[0]
+        assert (set(logs.glob("crash-*")) if logs.is_dir() else set()) == crashes

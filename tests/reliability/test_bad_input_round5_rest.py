@@ -1,0 +1,81 @@
+"""Bad input, round 5 (issue 62), the cases left after tests/reliability/test_bad_input_round5.py: each is one
+``error:`` line naming the file, row, field or flag, exit 2, before anything expensive, no traceback; or the right
+result where the input is legitimate. Their generated classes are in tests/fuzz/test_fuzz_round5_rest.py."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lmmbench.cli.main import main
+
+FIXTURES = Path(__file__).parents[1] / "runs" / "fixtures"
+
+OLD = {"sample_id": "old", "status": "ok", "visual_encoder_ms": "10", "audio_encoder_ms": "5", "prefill_ms": "21",
+       "llm_prefill_ms": "20", "others_ms": "14", "ttft_ms": "50", "others_embedding_merge_ms": "3",
+       "others_position_ids_ms": "2", "others_lm_head_ms": "1"}  # fmt: skip
+# today's row: prefill = llm 20 + merge 3 + rope 2 + lm_head 1 + glue 1 = 27, others = 50 - 15 - 27 = 8
+NEW = {"sample_id": "new", "status": "ok", "visual_encoder_ms": "10", "audio_encoder_ms": "5", "prefill_ms": "27",
+       "llm_prefill_ms": "20", "others_ms": "8", "ttft_ms": "50", "prefill_merge_ms": "3",
+       "prefill_rope_index_ms": "2", "prefill_lm_head_ms": "1", "prefill_forward_glue_ms": "1"}  # fmt: skip
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], code: int, *named: str) -> str:
+    out = capsys.readouterr()
+    errors = [x for x in out.err.splitlines() if x.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in out.err, out.err[-2000:]
+    assert all(n in errors[0] for n in named), errors[0]
+    return errors[0]
+
+
+def _spec_run(folder: Path, rows: list[dict[str, str]]) -> Path:
+    folder.mkdir(parents=True)
+    shutil.copy(FIXTURES / "spec_v1_run.json", folder / "run.json")
+    cols = list(dict.fromkeys(k for r in rows for k in r))  # one header over both sets, as a concatenation gives
+    lines = [",".join(cols)] + [",".join(r.get(c, "") for c in cols) for r in rows]
+    (folder / "ttft-breakdown_results.csv").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_a_file_holding_old_and_new_breakdown_columns_reads_each_row_in_its_own_layout(tmp_path: Path) -> None:
+    from lmmbench.core.runs.log import load_run_log
+    from lmmbench.sessions.run_samples import load_samples
+
+    folder = _spec_run(tmp_path / "both", [OLD, NEW, {**NEW, "sample_id": "new2", "prefill_ms": "29",
+                                                      "prefill_forward_glue_ms": "3", "others_ms": "6"}])
+    samples = load_samples(load_run_log(folder), folder).per_sample["all"]
+    # the old row upgraded (21 + 3 + 2 + 1), today's rows as written: the same quantity on every row
+    assert sorted(samples["prefill_ms"]) == [27.0, 27.0, 29.0]
+    assert sorted(samples["others_ms"]) == [6.0, 8.0, 8.0]
+    assert sorted(samples["prefill_merge_ms"]) == [3.0, 3.0, 3.0]
+    assert sorted(samples["prefill_forward_glue_ms"]) == [1.0, 1.0, 3.0]
+    assert not any(k.startswith("others_embedding") for k in samples)
+
+
+def test_old_and_new_results_concatenated_with_cat_are_each_read_under_their_own_header(tmp_path: Path) -> None:
+    from lmmbench.core.runs.log import load_run_log
+    from lmmbench.sessions.run_samples import load_samples
+
+    old = _spec_run(tmp_path / "old", [OLD]) / "ttft-breakdown_results.csv"
+    new = _spec_run(tmp_path / "new", [{**NEW, "sample_id": "n1"}, {**NEW, "sample_id": "n2", "ttft_ms": "52",
+                                                                   "others_ms": "10"}]) / "ttft-breakdown_results.csv"
+    old.write_text(old.read_text() + new.read_text())  # `cat old new > old`: the new header repeats inside
+    log = load_run_log(old.parent)
+    samples = load_samples(log, old.parent).per_sample["all"]
+    assert sorted(samples["prefill_ms"]) == [27.0, 27.0, 27.0] and sorted(samples["ttft_ms"]) == [50.0, 50.0, 52.0]
+    assert sorted(samples["others_ms"]) == [8.0, 8.0, 10.0]
+    assert log.headline["prefill_ms_median"] == pytest.approx(27.0)  # the run's headline reads them alike
+
+
+def test_a_negative_duration_in_a_results_file_is_one_line_naming_the_file_and_row(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    a = _spec_run(tmp_path / "a", [NEW, {**NEW, "sample_id": "s2"}])
+    b = _spec_run(tmp_path / "b", [NEW, {**NEW, "sample_id": "edited", "prefill_ms": "-5"}])
+    line = _one_line(capsys, main(["runs", "compare", str(a), str(b)]), "ttft-breakdown_results.csv", "line 3",
+                     "prefill_ms", "-5")
+    assert "edited" in line
+    # an old row whose sums would hide the edit (-5 + 3 + 2 + 1 = 1) is refused as well
+    c = _spec_run(tmp_path / "c", [OLD, {**OLD, "sample_id": "old2", "prefill_ms": "-5"}])
+    _one_line(capsys, main(["runs", "compare", str(a), str(c)]), str(c), "line 3", "prefill_ms")
