@@ -79,3 +79,33 @@ def test_a_negative_duration_in_a_results_file_is_one_line_naming_the_file_and_r
     # an old row whose sums would hide the edit (-5 + 3 + 2 + 1 = 1) is refused as well
     c = _spec_run(tmp_path / "c", [OLD, {**OLD, "sample_id": "old2", "prefill_ms": "-5"}])
     _one_line(capsys, main(["runs", "compare", str(a), str(c)]), str(c), "line 3", "prefill_ms")
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--seq-lens", "40000"], ("--seq-lens 40000", "32768 positions")),
+    (["--seq-lens", "32768"], ("--seq-lens 32768", "the decode step adds one")),  # 32768 + 1 positions > 32768
+    (["--seq-lens", "32000", "--batch-sizes", "100000"], ("--batch-sizes 100000", "GiB")),  # ~1.5 TiB of KV cache
+    (["--seq-lens", "32000", "--context-batch-sizes", "100000", "--phases", "context"],
+     ("--context-batch-sizes 100000", "GiB")),
+    (["--model", "tiny-omni"], ("--model tiny-omni", "text model")),
+])  # fmt: skip
+def test_model_bench_refuses_what_config_json_rules_out_before_the_model_loads(
+        flags: list[str], named: tuple[str, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import lmmbench.specs.model_bench as mb
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(mb, "load_spec_model", never)
+    code = main(["run", "model-bench", "--model", "tiny-llm", "--batch-sizes", "1", "--max-iters", "1", *flags,
+                 "--out-dir", str(tmp_path)])  # fmt: skip
+    _one_line(capsys, code, *named)
+
+
+def test_model_bench_takes_a_seq_len_that_fits_exactly_without_decode(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from lmmbench.specs.model_bench import ModelBenchOptions, check_before_loading
+
+    # context alone needs seq_len positions: 32768 is the tiny model's last one, so it is no error
+    check_before_loading(ModelBenchOptions(seq_lens=[32768], batch_sizes=[1], phases=["context"]))
