@@ -97,3 +97,35 @@ def test_generated_negative_durations_are_one_line_naming_file_line_and_column(
         assert code == 2 and len(errors) == 1 and "Traceback" not in out.err, out.err[-2000:]
         assert str(edited) in errors[0] and f"line {at + 2}" in errors[0] and column in errors[0], errors[0]
         assert (set(logs.glob("crash-*")) if logs.is_dir() else set()) == crashes
+
+
+@pytest.mark.timeout(300)
+def test_generated_model_bench_sizes_the_model_cannot_take_are_refused_before_it_loads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """tiny-llm: 32768 positions; its KV cache holds 512 bytes a token (2 x 2 layers x 2 heads x 16 x 4 bytes)."""
+    import lmmbench.specs.model_bench as mb
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(mb, "load_spec_model", never)
+    rng = random.Random(SEED)
+    for draw in range(6):
+        phases = rng.choice(["context", "decode", "context,decode"])
+        seqs = [rng.randint(1, 4096) for _ in range(rng.randint(0, 3))]
+        if draw % 2:  # past the positions (decode: one more than the sequence)
+            seqs.append(rng.randint(32769 if phases == "context" else 32768, 10**6))
+            named = "--seq-lens"
+            batches = [rng.randint(1, 8)]
+        else:  # a cell of more than 1.3 TiB of KV cache (within the batch_size limit, 100000)
+            seqs.append(rng.randint(30000, 32000))
+            batches = [rng.randint(1, 8), 100_000 - rng.randint(0, 1000)]
+            named = "--batch-sizes" if phases != "context" else "--context-batch-sizes"
+        rng.shuffle(seqs)
+        flag = "--context-batch-sizes" if phases == "context" else "--batch-sizes"
+        code = main(["run", "model-bench", "--model", "tiny-llm", "--phases", phases, "--seq-lens",
+                     ",".join(map(str, seqs)), flag, ",".join(map(str, batches)), "--max-iters", "1",
+                     "--out-dir", str(tmp_path / str(draw))])  # fmt: skip
+        out = capsys.readouterr()
+        errors = [x for x in out.err.splitlines() if x.startswith("error:")]
+        assert code == 2 and len(errors) == 1 and named in errors[0], out.err[-2000:]

@@ -68,7 +68,8 @@ class ModelBenchOptions(RunOptions):
                 raise ValueError(f"{name} must be a non-empty list of positive integers")
             check_limit("sweep_points", len(values), f"--{name.replace('_', '-')}")
         check_limit("input_tokens", max(self.seq_lens), "--seq-lens")
-        check_limit("batch_size", max(self.batch_sizes + self.context_batch_sizes), "--batch-sizes")
+        check_limit("batch_size", max(self.batch_sizes), "--batch-sizes")
+        check_limit("batch_size", max(self.context_batch_sizes), "--context-batch-sizes")
         check_limit("duration_s", self.budget_s, "--budget-s")
         if not self.phases:
             raise ValueError("phases: give context, decode or both")
