@@ -129,3 +129,40 @@ def test_generated_model_bench_sizes_the_model_cannot_take_are_refused_before_it
         out = capsys.readouterr()
         errors = [x for x in out.err.splitlines() if x.startswith("error:")]
         assert code == 2 and len(errors) == 1 and named in errors[0], out.err[-2000:]
+
+
+@pytest.mark.timeout(300)
+def test_generated_results_headers_a_resume_cannot_continue_are_refused_before_set_up(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Headers of today's columns with some dropped or renamed to an old name: one line naming the file and a
+    column, nothing loaded, the file untouched."""
+    import lmmbench.specs.ttft_breakdown as tb
+    from lmmbench.specs import BASE_COLUMNS
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("set-up started")
+
+    monkeypatch.setattr(tb.TTFTBreakdownSpec, "setup", never)
+    rng = random.Random(SEED)
+    today = [*BASE_COLUMNS, *tb.BREAKDOWN_COLUMNS]
+    for draw in range(6):
+        header = list(today)
+        gone = rng.sample(header, rng.randint(1, 4))
+        for col in gone:
+            header.remove(col)
+        if draw % 2:  # an old name where today's stands
+            old, new = rng.choice([(o, n) for o, n in zip(LEGACY, TODAY, strict=True) if n in header] or [("", "")])
+            if new:
+                header[header.index(new)] = old
+                gone.append(new)
+        rng.shuffle(header)
+        spec_dir = tmp_path / str(draw) / "ttft-breakdown"
+        spec_dir.mkdir(parents=True)
+        results = spec_dir / "ttft-breakdown_results.csv"
+        results.write_text(",".join(header) + "\n" + ",".join("1" for _ in header) + "\n")
+        code = main(["run", "ttft-breakdown", "--model", "tiny-llm", "--resume", "--out-dir", str(tmp_path / str(draw))])
+        out = capsys.readouterr()
+        errors = [x for x in out.err.splitlines() if x.startswith("error:")]
+        assert code == 2 and len(errors) == 1 and str(results) in errors[0], out.err[-2000:]
+        assert any(c in errors[0] for c in gone), (gone, errors[0])
+        assert results.read_text().startswith(",".join(header) + "\n")

@@ -109,3 +109,23 @@ def test_model_bench_takes_a_seq_len_that_fits_exactly_without_decode(tmp_path: 
 
     # context alone needs seq_len positions: 32768 is the tiny model's last one, so it is no error
     check_before_loading(ModelBenchOptions(seq_lens=[32768], batch_sizes=[1], phases=["context"]))
+
+
+def test_resuming_a_ttft_breakdown_of_the_old_layout_is_one_line_before_the_model_loads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import lmmbench.specs.experiment_support as support
+    import lmmbench.specs.ttft_breakdown as tb
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("set-up started: the model or the media would be loaded")
+
+    monkeypatch.setattr(support, "load_spec_model", never)
+    monkeypatch.setattr(tb.TTFTBreakdownSpec, "setup", never)
+    old = {"spec": "ttft-breakdown", "group": "", "repeat": "0", "error": "", "measured_at": "2026-11-23T18:00:00Z",
+           **OLD}  # fmt: skip
+    folder = _spec_run(tmp_path / "out" / "ttft-breakdown", [old, {**old, "sample_id": "b"}])
+    results = folder / "ttft-breakdown_results.csv"
+    before = results.read_bytes()
+    code = main(["run", "ttft-breakdown", "--model", "tiny-omni", "--resume", "--out-dir", str(tmp_path / "out")])
+    _one_line(capsys, code, str(results), "--resume", "others_embedding_merge_ms", "prefill_merge_ms")
+    assert results.read_bytes() == before  # the old run is left as it was
