@@ -160,7 +160,8 @@ def test_generated_results_headers_a_resume_cannot_continue_are_refused_before_s
         spec_dir.mkdir(parents=True)
         results = spec_dir / "ttft-breakdown_results.csv"
         results.write_text(",".join(header) + "\n" + ",".join("1" for _ in header) + "\n")
-        code = main(["run", "ttft-breakdown", "--model", "tiny-llm", "--resume", "--out-dir", str(tmp_path / str(draw))])
+        out_dir = str(tmp_path / str(draw))
+        code = main(["run", "ttft-breakdown", "--model", "tiny-llm", "--resume", "--out-dir", out_dir])
         out = capsys.readouterr()
         errors = [x for x in out.err.splitlines() if x.startswith("error:")]
         assert code == 2 and len(errors) == 1 and str(results) in errors[0], out.err[-2000:]
