@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import string
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,66 @@ def test_generated_results_headers_a_resume_cannot_continue_are_refused_before_s
         assert code == 2 and len(errors) == 1 and str(results) in errors[0], out.err[-2000:]
         assert any(c in errors[0] for c in gone), (gone, errors[0])
         assert results.read_text().startswith(",".join(header) + "\n")
+
+
+def _wrong(rng: random.Random, *, not_text: bool = True) -> object:
+    """A JSON value of a type no text field (``not_text``) or list field takes."""
+    kinds: list[object] = [None, rng.randint(-9, 10**6), rng.random() * 100, rng.choice([True, False]),
+                           {"text": "x" * rng.randint(1, 5)}]  # fmt: skip
+    if not not_text:
+        kinds.append("".join(rng.choices(string.ascii_lowercase, k=rng.randint(1, 8))))
+    return rng.choice(kinds)
+
+
+def _data_set_rows(rng: random.Random, kind: str) -> tuple[str, str, str, int]:
+    """(file text, file suffix, what the error names, the bad row's line): good rows around one bad row."""
+    import json
+
+    n = rng.randint(1, 5)
+    bad = rng.randrange(n)
+    lines: list[object] = []
+    named = ""
+    for i in range(n):
+        if kind in ("spec_bench", "speed-bench"):
+            good: dict[str, object] = {"category": rng.choice(["a", "b"]), "turns": ["q " * rng.randint(1, 4)]}
+            if i == bad:
+                where = rng.choice(["first", "turns"]) if kind == "speed-bench" else "first"
+                good["turns"] = [_wrong(rng)] if where == "first" else _wrong(rng, not_text=False)
+                named = "turns[0]" if where == "first" else "'turns'"
+        else:  # openai
+            good = {"messages": [{"role": "user", "content": "hi " * rng.randint(1, 4)}], "max_tokens": 4}
+            if i == bad:
+                field = rng.choice(["messages", "max_tokens"])
+                good[field] = _wrong(rng, not_text=False) if field == "messages" else rng.choice(
+                    [None, "8", True, -rng.randint(1, 9), 0, 2.5, [4]])
+                named = f"'{field}'"
+        lines.append(good)
+    text = "".join(json.dumps(x) + "\n" for x in lines)
+    return text, "jsonl", named, bad + 1
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["spec_bench", "speed-bench", "openai"])
+def test_generated_data_set_rows_of_the_wrong_type_name_the_file_and_line(
+        kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    import json
+
+    from lmmbench.testing import build_word_tokenizer
+
+    tok = build_word_tokenizer(tmp_path / "tok", [])
+    (tok / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages[0]['content'] }}"}))
+    rng = random.Random(f"{SEED}-{kind}")
+    for draw in range(6):
+        text, suffix, named, line = _data_set_rows(rng, kind)
+        data = tmp_path / f"{draw}.{suffix}"
+        data.write_text(text)
+        argv = (["bench", "serve", "--base-url", "http://127.0.0.1:9", "--model", "m", "--result-dir",
+                 str(tmp_path / "r"), "--dataset-name", kind] if kind == "spec_bench" else
+                ["bench", "sglang", "--port", "9", "--backend", "sglang-oai-chat", "--output-file",
+                 str(tmp_path / "o.jsonl"), "--dataset-name", kind])  # fmt: skip
+        rows = str(text.count("\n"))  # openai reads the first --num-prompts rows only
+        code = main([*argv, "--tokenizer", str(tok), "--dataset-path", str(data), "--num-prompts", rows])
+        out = capsys.readouterr()
+        errors = [x for x in out.err.splitlines() if x.startswith("error:")]
+        assert code == 2 and len(errors) == 1 and "Traceback" not in out.err, (text, out.err[-2000:])
+        assert f"{data}:{line}" in errors[0] and named in errors[0], (text, errors[0])

@@ -5,13 +5,23 @@ result where the input is legitimate. Their generated classes are in tests/fuzz/
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from lmmbench.cli.main import main
+from lmmbench.config.perf.testserver import TestServerConfig
+from lmmbench.core.net import free_loopback_port
+from lmmbench.testing import running_testserver
 
 FIXTURES = Path(__file__).parents[1] / "runs" / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with running_testserver(TestServerConfig(port=free_loopback_port(), ttft_ms=1, itl_ms=1)) as u:
+        yield u
 
 OLD = {"sample_id": "old", "status": "ok", "visual_encoder_ms": "10", "audio_encoder_ms": "5", "prefill_ms": "21",
        "llm_prefill_ms": "20", "others_ms": "14", "ttft_ms": "50", "others_embedding_merge_ms": "3",
@@ -129,3 +139,62 @@ def test_resuming_a_ttft_breakdown_of_the_old_layout_is_one_line_before_the_mode
     code = main(["run", "ttft-breakdown", "--model", "tiny-omni", "--resume", "--out-dir", str(tmp_path / "out")])
     _one_line(capsys, code, str(results), "--resume", "others_embedding_merge_ms", "prefill_merge_ms")
     assert results.read_bytes() == before  # the old run is left as it was
+
+
+def _chat_tok(tmp: Path) -> str:
+    import json
+
+    from lmmbench.testing import build_word_tokenizer
+
+    folder = build_word_tokenizer(tmp / "tok", [])
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages[0]['content'] }}"}))
+    return str(folder)
+
+
+@pytest.mark.parametrize("turns", ["[null]", "[5]", '[{"text": "hi"}]'])
+def test_spec_bench_rows_whose_first_turn_is_no_text_are_one_line(turns: str, url: str, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "question.jsonl"
+    data.write_text(f'{{"turns": ["a question"]}}\n{{"category": "x", "turns": {turns}}}\n')
+    serve = ["bench", "serve", "--base-url", "http://127.0.0.1:9", "--model", "m", "--tokenizer", _chat_tok(tmp_path),
+             "--dataset-name", "spec_bench", "--dataset-path", str(data), "--num-prompts", "2", "--result-dir",
+             str(tmp_path / "res")]  # fmt: skip
+    _one_line(capsys, main(serve), f"{data}:2", "turns[0]")
+    perf = ["perf", "--url", url, "--model", "test-model", "--dataset", "spec_bench", "--dataset-path",
+            str(data), "--num-requests", "2", "--out-dir", str(tmp_path / "out")]  # fmt: skip
+    _one_line(capsys, main(perf), f"{data}:2", "turns[0]")
+    assert not any((tmp_path / "out").rglob("*.jsonl"))  # nothing was measured
+
+
+SGLANG_ROWS = [  # (data-set name, file suffix, content, what the line names)
+    ("speed-bench", "jsonl", '{"turns": ["hi there"]}\n{"turns": null}\n', (":2", "'turns' is NoneType")),
+    ("speed-bench", "jsonl", '{"turns": ["hi there"]}\n{"turns": [7]}\n', (":2", "turns[0]")),
+    ("speed-bench", "jsonl", '["hi there"]\n', (":1", "list, expected a JSON object")),
+    ("openai", "jsonl", '{"messages": "hi there"}\n', (":1", "'messages' is str")),
+    ("openai", "jsonl", '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": "8"}\n',
+     (":1", "'max_tokens' '8'")),
+    ("openai", "jsonl", '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": true}\n',
+     (":1", "'max_tokens' True")),
+    ("openai", "jsonl", '[{"role": "user", "content": "hi"}]\n', (":1", "expected a JSON object")),
+    ("agentic-trace", "json", '{"conversations": {"a": [{"messages": []}]}}', ("'conversations' is dict",)),
+    ("agentic-trace", "json", '{"conversations": [{"messages": [{"role": "user", "content": "hi"}]}]}',
+     ("conversations[0] is dict",)),
+    ("agentic-trace", "json", '{"conversations": [[{"messages": "hi", "prompt_tokens": 3}]]}',
+     ("conversations[0][0].messages is str",)),
+    ("agentic-trace", "json", '{"conversations": [[{"messages": [{"role": "user", "content": "hi"}], '
+     '"prompt_tokens": "3"}]]}', ("conversations[0][0].prompt_tokens '3'",)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "suffix", "content", "named"), SGLANG_ROWS,
+                         ids=[f"{n}-{i}" for i, (n, *_) in enumerate(SGLANG_ROWS)])  # fmt: skip
+def test_sglang_data_set_rows_of_the_wrong_type_are_one_line(name: str, suffix: str, content: str,
+                                                             named: tuple[str, ...], tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    data = tmp_path / f"rows.{suffix}"
+    data.write_text(content)
+    backend = "sglang-oai-chat"
+    code = main(["bench", "sglang", "--port", "9", "--backend", backend, "--tokenizer", _chat_tok(tmp_path),
+                 "--dataset-name", name, "--dataset-path", str(data), "--num-prompts", "2", "--output-file",
+                 str(tmp_path / "o.jsonl")])  # fmt: skip
+    _one_line(capsys, code, str(data), *named)
