@@ -198,3 +198,18 @@ def test_sglang_data_set_rows_of_the_wrong_type_are_one_line(name: str, suffix: 
                  "--dataset-name", name, "--dataset-path", str(data), "--num-prompts", "2", "--output-file",
                  str(tmp_path / "o.jsonl")])  # fmt: skip
     _one_line(capsys, code, str(data), *named)
+
+
+def test_bench_serve_takes_a_built_in_model_as_its_tokenizer_as_perf_does(url: str, tmp_path: Path) -> None:
+    import json
+
+    from lmmbench.models.tiny import build_tiny_model
+
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    code = main(["bench", "serve", "--model", "test-model", "--port", port, "--tokenizer", "tiny-llm",
+                 "--random-input-len", "12", "--random-output-len", "2", "--num-prompts", "3", "--save-result",
+                 "--result-dir", str(tmp_path), "--result-filename", "r.json"])  # fmt: skip
+    assert code == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["completed"] == 3 and result["total_input_tokens"] == 3 * 12  # lengths in tiny-llm's ids
+    assert result["tokenizer_id"] == str(build_tiny_model("tiny-llm"))  # the built model's folder was read
