@@ -231,3 +231,30 @@ def test_generated_data_set_rows_of_the_wrong_type_name_the_file_and_line(
         errors = [x for x in out.err.splitlines() if x.startswith("error:")]
         assert code == 2 and len(errors) == 1 and "Traceback" not in out.err, (text, out.err[-2000:])
         assert f"{data}:{line}" in errors[0] and named in errors[0], (text, errors[0])
+
+
+@pytest.mark.timeout(120)
+def test_generated_near_misses_of_built_in_tokenizer_names_list_the_built_in_names(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """``bench serve`` / ``bench sglang`` take a built-in model's name as ``--tokenizer`` (as ``perf``); a name
+    that misses it (a dropped, doubled or swapped letter, another case) is one line that lists the names."""
+    from lmmbench.models.tiny import TINY_MODEL_NAMES
+
+    rng = random.Random(SEED)
+    for draw in range(6):
+        name = rng.choice(list(TINY_MODEL_NAMES))
+        i = rng.randrange(len(name) - 1)
+        miss = rng.choice([name[:i] + name[i + 1 :], name[:i] + name[i] + name[i:], name.upper(),
+                           name[:i] + name[i + 1] + name[i] + name[i + 2 :], name + "-x"])  # fmt: skip
+        if miss in TINY_MODEL_NAMES:
+            continue
+        serve = ["bench", "serve", "--base-url", "http://127.0.0.1:9", "--model", "m", "--random-input-len", "6",
+                 "--random-output-len", "3", "--num-prompts", "2", "--result-dir", str(tmp_path / str(draw))]
+        sglang = ["bench", "sglang", "--port", "9", "--dataset-name", "random", "--random-input-len", "6",
+                  "--random-output-len", "3", "--num-prompts", "2", "--output-file", str(tmp_path / f"{draw}.jsonl")]
+        for argv in (serve, sglang):
+            code = main([*argv, "--tokenizer", miss])
+            out = capsys.readouterr()
+            errors = [x for x in out.err.splitlines() if x.startswith("error:")]
+            assert code == 2 and len(errors) == 1 and "Traceback" not in out.err, out.err[-2000:]
+            assert miss in errors[0] and all(n in errors[0] for n in TINY_MODEL_NAMES), errors[0]
