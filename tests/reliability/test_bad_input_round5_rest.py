@@ -213,3 +213,20 @@ def test_bench_serve_takes_a_built_in_model_as_its_tokenizer_as_perf_does(url: s
     result = json.loads((tmp_path / "r.json").read_text())
     assert result["completed"] == 3 and result["total_input_tokens"] == 3 * 12  # lengths in tiny-llm's ids
     assert result["tokenizer_id"] == str(build_tiny_model("tiny-llm"))  # the built model's folder was read
+
+
+def test_a_negative_time_in_a_perf_records_file_is_one_line_naming_its_line(url: str, tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    folders = []
+    for side in ("a", "b"):
+        assert main(["perf", "--url", url, "--model", "test-model", "--input-tokens", "8", "--output-tokens", "2",
+                     "--num-requests", "3", "--no-plots", "--no-progress", "--out-dir", str(tmp_path / side)]) == 0
+        folders.append(next((tmp_path / side).rglob("records.jsonl")).parent)
+    records = folders[1] / "records.jsonl"
+    rows = [json.loads(x) for x in records.read_text().splitlines()]
+    rows[1]["ttft_ms"] = -5  # a hand edit
+    records.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capsys.readouterr()
+    _one_line(capsys, main(["runs", "compare", str(folders[0]), str(folders[1])]), f"{records} line 2", "ttft_ms")
