@@ -62,13 +62,25 @@ def _cell(x: float | None, like: Any) -> Any:
     return f"{x:.6g}" if isinstance(like, str) else x
 
 
+#: today's prefill parts that an old row lacks: one of them holding a value marks a row of today's layout
+_TODAYS_MARKS = (*LEGACY_PREFILL_PARTS.values(), "prefill_forward_glue_ms")
+
+
 def upgrade_breakdown_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """A results row in today's names: an old row (merge, rope index and lm_head under ``others_*``,
     ``prefill_ms`` = LLM forward + glue) gets them as prefill parts and ``prefill_ms`` / ``others_ms``
     recomputed in the study's terms; an unmeasured part leaves the sums empty. Other rows are returned
-    as they are (a copy). CSV rows keep string cells."""
+    as they are (a copy). CSV rows keep string cells.
+
+    A file holding both sets of columns (old and new results concatenated under one header) is read row by
+    row: a row with a value in one of today's prefill parts is today's and keeps its columns (the old ones,
+    empty or not, are dropped); only the others are read as old."""
     out = dict(row)
     if not any(k in out for k in LEGACY_PREFILL_PARTS):
+        return out
+    if any(to_float(row.get(k)) is not None for k in _TODAYS_MARKS):
+        for old in LEGACY_PREFILL_PARTS:
+            out.pop(old, None)
         return out
     like = next((v for k, v in row.items() if k.endswith("_ms")), "")
     moved = [to_float(out.pop(old)) if old in out else None for old in LEGACY_PREFILL_PARTS]  # absent: unmeasured

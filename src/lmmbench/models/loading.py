@@ -21,7 +21,8 @@ from lmmbench.models.families import MODEL_FAMILIES, ModelFamily, family_from_co
 from lmmbench.models.processor_build import ProcessorBuild, build_family_processor
 from lmmbench.models.tiny import MARKER, TINY_MODEL_NAMES, build_tiny_model
 
-__all__ = ["LoadedModel", "ModelRef", "build_processor", "family_descriptions", "load_model", "resolve_model"]
+__all__ = ["LoadedModel", "ModelRef", "build_processor", "family_descriptions", "load_model", "pick_device",
+           "resolve_model"]
 
 
 def family_descriptions() -> dict[str, str]:
@@ -93,7 +94,8 @@ def resolve_model(name_or_dir: str) -> ModelRef:
     return ModelRef(path.name, path.resolve(), family_from_config(path).name)
 
 
-def _pick_device(device: str) -> Any:
+def pick_device(device: str) -> Any:
+    """``--device`` as a torch device (``auto``: CUDA when there is one); CUDA asked for without it is refused."""
     import torch
 
     if device == "auto":
@@ -138,7 +140,7 @@ def load_model(name_or_dir: str, device: str = "cpu", dtype: str = "float32") ->
 
         build_shape_model(name_or_dir, device=device, dtype=dtype)
     ref = resolve_model(name_or_dir)
-    dev = _pick_device(device)
+    dev = pick_device(device)
     dt = _pick_dtype(dtype, dev)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(ref.path))

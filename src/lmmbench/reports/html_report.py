@@ -10,7 +10,6 @@ report that cannot be written never fails or loses a run.
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import json
 import logging
@@ -186,8 +185,9 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
     """Rows of a CSV; results rows of old TTFT breakdowns come in today's names (``upgrade_breakdown_row``)."""
     if not path.is_file():
         return []
-    with path.open(newline="", encoding="utf-8") as fh:
-        return [upgrade_breakdown_row(r) for r in csv.DictReader(fh)]
+    from lmmbench.core.csv_rows import csv_rows
+
+    return [upgrade_breakdown_row(r) for r in csv_rows(path.read_text(encoding="utf-8"))]
 
 
 def render_page(title: str, meta_html: str, sections: Sequence[str]) -> str:

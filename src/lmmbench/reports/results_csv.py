@@ -35,10 +35,10 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     if not path.is_file():
         return []
     from lmmbench.config.input_files import read_text
+    from lmmbench.core.csv_rows import csv_rows
     from lmmbench.core.ttft_names import upgrade_breakdown_row
 
-    rows = csv.DictReader(io.StringIO(read_text(path, "results file"), newline=""))
-    return [upgrade_breakdown_row(r) for r in rows]
+    return [upgrade_breakdown_row(r) for r in csv_rows(read_text(path, "results file"))]
 
 
 def _drop_torn_last_line(path: Path, text: str) -> str:

@@ -12,8 +12,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +27,13 @@ PERF_REQUEST_METRICS = ("ttft_ms", "tpot_ms", "itl_mean_ms", "e2e_ms")
 PERF_RUN_METRICS = ("qps", "output_token_throughput", "goodput_qps")
 
 
+def _not_negative(metric: str, value: Any, where: str) -> None:
+    x = to_float(value)
+    if x is not None and x < 0 and metric.endswith("_ms"):
+        raise UserError(f"{where}: {metric} = {value} is a negative duration, which no run measures; fix or "
+                        "remove that row (an unmeasured time is an empty cell)")
+
+
 @dataclass
 class RunSamples:
     """group -> metric -> values (per request / sample); ``per_run`` holds run-level numbers."""
@@ -39,8 +44,10 @@ class RunSamples:
     per_window: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     per_run: dict[str, dict[str, float]] = field(default_factory=dict)
 
-    def add(self, group: str, metric: str, value: Any) -> None:
-        """Add one value (skipped when it was not measured)."""
+    def add(self, group: str, metric: str, value: Any, where: str = "") -> None:
+        """Add one value (skipped when it was not measured); a negative duration (``*_ms``: a hand-edited
+        file) is refused with the file and row it is in (``where``)."""
+        _not_negative(metric, value, where or str(self.folder))
         x = to_float(value)
         if x is not None:
             self.per_sample.setdefault(group, {}).setdefault(metric, []).append(x)
@@ -50,9 +57,9 @@ def _rows(path: Path) -> list[dict[str, str]]:
     if not path.is_file():
         return []
     from lmmbench.config.input_files import read_text
+    from lmmbench.core.csv_rows import csv_rows
 
-    with io.StringIO(read_text(path, "results file"), newline="") as fh:  # non-UTF-8 is one line naming the file
-        return list(csv.DictReader(fh))
+    return csv_rows(read_text(path, "results file"))  # non-UTF-8 is one line naming the file
 
 
 def point_key(labels: dict[str, Any]) -> str:
@@ -69,7 +76,8 @@ class _PointSpan:
     good: list[tuple[int, float]] = field(default_factory=list)
 
 
-def _perf_record(s: RunSamples, rec: dict[str, Any], spans: dict[str, _PointSpan], slo: dict[str, float]) -> None:
+def _perf_record(s: RunSamples, rec: dict[str, Any], spans: dict[str, _PointSpan], slo: dict[str, float],
+                 where: str) -> None:  # fmt: skip
     from lmmbench.metrics.perf_metrics import meets_slo
 
     group = point_key(rec.get("labels") or {})
@@ -83,7 +91,7 @@ def _perf_record(s: RunSamples, rec: dict[str, Any], spans: dict[str, _PointSpan
     if not rec.get("ok"):
         return
     for metric in PERF_REQUEST_METRICS:
-        s.add(group, metric, rec.get(metric))
+        s.add(group, metric, rec.get(metric), where)
     if end:
         span.ok.append((end, float(rec.get("output_tokens") or 0)))
         if not slo or meets_slo(rec, slo):
@@ -100,10 +108,10 @@ def _perf(s: RunSamples) -> None:
     if path.is_file():
         try:
             with path.open(encoding="utf-8") as fh:  # streamed: a records file can hold millions of lines
-                for line in fh:
+                for number, line in enumerate(fh, 1):
                     rec = json.loads(line) if line.strip() else {}
                     if rec and not rec.get("warmup"):
-                        _perf_record(s, rec, spans, slo)
+                        _perf_record(s, rec, spans, slo, f"{path} line {number}")
                         labels = rec.get("labels") or {}
                         points.setdefault(labels.get("point"), point_key(labels))
         except ValueError as exc:  # not UTF-8, or a line that is not JSON
@@ -132,13 +140,17 @@ def _perf(s: RunSamples) -> None:
 def _spec(s: RunSamples) -> None:
     from lmmbench.core.ttft_names import upgrade_breakdown_row
 
-    for old in _rows(s.folder / f"{s.run_log.name}_results.csv"):
-        row = upgrade_breakdown_row(old)  # an old breakdown compares in the TTFT study's terms
-        if row.get("status", "ok") != "ok":
+    path = s.folder / f"{s.run_log.name}_results.csv"
+    for number, written in enumerate(_rows(path), 2):  # line 1 is the header
+        if written.get("status", "ok") != "ok":
             continue
+        where = f"{path} line {number} (sample {written.get('sample_id', '?')})"
+        for key, cell in written.items():  # as written: an upgrade's sums could hide a hand-edited -5
+            _not_negative(key, cell, where)
+        row = upgrade_breakdown_row(written)  # an old breakdown compares in the TTFT study's terms
         for key, cell in row.items():
             if key.endswith("_ms"):
-                s.add("all", key, cell)
+                s.add("all", key, cell, where)
 
 
 def _eval(s: RunSamples) -> None:

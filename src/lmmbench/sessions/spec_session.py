@@ -8,6 +8,7 @@ plan executors all call ``run_spec``; it prints nothing but the runner's progres
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,8 @@ def run_spec(spec_name: str, options: Any) -> SpecRun:
     results_path = spec_dir / f"{spec.name}_results.csv"
     stats = RunStats()
     interrupted = False
+    if options.resume:
+        check_resumable(results_path, [*BASE_COLUMNS, *spec.columns])  # before setup loads anything
     try:
         cases = spec.setup(ctx)
         extras = list(dict.fromkeys(k for c in cases for k in c.extra))
@@ -151,6 +154,32 @@ def file_counts(rows: list[dict[str, Any]]) -> tuple[int, int, int]:
     degraded = pairs(lambda st: st == "degraded") - ok
     failed = pairs(lambda st: st not in ("ok", "degraded")) - ok - degraded
     return len(ok), len(degraded), len(failed)
+
+
+def check_resumable(path: Path, columns: Sequence[str]) -> None:
+    """Refuse (one line) a ``--resume`` of a results file whose header lacks columns the spec writes today,
+    before anything is loaded: a file of an older layout (the TTFT breakdown's parts under their old names)
+    cannot be continued, since its rows and the new ones would measure different quantities."""
+    import csv
+    import io
+
+    from lmmbench.config.input_files import read_text
+    from lmmbench.core.errors import UserError
+    from lmmbench.core.ttft_names import LEGACY_PREFILL_PARTS
+
+    if not path.is_file():
+        return
+    first = read_text(path, "results file").partition("\n")[0]
+    header = next(csv.reader(io.StringIO(first)), [])
+    missing = [c for c in columns if c not in header]
+    if not header or not missing:
+        return
+    old = [c for c in header if c in LEGACY_PREFILL_PARTS]
+    why = (f"it was written by an older lmmbench ({', '.join(old)} are today's "
+           f"{', '.join(LEGACY_PREFILL_PARTS[c] for c in old)})" if old
+           else f"the file lacks column(s) {', '.join(missing[:5])}")  # fmt: skip
+    raise UserError(f"{path}: cannot --resume: {why}; use another --out-dir, or --overwrite to measure it again "
+                    "(`lmmbench runs compare` reads the old run as it is)")
 
 
 _RUN_FILES = ("run.json", "report.html")

@@ -27,10 +27,12 @@ from pydantic import Field, model_validator
 
 from lmmbench.config.limits import check_limit
 from lmmbench.core.errors import UserError
+from lmmbench.models.families import ModelFamily
 from lmmbench.specs.base import Case, RunOptions, Spec, SpecContext, register_spec
 from lmmbench.specs.experiment_support import load_spec_model, new_figure, ok_rows, save_figure
 
-__all__ = ["MATRIX_CORNER", "ModelBenchOptions", "ModelBenchSpec", "measure_cell", "write_matrix"]
+__all__ = ["MATRIX_CORNER", "ModelBenchOptions", "ModelBenchSpec", "check_before_loading", "measure_cell",
+           "write_matrix"]
 
 #: The first header cell of ByteMLPerf's matrices: batch size across, sequence length down.
 MATRIX_CORNER = "batch_size\n----------\nseq_len"
@@ -66,11 +68,99 @@ class ModelBenchOptions(RunOptions):
                 raise ValueError(f"{name} must be a non-empty list of positive integers")
             check_limit("sweep_points", len(values), f"--{name.replace('_', '-')}")
         check_limit("input_tokens", max(self.seq_lens), "--seq-lens")
-        check_limit("batch_size", max(self.batch_sizes + self.context_batch_sizes), "--batch-sizes")
+        check_limit("batch_size", max(self.batch_sizes), "--batch-sizes")
+        check_limit("batch_size", max(self.context_batch_sizes), "--context-batch-sizes")
         check_limit("duration_s", self.budget_s, "--budget-s")
         if not self.phases:
             raise ValueError("phases: give context, decode or both")
         return self
+
+
+def _model_config(model: str) -> tuple[Path, dict[str, Any], ModelFamily]:
+    """(folder, config.json, family) of ``--model`` without loading it: a built-in model is built as any run builds
+    it, a hub id has its config.json alone fetched, a shape's config is the one it ships."""
+    from lmmbench.config.input_files import load_json, read_text
+    from lmmbench.core.hub import looks_like_hub_id, resolve_hub_snapshot
+    from lmmbench.models.families import family_from_config, get_family
+    from lmmbench.models.loading import resolve_model
+    from lmmbench.models.tiny import TINY_MODEL_NAMES
+
+    if model.startswith("shape:"):
+        from lmmbench.models.shapes import load_shape_spec, shape_model_dir
+
+        spec = load_shape_spec(model)
+        return shape_model_dir(spec.name), spec.config, get_family(spec.family)
+    if model not in TINY_MODEL_NAMES and not Path(model).expanduser().exists() and looks_like_hub_id(model):
+        path = Path(resolve_hub_snapshot(model, allow_patterns=["config.json"]).path)
+    else:
+        path = resolve_model(model).path
+    cfg = path / "config.json"
+    config = load_json(read_text(cfg, "model config"), cfg) if cfg.is_file() else None
+    if not isinstance(config, dict):
+        raise UserError(f"--model {model}: {path / 'config.json'} is missing or not a JSON object; give a "
+                        "transformers model directory")  # fmt: skip
+    return path, config, family_from_config(path)
+
+
+def _int(config: dict[str, Any], *names: str) -> int | None:
+    """The first of ``names`` in ``config`` that is a positive integer (a bool is not one)."""
+    for name in names:
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _kv_bytes_per_token(config: dict[str, Any], dtype_bytes: int) -> int:
+    """Bytes the KV cache holds per token: 2 (K and V) x layers x KV heads x head dim x dtype; 0 where the
+    config does not say (the memory check is then the weights' alone)."""
+    layers, heads = _int(config, "num_hidden_layers", "n_layer"), _int(config, "num_attention_heads", "n_head")
+    kv_heads = _int(config, "num_key_value_heads") or heads
+    hidden = _int(config, "hidden_size", "n_embd")
+    head_dim = _int(config, "head_dim") or (hidden // heads if hidden and heads else None)
+    if not (layers and kv_heads and head_dim):
+        return 0
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def _device_and_dtype_bytes(opts: ModelBenchOptions) -> tuple[Any, int]:
+    """The device the run will use and the bytes of one value in its dtype (``auto`` as loading resolves it)."""
+    from lmmbench.models.loading import pick_device
+
+    device = pick_device(opts.device)
+    dtype = opts.dtype if opts.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
+    return device, {"float16": 2, "bfloat16": 2}.get(str(dtype), 4)
+
+
+def check_before_loading(opts: ModelBenchOptions) -> None:
+    """Every check of a model-bench run that needs no model, from ``config.json`` alone (UserError, one line):
+    a text model; every sequence length (and the decode step's one more) within its positions; the largest
+    cell's KV cache, input ids and weights (a lower bound of what the cell needs) within the device's free
+    memory."""
+    from lmmbench.models.shapes import available_bytes
+
+    path, config, family = _model_config(opts.model)
+    if family.multimodal:
+        raise UserError(f"--model {opts.model}: model-bench times a text model's forward; this one is "
+                        f"{family.name} (use tiny-llm or a causal LM)")  # fmt: skip
+    limit = _int(config, "max_position_embeddings", "n_positions", "n_ctx")
+    longest = max(opts.seq_lens) + (1 if "decode" in opts.phases else 0)
+    if limit is not None and longest > limit:
+        raise UserError(f"--seq-lens {max(opts.seq_lens)}: the model holds at most {limit} positions "
+                        f"({longest} needed{', the decode step adds one' if 'decode' in opts.phases else ''})")
+    device, dtype_bytes = _device_and_dtype_bytes(opts)
+    weights = sum(f.stat().st_size for f in path.glob("*") if f.suffix in (".safetensors", ".bin")) // 4 * dtype_bytes
+    per_token = _kv_bytes_per_token(config, dtype_bytes) + 8  # + the int64 input id
+    have = available_bytes(device)
+    for phase, flag in (("context", "--context-batch-sizes"), ("decode", "--batch-sizes")):
+        if phase not in opts.phases:
+            continue
+        batch = max(opts.context_batch_sizes if phase == "context" else opts.batch_sizes)
+        need = weights + batch * (max(opts.seq_lens) + int(phase == "decode")) * per_token
+        if need > have:
+            raise UserError(f"{flag} {batch} with --seq-lens {max(opts.seq_lens)}: the {phase} cell needs at least "
+                            f"{need / 1024**3:.1f} GiB (KV cache, input ids and weights) but {device} has "
+                            f"{have / 1024**3:.1f} GiB free; give smaller sizes or a bigger device")
 
 
 def _timer(device: Any) -> tuple[str, Callable[[Callable[[], Any]], float]]:
@@ -173,13 +263,8 @@ class ModelBenchSpec(Spec):
         torch.manual_seed(opts.seed)
         if opts.threads:
             torch.set_num_threads(int(opts.threads))
+        check_before_loading(opts)  # from config.json: nothing is loaded for a run that cannot be measured
         loaded = load_spec_model(opts.model, opts.device, opts.dtype)
-        if loaded.ref.is_multimodal:
-            raise UserError(f"--model {opts.model}: model-bench times a text model's forward; this one is "
-                            f"{loaded.ref.family} (use tiny-llm or a causal LM)")  # fmt: skip
-        limit = getattr(loaded.model.config, "max_position_embeddings", None)
-        if isinstance(limit, int) and max(opts.seq_lens) + 1 > limit:
-            raise UserError(f"--seq-lens {max(opts.seq_lens)}: the model holds at most {limit} positions")
         timer, time_ms = _timer(loaded.device)
         ctx.state.update(loaded=loaded, time_ms=time_ms, timer=timer)
         ctx.environment.update(

@@ -17,7 +17,6 @@ This module returns the fields of a ``RunLog`` (and the mappings its ``Measureme
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 from pathlib import Path
@@ -41,8 +40,9 @@ def _legacy_id(kind: str, folder: Path) -> str:
 def _csv_rows(path: Path) -> list[dict[str, str]]:
     if not path.is_file():
         return []
-    with path.open(newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    from lmmbench.core.csv_rows import csv_rows
+
+    return csv_rows(path.read_text(encoding="utf-8"))
 
 
 def _files(folder: Path) -> list[str]:

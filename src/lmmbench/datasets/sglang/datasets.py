@@ -71,18 +71,38 @@ def _json(path: Path) -> Any:
 
 
 def _json_lines(path: Path, skip_bad: bool) -> list[Any]:
+    return [row for _, row in _numbered_json_lines(path, skip_bad)]
+
+
+def _numbered_json_lines(path: Path, skip_bad: bool) -> list[tuple[int, Any]]:
+    """(line number, value) of every JSON line; a line that is not JSON skipped (``skip_bad``) or refused."""
     rows = []
     for lineno, line in enumerate(_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append((lineno, json.loads(line)))
         except RecursionError:
             raise UserError(f"{path}:{lineno}: JSON nested too deeply") from None
         except ValueError:
             if not skip_bad:
                 raise UserError(f"{path}:{lineno}: not a JSON line") from None
     return rows
+
+
+def _object(row: Any, where: str) -> dict[str, Any]:
+    """A data-set row that must be a JSON object (SGLang calls ``.get`` on it), else one line naming it."""
+    if not isinstance(row, dict):
+        raise UserError(f"{where}: the row is {type(row).__name__}, expected a JSON object")
+    return row
+
+
+def _count(value: Any, where: str, field: str) -> int:
+    """A token count of a row: a whole number >= 1 (a bool, a string or a float is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{where}: '{field}' {value!r}: a whole number >= 1 is needed")
+    check_limit("output_tokens", value, f"{where}: '{field}'")
+    return value
 
 
 def _pairs(rows: Any, custom: bool, path: Path) -> list[tuple[str, str]]:
@@ -224,29 +244,34 @@ def openai_rows(ns: argparse.Namespace, tok: SglTokenizer, path: Path) -> list[S
     """``sample_openai_requests``: the first ``--num-prompts`` JSON lines of chat requests, each one's own fields
     (tools, sampling) sent with it; the output length ``--sharegpt-output-len``, else its ``max_tokens``, else 256."""
     excluded = {"messages", "max_tokens", "max_completion_tokens", "model"}
-    rows: list[Any] = []
+    rows: list[tuple[int, Any]] = []
     for lineno, line in enumerate(_text(path).splitlines(), start=1):
         if ns.num_prompts > 0 and len(rows) >= ns.num_prompts:
             break
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                rows.append((lineno, json.loads(line)))
             except ValueError:
                 continue
             except RecursionError:
                 raise UserError(f"{path}:{lineno}: JSON nested too deeply") from None
     out = []
-    for data in rows:
-        messages = data.get("messages", []) if isinstance(data, dict) else []
-        if not messages:
+    for lineno, row in rows:
+        where = f"{path}:{lineno}"
+        data = _object(row, where)
+        messages = data.get("messages", [])
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise UserError(f"{where}: 'messages' is {type(messages).__name__}, expected a list of "
+                            "{'role': ..., 'content': ...} objects")  # fmt: skip
+        if not messages:  # a row without messages is skipped, as SGLang skips it
             continue
         extra = {k: v for k, v in data.items() if k not in excluded}
         ids = tok.chat_ids(messages)
         prompt_len = None if ids is None else len(ids)
         if prompt_len is not None and "tools" in extra:
             prompt_len += len(tok.encode(json.dumps(extra["tools"])))
-        out.append(SglRow(messages, prompt_len, ns.sharegpt_output_len or data.get("max_tokens", 256),
-                          extra_body=extra))  # fmt: skip
+        output_len = ns.sharegpt_output_len or _count(data.get("max_tokens", 256), where, "max_tokens")
+        out.append(SglRow(messages, prompt_len, output_len, extra_body=extra))
     return out
 
 
@@ -304,8 +329,16 @@ def speed_bench(ns: argparse.Namespace, tok: SglTokenizer, rngs: VllmRng) -> lis
                         "(SGLang's prepare_speed_bench.sh writes it)")  # fmt: skip
     path = file_arg(ns.dataset_path)
     wanted = ns.speed_bench_category
-    prompts = [row["turns"][0] for row in _json_lines(path, False)
-               if isinstance(row, dict) and (not wanted or row.get("category") == wanted) and row.get("turns")]
+    prompts = []
+    for lineno, row in _numbered_json_lines(path, False):  # every row checked, of any category
+        where = f"{path}:{lineno}"
+        turns = _object(row, where).get("turns")
+        if not isinstance(turns, list) or not turns:
+            raise UserError(f"{where}: 'turns' is {type(turns).__name__ if turns != [] else 'an empty list'}, "
+                            "expected a list of strings (the first is the prompt)")  # fmt: skip
+        first = row_text(turns[0], where, "turns[0]")
+        if not wanted or row.get("category") == wanted:
+            prompts.append(first)
     if not prompts:
         which = f" for category={ns.speed_bench_category}" if ns.speed_bench_category else ""
         raise UserError(f"{path}: no rows{which}")
@@ -322,6 +355,29 @@ def speed_bench(ns: argparse.Namespace, tok: SglTokenizer, rngs: VllmRng) -> lis
     return rows
 
 
+def _check_trace(path: Path, conversations: Any) -> None:
+    """An agentic trace's shape, as SGLang reads it: a list of conversations, each a list of turn objects whose
+    ``messages`` is a list of message objects and whose ``prompt_tokens``, when given, a whole number."""
+    if not isinstance(conversations, list):
+        raise UserError(f"{path}: 'conversations' is {type(conversations).__name__}, expected a list of "
+                        "conversations (each a list of turns)")  # fmt: skip
+    for i, conv in enumerate(conversations):
+        where = f"{path}: conversations[{i}]"
+        if not isinstance(conv, list):
+            raise UserError(f"{where} is {type(conv).__name__}, expected a list of turns")
+        for j, turn in enumerate(conv):
+            if not isinstance(turn, dict):
+                raise UserError(f"{where}[{j}] is {type(turn).__name__}, expected a {{'messages': [...]}} object")
+            messages = turn.get("messages")
+            if messages is not None and (not isinstance(messages, list)
+                                         or not all(isinstance(m, dict) for m in messages)):  # fmt: skip
+                raise UserError(f"{where}[{j}].messages is {type(messages).__name__}, expected a list of message "
+                                "objects")  # fmt: skip
+            tokens = turn.get("prompt_tokens", 0)
+            if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+                raise UserError(f"{where}[{j}].prompt_tokens {tokens!r}: a whole number >= 0 is needed")
+
+
 def agentic_trace(ns: argparse.Namespace) -> list[SglRow]:
     """``AgenticTraceDataset``: one multi-turn row per conversation (each turn's new messages), the list turned by
     ``--dataset-offset``, cut to ``--agentic-max-turns``; ``--sharegpt-output-len`` (else 220) tokens per turn."""
@@ -330,6 +386,7 @@ def agentic_trace(ns: argparse.Namespace) -> list[SglRow]:
     conversations = data.get("conversations", []) if isinstance(data, dict) else []
     if not conversations:
         raise UserError(f"{path}: no 'conversations' in the trace")
+    _check_trace(path, conversations)
     offset = ns.dataset_offset % len(conversations)
     if offset:
         conversations = conversations[offset:] + conversations[:offset]

@@ -166,13 +166,15 @@ def spec_bench_prompts(path: Path, category: str | None, seed: int, shuffle: boo
     shuffled by ``random.seed(seed); random.shuffle`` unless ``shuffle`` is off."""
     from lmmbench.config.input_files import read_text
     from lmmbench.datasets.json_lines import parse_json_lines
+    from lmmbench.datasets.vllm.samplers import row_text
 
     prompts = []
     for lineno, row in parse_json_lines(read_text(path, "dataset file"), path):
         if not isinstance(row, dict) or not isinstance(row.get("turns"), list) or not row["turns"]:
             raise UserError(f"{path}:{lineno}: expected an object with a 'turns' list")
+        first = row_text(row["turns"][0], f"{path}:{lineno}", "turns[0]")  # a null or a number is no prompt
         if not category or row.get("category") == category:
-            prompts.append(str(row["turns"][0]))
+            prompts.append(first)
     if not prompts:
         which = f" of category {category}" if category else ""
         raise UserError(f"{path}: no rows{which}")

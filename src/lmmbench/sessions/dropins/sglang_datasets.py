@@ -17,18 +17,24 @@ _NO_TOKENIZER = ("agentic-trace",)  # loaders that never call the tokenizer
 
 
 def _tokenizer(ns: argparse.Namespace, name: str | None, what: str) -> Any:
-    """A local tokenizer folder or file, or a hub id read from the Hugging Face cache."""
+    """A local tokenizer folder or file, a hub id read from the Hugging Face cache, or a built-in model's name
+    (built on first use)."""
     from lmmbench.core.hub import looks_like_hub_id, resolve_hub_snapshot
     from lmmbench.datasets.sglang.rows import SglTokenizer
 
     if not name:
         raise UserError(f"--dataset-name {ns.dataset_name}: SGLang's loader needs the model's tokenizer: give "
                         "--tokenizer (a tokenizer folder or hub id) or --model")  # fmt: skip
+    from lmmbench.models.tiny import TINY_MODEL_NAMES, build_tiny_model
+
     path = Path(name)
-    if not path.exists() and looks_like_hub_id(name):
+    if not path.exists() and name in TINY_MODEL_NAMES:  # a built-in model's tokenizer, as perf takes it
+        path = build_tiny_model(name)
+    elif not path.exists() and looks_like_hub_id(name):
         path = Path(resolve_hub_snapshot(name, what, ["tokenizer*", "*.json", "*.txt", "*.jinja", "*.model"]).path)
     if not path.exists():
-        raise UserError(f"{what} {name}: no such tokenizer folder or hub id in the local cache")
+        raise UserError(f"{what} {name}: no such tokenizer folder, hub id in the local cache or built-in model "
+                        f"({', '.join(TINY_MODEL_NAMES)})")  # fmt: skip
     return SglTokenizer(path)
 
 

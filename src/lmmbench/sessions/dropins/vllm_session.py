@@ -145,7 +145,8 @@ def _place_result(ns: Any, result: dict[str, Any], target: Path | None) -> Path 
 
 
 def _tokenizer(ns: Any) -> tuple[Any, Path | None]:
-    """vLLM's tokenizer choice (--tokenizer, else the model's), read as tokenizer.json (a local dir or hub id)."""
+    """vLLM's tokenizer choice (--tokenizer, else the model's), read as tokenizer.json (a local dir, a hub id or
+    a built-in model's name: tiny-llm's tokenizer, the model built on first use)."""
     from lmmbench.core.errors import UserError
     from lmmbench.core.hub import looks_like_hub_id, resolve_hub_snapshot
     from lmmbench.datasets.vllm.samplers import VllmTokenizer
@@ -154,11 +155,16 @@ def _tokenizer(ns: Any) -> tuple[Any, Path | None]:
     if not name:
         raise UserError("give --tokenizer (a tokenizer directory or hub id) or --model: vLLM's samplers need the "
                         "model's tokenizer")  # fmt: skip
+    from lmmbench.models.tiny import TINY_MODEL_NAMES, build_tiny_model
+
     path = Path(name)
-    if not path.exists() and looks_like_hub_id(str(name)):
+    if not path.exists() and str(name) in TINY_MODEL_NAMES:  # a built-in model's tokenizer, as perf takes it
+        path = build_tiny_model(str(name))
+    elif not path.exists() and looks_like_hub_id(str(name)):
         path = Path(resolve_hub_snapshot(str(name), "--tokenizer", ["tokenizer*", "*.json", "*.txt"]).path)
     if not path.exists():
-        raise UserError(f"--tokenizer {name}: no such tokenizer directory or hub id in the local cache")
+        raise UserError(f"--tokenizer {name}: no such tokenizer directory, hub id in the local cache or built-in "
+                        f"model ({', '.join(TINY_MODEL_NAMES)})")  # fmt: skip
     return VllmTokenizer.load(path), path
 
 
