@@ -69,6 +69,11 @@ CASES: list[tuple[str, list[str], str]] = [
     ("run-out-dir-is-file", ["run", "ttft-breakdown", "--out-dir", "{c:a_file}"], "is a file"),
     ("media-out-dir-is-file", ["media", "synth", "--out-dir", "{c:a_file}"], "is a file"),
     ("eval-out-dir-is-file", [*EVAL_EP[:-1], "{c:a_file}", "--tasks", "sample_mc", "--limit", "1"], "is a file"),
+    ("episodic-video-out-path-is-file", ["run", "episodic-eval", "--env", "toy-waypoints", "--num-tasks", "1",
+                                         "--num-trials-per-task", "1", "--max-steps", "2", "--no-progress",
+                                         "--out-dir", "{out}", "--video-out-path", "{c:a_file}"], "is a file"),
+    ("serve-policy-metrics-out-is-folder", ["serve-policy", "--policy", "toy", "--port", "0",
+                                            "--metrics-out", "{corpus}"], "is a folder"),
     # Jinja runtime errors and a template that would build a gigabyte
     ("eval-template-type-error", [*EVAL_EP, "--tasks", "{c:task_type_error.yaml}"], "template"),
     ("eval-template-overflow", [*EVAL_EP, "--tasks", "{c:task_overflow.yaml}"], "template"),

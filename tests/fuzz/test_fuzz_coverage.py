@@ -39,6 +39,8 @@ INPUT_KINDS: dict[str, list[str]] = {
                        "perf-trace-csv-not-utf8", "perf-multiturn-set-not-utf8", "timestamp-nan"],
     "--manifest": ["run-manifest-not-utf8"],
     "--out": ["reference-dump-out-is-file", "models-build-out-of-a-tiny-model"],
+    "--video-out-path": ["episodic-video-out-path-is-file"],
+    "--metrics-out": ["serve-policy-metrics-out-is-folder"],
     "--out-dir": ["perf-out-dir-is-file", "perf-out-dir-under-file", "run-out-dir-is-file", "eval-out-dir-is-file"],
     "--reference": ["episodic-reference-not-utf8", "episodic-reference-bad-line"],
     "--result-dir": ["perf-result-dir-under-file"],

@@ -50,6 +50,10 @@ def _serve_policy(cfg: ServePolicyConfig) -> None:
     if is_remote(cfg.policy):
         raise UserError(f"--policy {cfg.policy}: serve-policy serves a policy lmmbench runs in this process; a served "
                         "one is driven with run episodic-eval --policy ws://HOST:PORT")
+    if cfg.metrics_out is not None:  # before the policy is built and the port bound
+        from lmmbench.config.input_files import check_output_file
+
+        check_output_file(cfg.metrics_out, "--metrics-out")
     device = _device(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

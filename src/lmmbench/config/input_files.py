@@ -21,7 +21,8 @@ import yaml
 from lmmbench.config.limits import check_limit, limit_value
 from lmmbench.core.errors import UserError
 
-__all__ = ["check_writable_dir", "load_json", "load_yaml", "prepare_out_dir", "raise_csv_field_limit", "read_text"]
+__all__ = ["check_output_file", "check_writable_dir", "load_json", "load_yaml", "prepare_out_dir",
+           "raise_csv_field_limit", "read_text"]
 
 
 def raise_csv_field_limit() -> None:
@@ -162,6 +163,16 @@ def prepare_out_dir(path: Path, what: str = "--out-dir") -> Path:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{what} {path}: cannot create the folder ({exc.strerror or exc})") from None
+    return path
+
+
+def check_output_file(path: Path, what: str) -> Path:
+    """A file lmmbench will write at ``path``: not a folder, its folder created (``prepare_out_dir``); checked before
+    anything runs rather than when the file is written."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{what} {path}: is a folder; name a file (e.g. {path / 'metrics.json'})")
+    prepare_out_dir(path.parent, what)
     return path
 
 

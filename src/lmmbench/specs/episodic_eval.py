@@ -218,6 +218,7 @@ class EnvMaker:
 def _build_run(opts: EpisodicEvalOptions) -> tuple[Any, int, Any, Any, dict[str, Any]]:
     """(suite, number of tasks, make_env(task), the policy, what run.json records): openpi's settings resolved,
     the policy built with the run's settings and its keys chosen (``episodes.keys``)."""
+    from lmmbench.config.input_files import prepare_out_dir
     from lmmbench.core.errors import UserError
     from lmmbench.episodes import PolicySettings, make_policy
     from lmmbench.episodes.custom import close_env
@@ -229,6 +230,9 @@ def _build_run(opts: EpisodicEvalOptions) -> tuple[Any, int, Any, Any, dict[str,
     )
     from lmmbench.episodes.policies.adapters import AdaptedPolicy
     from lmmbench.episodes.suites import VLA_POLICIES
+
+    if opts.video_out_path is not None:  # a file in the way is refused now, not when the first episode ends
+        prepare_out_dir(Path(opts.video_out_path), "--video-out-path")
 
     suite, num_tasks, kwargs, info = _suite_and_env(opts)
     device = _device(opts.device)
