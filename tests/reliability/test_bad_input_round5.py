@@ -154,3 +154,10 @@ def test_num_fewshot_on_lmms_benchmarks_only_is_refused(capsys: pytest.CaptureFi
     code = main(["eval", "--model", f"http://127.0.0.1:{free_loopback_port()}", "--tokenizer", "tiny-vl", "--tasks",
                  "chartqa", "--num_fewshot", "3", "--out-dir", str(tmp_path)])  # fmt: skip
     _one_line(capsys, code, "--num_fewshot", "chartqa")
+
+
+def test_num_fewshot_beside_an_lmms_benchmark_is_refused_not_half_applied(capsys: pytest.CaptureFixture[str],
+                                                                           tmp_path: Path) -> None:
+    code = main(["eval", "--model", f"http://127.0.0.1:{free_loopback_port()}", "--tokenizer", "tiny-vl", "--tasks",
+                 "sample_mc,chartqa", "--num_fewshot", "3", "--out-dir", str(tmp_path)])  # fmt: skip
+    _one_line(capsys, code, "--num_fewshot", "chartqa")

@@ -185,9 +185,9 @@ def refusals(cfg: EvalConfig, own: list[TaskConfig], catalogue_kinds: list[str |
                            *lmms])  # fmt: skip
         out.append(_refuse("--prompt", f"replaces the prompt of lmmbench's own tasks and task files only, not of "
                            f"{which}; run those without --prompt"))
-    if cfg.num_fewshot and lmms and not own and not catalogue_kinds:  # lmms-eval's benchmarks are zero-shot
+    if cfg.num_fewshot and lmms:  # lmms-eval's benchmarks are zero-shot: beside other tasks it would act on half
         out.append(_refuse("--num_fewshot", f"the lmms-eval benchmarks ({', '.join(lmms)}) are asked zero-shot, as "
-                           "lmms-eval asks them; run them without --num_fewshot"))
+                           "lmms-eval asks them; run them without --num_fewshot (apart from the other tasks)"))
     return out
 
 
