@@ -7,9 +7,6 @@ CI installs ``lmmbench[libero]`` (scripts/setup.sh --dev), so there a missing LI
 from __future__ import annotations
 
 import csv
-import importlib
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +14,6 @@ import numpy as np
 import pytest
 
 from lmmbench.core.errors import UserError
-
-
-@pytest.fixture(scope="module")
-def libero() -> Iterator[Any]:
-    if os.environ.get("CI"):  # CI installs lmmbench[libero]: a missing LIBERO fails here instead of skipping
-        importlib.import_module("libero.libero.envs")
-    else:
-        pytest.importorskip("libero.libero.envs", reason="LIBERO needs pip install 'lmmbench[libero]'")
-    from lmmbench.episodes.envs import libero as module
-
-    yield module
-    module.close_idle_scenes()
 
 
 def test_libero_object_runs_two_episodes_headless_with_two_cameras_and_pi0_tiny(libero: Any, tmp_path: Path) -> None:

@@ -12,9 +12,7 @@ on this CPU from the same simulator state, so nothing but the scene rendered can
 
 from __future__ import annotations
 
-import importlib
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,17 +27,6 @@ ACTIONS = [np.array([0.6, -0.3, 0.5, 0.0, 0.0, 0.2, -1.0], dtype=np.float32),
            np.array([-0.4, 0.5, -0.2, 0.1, 0.0, 0.0, 1.0], dtype=np.float32),
            np.array([0.0, 0.0, 0.8, 0.0, -0.2, 0.0, -1.0], dtype=np.float32)]
 
-
-@pytest.fixture(scope="module")
-def libero() -> Iterator[Any]:
-    if os.environ.get("CI"):  # CI installs lmmbench[libero]: a missing LIBERO fails here instead of skipping
-        importlib.import_module("libero.libero.envs")
-    else:
-        pytest.importorskip("libero.libero.envs", reason="LIBERO needs pip install 'lmmbench[libero]'")
-    from lmmbench.episodes.envs import libero as module
-
-    yield module
-    module.close_idle_scenes()
 
 
 class ReplayPolicy(ActOnly):

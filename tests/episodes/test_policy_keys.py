@@ -11,12 +11,9 @@ real LIBERO scenes (rendered headless), nothing mocked."""
 from __future__ import annotations
 
 import csv
-import importlib
 import json
 import math
-import os
 import pickle
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,17 +134,6 @@ def test_openpi_keyed_policy_on_push_t_gets_openpis_keys_and_replans_every_5(tmp
     assert int(row["action_calls"]) == math.ceil(int(row["steps"]) / 5) == len(seen)
     assert np.linalg.norm(seen[-1]["observation/state"] - 256.0) < np.linalg.norm(seen[0]["observation/state"] - 256.0)
 
-
-@pytest.fixture(scope="module")
-def libero() -> Iterator[Any]:
-    if os.environ.get("CI"):  # CI installs lmmbench[libero]: a missing LIBERO fails here instead of skipping
-        importlib.import_module("libero.libero.envs")
-    else:
-        pytest.importorskip("libero.libero.envs", reason="LIBERO needs pip install 'lmmbench[libero]'")
-    from lmmbench.episodes.envs import libero as module
-
-    yield module
-    module.close_idle_scenes()
 
 
 def _openpi_loop_by_hand(trials: int, num_steps_wait: int, seed: int) -> list[dict[str, Any]]:
