@@ -5,16 +5,22 @@
 #     that time something against a ground truth);
 #  3. the serial ones, one at a time; then the numerics ones (floats across batch sizes and kernels) again with
 #     torch's CPU kernels held to AVX2, as an AVX2-only CPU runs them (tests/conftest.py: NUMERICS_HOLDS);
-#  4. the docs leg: every bash block of README.md and docs/*.md run as pasted, in order (tests/docs), as two
-#     shards by doc file side by side; each shard's closing line counts the blocks run (passed), skipped by
-#     their marker and failed; SKIP_DOCS=1 skips it;
-#  5. the version legs (scripts/setup.sh --dev creates their venvs; SKIP_LEGS=1 skips them): the install smoke
+#  4. beside 3, in the background at a lower CPU priority (they time nothing): the docs leg, every bash block of
+#     README.md and docs/*.md run as pasted, in order (tests/docs), as two shards by doc file; SKIP_DOCS=1 skips it;
+#     and the version legs (scripts/setup.sh --dev creates their venvs; SKIP_LEGS=1 skips them): the install smoke
 #     (tests/install: every command's --help, perf, ttft-breakdown, eval, serve) and the in-process subset
 #     (breakdown, serve engine, eval scoring) on a stock GPU image's versions (.venv-gpuimage) and on the lowest
-#     versions pyproject admits (.venv-floor); the smoke's torch-free part on the base package's floors.
+#     versions pyproject admits (.venv-floor); the smoke's torch-free part on the base package's floors. Their
+#     output is printed, with each one's time and verdict, when 3 is done.
+# Every pass prints its time and its 15 slowest tests; every ending prints the total.
 # With arguments (test paths, -k ...), one plain pytest run of those instead of passes 2 and 3.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# Bytecode: uv installs none, and images of this kind set PYTHONDONTWRITEBYTECODE=1, so every Python process of the
+# run (each xdist worker, each CLI subprocess a test or a docs block starts, each version leg) compiled torch's and
+# transformers' sources again: 3-4 s of CPU per `import torch, transformers` on a 2-core EPYC (8.4 s user without
+# bytecode, 4.8-5.5 s with). Written once on first import, the bytecode serves every later process of the run.
+unset PYTHONDONTWRITEBYTECODE
 WORKERS=${LMMBENCH_TEST_WORKERS:-2}
 T_START=$SECONDS
 
@@ -58,91 +64,110 @@ numerics_pass() {  # the numerics tests again, one at a time (serial ones among 
     -p no:cacheprovider --durations=15
 }
 
-.venv/bin/ruff check src tests benchmarks || exit 1
-.venv/bin/mypy src || exit 1
-if [ "$#" -gt 0 ]; then
-  pytest_pass "selected" .venv/bin/python -m pytest -q "$@"
-else
-  echo "== leg: main ($(versions .venv))"
-  pytest_pass "parallel ($WORKERS workers)" .venv/bin/python -m pytest -q -rs -n "$WORKERS" -m "not serial and not docs" \
-    -p no:cacheprovider --durations=15
-  pytest_pass "serial" .venv/bin/python -m pytest -q -m "serial and not docs" -p no:cacheprovider --durations=15
-  numerics_pass
-fi
-# The docs leg runs beside the version legs (neither times anything), as two shards by doc file, each in its own
-# fresh folder and process group (tests/docs/doc_blocks.py: FIRST_SHARD_FILES): their output is kept in files and
-# printed, with their verdict, once the version legs are done.
-DOCS_PIDS=()
-DOCS_LOGS=()
-finish_docs() {  # wait for the docs shards, print their output, fail as pytest_pass does
-  [ "${#DOCS_PIDS[@]}" -gt 0 ] || return 0
+# The background jobs: the docs leg (two shards by doc file, each in its own fresh folder: tests/docs/doc_blocks.py
+# FIRST_SHARD_FILES) and the version legs. None of them times anything, so they run beside the serial pass and the
+# numerics pass at a lower CPU priority (nice 10: a timing test that wants a core gets it, ~90 % of it when both
+# want the same one) and use the core those passes leave idle; the serial pass runs one test at a time. Each job
+# runs in a process group of its own (so a failing script stops its servers too); its output is kept in a file and
+# printed, with its time and verdict, once all are done.
+BG_NAMES=()
+BG_PIDS=()
+BG_LOGS=()
+bg_start() {  # bg_start NAME COMMAND...: COMMAND (or a function of this script) in the background at nice 10
+  local name=$1; shift
+  local log
+  log=$(mktemp)
+  set -m
+  ( renice -n 10 -p "$BASHPID" > /dev/null; t0=$SECONDS; "$@"; rc=$?; echo "== $name: $((SECONDS - t0)) s"; exit $rc ) \
+    > "$log" 2>&1 &
+  BG_PIDS+=($!)
+  set +m
+  BG_NAMES+=("$name")
+  BG_LOGS+=("$log")
+}
+bg_finish() {  # wait for every background job, print its output, fail as pytest_pass does
+  [ "${#BG_PIDS[@]}" -gt 0 ] || return 0
   local worst=0 i rc
-  for i in "${!DOCS_PIDS[@]}"; do
-    wait "${DOCS_PIDS[$i]}"
+  for i in "${!BG_PIDS[@]}"; do
+    wait "${BG_PIDS[$i]}"
     rc=$?
-    echo "== leg: docs, shard ${DOCS_SHARDS[$i]} (every documented bash block of its files, in order, in one fresh folder)"
-    cat "${DOCS_LOGS[$i]}"
-    echo "== docs shard ${DOCS_SHARDS[$i]}: exit $rc"
+    echo "== background: ${BG_NAMES[$i]}"
+    cat "${BG_LOGS[$i]}"
+    echo "== ${BG_NAMES[$i]}: exit $rc"
     if [ "$rc" -eq 5 ]; then
-      echo "pytest collected no tests (docs shard ${DOCS_SHARDS[$i]}): failing" >&2
+      echo "pytest collected no tests (${BG_NAMES[$i]}): failing" >&2
       rc=1
     fi
     [ "$rc" -eq 0 ] || worst=$rc
   done
-  DOCS_PIDS=()
-  echo "== docs: $((SECONDS - DOCS_T0)) s (beside the version legs)"
+  rm -f "${BG_LOGS[@]}"
+  BG_PIDS=()
   [ "$worst" -eq 0 ] || exit "$worst"
 }
-stop_docs() {  # a failing version leg ends the script: the docs shards' process groups go with them
+bg_stop() {  # a failing pass ends the script: the background jobs' process groups go with it
   local pid
-  for pid in "${DOCS_PIDS[@]}"; do
+  for pid in "${BG_PIDS[@]}"; do
     kill -TERM -- "-$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
   done
-  rm -f "${DOCS_LOGS[@]}"
+  [ "${#BG_LOGS[@]}" -eq 0 ] || rm -f "${BG_LOGS[@]}"
 }
-on_exit() {  # the docs shards go with a failing script; every ending prints the total
+on_exit() {  # the background jobs go with a failing script; every ending prints the total
   local rc=$?
-  stop_docs
+  bg_stop
   echo "== total: $((SECONDS - T_START)) s (exit $rc)"
 }
 trap on_exit EXIT
-DOCS_SHARDS=(first rest)
-if [ "${SKIP_DOCS:-0}" != "1" ]; then
-  set -m  # each shard in a process group of its own, so stop_docs reaches its servers too
-  for shard in "${DOCS_SHARDS[@]}"; do
-    log=$(mktemp)
-    DOCS_LOGS+=("$log")
-    LMMBENCH_DOCS_SHARD=$shard .venv/bin/python -m pytest -q -m docs -p no:cacheprovider -rs --durations=15 \
-      tests/docs > "$log" 2>&1 &
-    DOCS_PIDS+=($!)
-  done
-  DOCS_T0=$SECONDS
-  set +m
-fi
-if [ "${SKIP_LEGS:-0}" = "1" ]; then
-  finish_docs
-  exit 0
-fi
+
 IN_PROCESS=(tests/ttft/test_measured_or_refused.py tests/ttft/test_hooks.py tests/ttft/test_study_names.py
   tests/models/test_tiny_models.py
   tests/serve/test_serve_engine.py tests/serve/test_serve_media_guard.py tests/eval/test_scoring.py
   tests/eval/test_context_sharing.py tests/eval/test_read_positions.py)
-leg() {  # leg VENV TITLE PYTEST-ARGS...
+leg() {  # leg VENV TITLE PYTEST-ARGS...: one version leg (run in the background by start_background)
   local venv=$1 title=$2; shift 2
-  if [ ! -x "$venv/bin/python" ]; then
-    echo "$venv is missing: run scripts/setup.sh --dev (or SKIP_LEGS=1 to skip the version legs)" >&2
-    exit 1
-  fi
   echo "== leg: $title ($(versions "$venv"))"
   pytest_pass "$title" env PYTHONPATH=src "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$@"
 }
-leg .venv-gpuimage "GPU image versions" tests/install "${IN_PROCESS[@]}"
-leg .venv-floor "lowest versions pyproject admits" tests/install "${IN_PROCESS[@]}"
-# The base package is the load-testing client: its floors without torch, and torch never pulled in.
-if .venv-floor-base/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"; then
-  echo "the base package's install pulled torch: 'pip install lmmbench' must not" >&2
-  exit 1
+start_background() {  # the docs shards and the version legs, checked first
+  if [ "${SKIP_DOCS:-0}" != "1" ]; then
+    local shard
+    for shard in first rest; do
+      bg_start "docs, shard $shard (every documented bash block of its files, in order, in one fresh folder)" \
+        env LMMBENCH_DOCS_SHARD=$shard .venv/bin/python -m pytest -q -m docs -p no:cacheprovider -rs \
+        --durations=15 tests/docs
+    done
+  fi
+  [ "${SKIP_LEGS:-0}" != "1" ] || return 0
+  local venv
+  for venv in .venv-gpuimage .venv-floor .venv-floor-base; do
+    if [ ! -x "$venv/bin/python" ]; then
+      echo "$venv is missing: run scripts/setup.sh --dev (or SKIP_LEGS=1 to skip the version legs)" >&2
+      exit 1
+    fi
+  done
+  # The base package is the load-testing client: its floors without torch, and torch never pulled in.
+  if .venv-floor-base/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"; then
+    echo "the base package's install pulled torch: 'pip install lmmbench' must not" >&2
+    exit 1
+  fi
+  bg_start "version leg: GPU image versions" leg .venv-gpuimage "GPU image versions" tests/install "${IN_PROCESS[@]}"
+  bg_start "version leg: lowest versions" leg .venv-floor "lowest versions pyproject admits" tests/install \
+    "${IN_PROCESS[@]}"
+  bg_start "version leg: base package" leg .venv-floor-base "base package, lowest versions (no torch)" tests/install \
+    -k "help or perf or entry_point or lists"
+}
+
+.venv/bin/ruff check src tests benchmarks || exit 1
+.venv/bin/mypy src || exit 1
+if [ "$#" -gt 0 ]; then
+  pytest_pass "selected" .venv/bin/python -m pytest -q "$@"
+  start_background
+else
+  echo "== leg: main ($(versions .venv))"
+  pytest_pass "parallel ($WORKERS workers)" .venv/bin/python -m pytest -q -rs -n "$WORKERS" -m "not serial and not docs" \
+    -p no:cacheprovider --durations=15
+  start_background
+  pytest_pass "serial" .venv/bin/python -m pytest -q -m "serial and not docs" -p no:cacheprovider --durations=15
+  numerics_pass
 fi
-leg .venv-floor-base "base package, lowest versions (no torch)" tests/install -k "help or perf or entry_point or lists"
-finish_docs
+bg_finish
