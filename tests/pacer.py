@@ -19,18 +19,25 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
 
 _WORK = (
     "import subprocess, sys\n"
     "for _ in range(int(sys.argv[1])):\n"
-    "    subprocess.run([sys.executable, '-c', 'import lmmbench.cli.main'], check=True)\n"
+    "    subprocess.run([sys.executable, '-c', 'import ' + sys.argv[2]], check=True)\n"
 )
+#: The pacer's unit by default: what every lmmbench process imports before it can act.
+CLI = "lmmbench.cli.main"
+#: A heavier unit, for calls that load a model: what such a call imports first (torch with it).
+MODEL_LIBS = "transformers.modeling_utils"
 
 
 @contextlib.contextmanager
-def pacer(imports: int = 3) -> Iterator[subprocess.Popen[bytes]]:
-    """Start the pacer (``imports`` fresh CLI imports in turn); it is ended when the block leaves."""
-    proc = subprocess.Popen([sys.executable, "-c", _WORK, str(imports)], stdout=subprocess.DEVNULL,
+def pacer(imports: int = 3, module: str = CLI) -> Iterator[subprocess.Popen[bytes]]:
+    """Start the pacer (``imports`` fresh imports of ``module`` in turn); it is ended when the block leaves."""
+    proc = subprocess.Popen([sys.executable, "-c", _WORK, str(imports), module], stdout=subprocess.DEVNULL,
                             start_new_session=True)  # fmt: skip
     try:
         yield proc
@@ -53,3 +60,16 @@ def before_pacer(done: Callable[[], bool], imports: int = 3, poll_s: float = 0.0
                 return done(), took, took
             time.sleep(poll_s)
         return True, time.monotonic() - t0, -1.0
+
+
+def returns_before_pacer(call: Callable[[], T], imports: int, module: str = CLI) -> tuple[T, bool]:
+    """Run ``call`` while a pacer of ``imports`` fresh imports of ``module`` runs beside it: its result, and whether
+    it returned before the pacer finished -- "refused quickly, no hang" as an order of events rather than a
+    deadline. Each test states ``imports`` against what its call does: a refusal that imports nothing heavy needs a
+    few CLI imports; one that loads a model counts in ``MODEL_LIBS`` imports (torch and transformers, which the
+    call imports too when it is the first in its process)."""
+    with pacer(imports, module) as ref:
+        result = call()
+        still_running = ref.poll() is None
+        assert still_running or ref.returncode == 0, f"the pacer failed ({ref.returncode}): it measures nothing"
+        return result, still_running
