@@ -25,11 +25,11 @@ MAIN = "import sys; from lmmbench.cli.main import main; sys.exit(main(sys.argv[1
 
 
 @contextmanager
-def served(*args: str, metrics: Path | None = None) -> Iterator[int]:
-    """``lmmbench serve-policy ARGS --port 0`` in a subprocess; yields its port once it listens; stopped (SIGTERM,
-    by its pid) afterwards."""
+def served(*args: str, metrics: Path | None = None, python: str | Path = sys.executable) -> Iterator[int]:
+    """``lmmbench serve-policy ARGS --port 0`` in a subprocess (of ``python``: another venv's, with this checkout's
+    ``src``); yields its port once it listens; stopped (SIGTERM, by its pid) afterwards."""
     env = {**os.environ, "PYTHONPATH": SRC}
-    argv = [sys.executable, "-c", MAIN, "serve-policy", *args, "--port", "0",
+    argv = [str(python), "-c", MAIN, "serve-policy", *args, "--port", "0",
             *(["--metrics-out", str(metrics)] if metrics else [])]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
