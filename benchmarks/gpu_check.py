@@ -100,7 +100,7 @@ def settings(cpu_smoke: bool) -> Settings:
             oom_args=[["--max-s", "8"]], oom_model="tiny-omni", eval_dtype="bfloat16", timer="perf_counter_ns",
             pi0_shape="pi0-tiny", pi0_sizes=[1, 2], pi0_repeats=2,
             served_args=["--n", "4", "--num-tasks", "4", "--num-trials-per-task", "1", "--max-steps", "12",
-                         "--repeats", "2"])
+                         "--repeats", "2", "--warmup-rounds", "0"])
     budget = ["--memory-budget-gb", "32", "--frame-size", "448", "--video-fps", "2"]
     return Settings(
         device="cuda", dtype="bfloat16", breakdown_models=["tiny-omni", "tiny-vl", "shape:qwen2.5-omni-7b"],

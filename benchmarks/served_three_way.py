@@ -8,17 +8,19 @@
   own, as openpi's LIBERO client drives a server.
 
     .venv/bin/python benchmarks/served_three_way.py [--policy toy] [--env toy-waypoints] [--n 8] [--num-tasks 8]
-        [--num-trials-per-task 2] [--max-steps 24] [--repeats 5] [--device cpu] [--threads 1] [--max-wait-ms 5]
+        [--num-trials-per-task 2] [--max-steps 24] [--repeats 5] [--warmup-rounds 1] [--device cpu] [--threads 1]
+        [--max-wait-ms 5]
         [--work outputs/served_three_way] [--out outputs/served_three_way.json]
 
 Both servers are started once (``--python``: the interpreter they run under, this one by default) and kept for
 every repeat; the repeats are interleaved (each repeat runs the three ways in turn) so a burst of load on a shared
-machine hits one repeat of each. Each way's time is its run's scheduler wall time (``run.wall_ms`` of the analysis:
-the measured episodes, not the process start, the policy build or the warm-up). The speed-ups are over
-``served-serial``, taken per repeat (same repeat, same load) and given as the median with its min–max. The
-outcomes (each episode's success and steps) must be equal in the three ways and the actions equal within
-``--atol`` (different batch compositions round differently); exit 1 otherwise. ``gpu_check.py --only served``
-runs :func:`three_way` on a CUDA machine.
+machine hits one repeat of each, after ``--warmup-rounds`` rounds that are not recorded (measured: the first round
+ran 2-10x slower than the next in every way: caches and allocators cold). Each way's time is its run's scheduler
+wall time (``run.wall_ms`` of the analysis: the measured episodes, not the process start, the policy build or the
+warm-up episode). The speed-ups are over ``served-serial``, taken per repeat (same repeat, same load) and given as
+the median with its min–max. The outcomes (each episode's success and steps) must be equal in the three ways and
+the actions equal within ``--atol`` (different batch compositions round differently); exit 1 otherwise.
+``gpu_check.py --only served`` runs :func:`three_way` on a CUDA machine.
 """
 
 from __future__ import annotations
@@ -155,10 +157,13 @@ def three_way(a: argparse.Namespace, work: Path) -> dict[str, Any]:
         serial = stack.enter_context(serve_policy(
             a.python, [*common, "--max-batch", "1", "--metrics-out", str(work / "metrics-serial.json")],
             work / "serve-serial.log"))
-        for rep in range(a.repeats):
-            runs = {"served-batched": _run(batched, a.n, work / f"served-batched-r{rep}", a),
-                    "in-process": _run(a.policy, a.n, work / f"in-process-r{rep}", a),
-                    "served-serial": _run(serial, 1, work / f"served-serial-r{rep}", a)}
+        for rep in range(-a.warmup_rounds, a.repeats):  # rounds < 0: warm-up, unrecorded
+            tag = f"r{rep}" if rep >= 0 else f"warmup{-rep}"
+            runs = {"served-batched": _run(batched, a.n, work / f"served-batched-{tag}", a),
+                    "in-process": _run(a.policy, a.n, work / f"in-process-{tag}", a),
+                    "served-serial": _run(serial, 1, work / f"served-serial-{tag}", a)}
+            if rep < 0:
+                continue
             checks.append(compare_outcomes(runs, a.atol))
             print(f"repeat {rep}: " + ", ".join(f"{w} {runs[w]['run']['wall_ms']:.0f} ms" for w in WAYS),
                   file=sys.stderr, flush=True)
@@ -203,6 +208,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--num-trials-per-task", type=int, default=2)
     ap.add_argument("--max-steps", type=int, default=24)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warmup-rounds", type=int, default=1, help="rounds of the three ways run first, unrecorded")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
