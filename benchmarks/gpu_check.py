@@ -15,8 +15,12 @@ Priority order (a check that runs out of the time budget is reported as SKIP, ne
  4. oom-boundary on shape:qwen2.5-omni-7b with a 32 GB budget (sdpa, then the eager setting of the
     Qwen2.5-Omni TTFT study);
  5. eval and `reference compare` on tiny-llm (CUDA bf16 against a CPU fp32 reference);
- 6. model-bench on shape:qwen2.5-7b.
-``--only pi0,eval`` runs only those (names: pi0, breakdown, serve, oom, eval, model-bench).
+ 6. model-bench on shape:qwen2.5-7b;
+ 7. served (a few minutes): the closed loop three ways on the same seeds (``benchmarks/served_three_way.py``:
+    ``serve-policy`` batching N connections, in-process ``--num-parallel N``, N serial connections), the toy
+    policy on the device; outcomes equal, wall times and speed-ups with their spread; pi0 on Push-T the same way
+    where gym-pusht is installed (SKIP otherwise), LeRobot's policies SKIP (they need lerobot's own venv).
+``--only pi0,eval`` runs only those (names: pi0, breakdown, serve, oom, eval, model-bench, served).
 
 Every verdict line goes to stdout and ``<out>/verdicts.txt`` the moment it is known; each command's
 output goes to ``<out>/logs/``. Exit 2 without a CUDA device (unless --cpu-smoke), 1 when a check
@@ -82,6 +86,8 @@ class Settings:
     pi0_shape: str = "pi0"
     pi0_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     pi0_repeats: int = 10
+    served_args: list[str] = field(default_factory=lambda: ["--n", "16", "--num-tasks", "16",
+                                                            "--num-trials-per-task", "2", "--repeats", "5"])
 
 
 def settings(cpu_smoke: bool) -> Settings:
@@ -92,7 +98,9 @@ def settings(cpu_smoke: bool) -> Settings:
             scaling_args=["--frames", "2,4", "--image-sizes", "", "--audio-seconds", "", "--text-words", ""],
             perf_model="tiny-llm", concurrencies=[1, 4],
             oom_args=[["--max-s", "8"]], oom_model="tiny-omni", eval_dtype="bfloat16", timer="perf_counter_ns",
-            pi0_shape="pi0-tiny", pi0_sizes=[1, 2], pi0_repeats=2)
+            pi0_shape="pi0-tiny", pi0_sizes=[1, 2], pi0_repeats=2,
+            served_args=["--n", "4", "--num-tasks", "4", "--num-trials-per-task", "1", "--max-steps", "12",
+                         "--repeats", "2", "--warmup-rounds", "0"])
     budget = ["--memory-budget-gb", "32", "--frame-size", "448", "--video-fps", "2"]
     return Settings(
         device="cuda", dtype="bfloat16", breakdown_models=["tiny-omni", "tiny-vl", "shape:qwen2.5-omni-7b"],
@@ -492,7 +500,47 @@ def check_pi0(rep: Reporter, out: Path, s: Settings) -> None:
         torch.cuda.empty_cache()
 
 
-CHECK_GROUPS = ("pi0", "breakdown", "serve", "oom", "eval", "model-bench")
+def _three_way_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("served_three_way", ROOT / "benchmarks" / "served_three_way.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_served(rep: Reporter, out: Path, s: Settings) -> None:
+    """The closed loop three ways (served batched, in-process, served serial) on the device, same seeds."""
+    import importlib.util
+
+    missing = [m for m in ("msgpack", "websockets") if importlib.util.find_spec(m) is None]
+    if missing:
+        rep.add(Verdict("served", "three ways", "SKIP", f"{', '.join(missing)} not installed: serve-policy's "
+                        "protocol needs them (pip install 'lmmbench[episodes]', or carry their wheels)"))
+        return
+    module = _three_way_module()
+    base = [*s.served_args, "--device", s.device, "--threads", "1"]
+    report = module.three_way(module.parser().parse_args([*base, "--policy", "toy", "--env", "toy-waypoints"]),
+                              out / "served" / "toy")
+    (out / "served_toy.json").write_text(json.dumps(report, indent=1, default=str))
+    for check, name, ok, detail in module.verdicts("served:toy", report):
+        rep.add(verdict(check, name, ok, detail))
+    if s.device == "cpu":
+        rep.add(Verdict("served:pi0", "pi0 on Push-T", "SKIP", "cpu-smoke runs the toy policy only"))
+    elif importlib.util.find_spec("gym_pusht") is None:
+        rep.add(Verdict("served:pi0", "pi0 on Push-T", "SKIP", "gym-pusht is not installed (pip install "
+                        "'lmmbench[physics]'); the toy policy ran instead"))
+    else:
+        report = module.three_way(module.parser().parse_args([*base, "--policy", "pi0", "--env", "pusht",
+                                                              "--max-steps", "24"]), out / "served" / "pi0")
+        for check, name, ok, detail in module.verdicts("served:pi0", report):
+            rep.add(verdict(check, name, ok, detail))
+    rep.add(Verdict("served:lerobot", "LeRobot's ACT", "SKIP", "lerobot pins torch < 2.11 and huggingface-hub "
+                    "< 0.36: it runs from its own venv (tests/episodes/test_served_lerobot.py), not in this one"))
+
+
+CHECK_GROUPS = ("pi0", "breakdown", "serve", "oom", "eval", "model-bench", "served")
 
 
 def plan(s: Settings, only: set[str] | None = None) -> list[tuple[str, Callable[[Reporter, Path, Settings], None]]]:
@@ -511,6 +559,7 @@ def _plan(s: Settings) -> list[tuple[str, str, Callable[[Reporter, Path, Setting
     steps.append(("oom", f"oom-boundary on {s.oom_model}", check_oom))
     steps.append(("eval", "eval + reference compare on tiny-llm", check_eval_reference))
     steps.append(("model-bench", f"model-bench on {s.perf_model}", check_model_bench))
+    steps.append(("served", "served policy three ways", check_served))
     return steps
 
 

@@ -1,6 +1,6 @@
 """Served policies over openpi's websocket protocol: ``lmmbench serve-policy`` in a real subprocess on a port chosen
 at run time, driven by ``run episodic-eval --policy ws://`` and by the real ``openpi-client`` (its
-``WebsocketClientPolicy``) from a venv of its own (openpi-client pins numpy < 2), built here with pip."""
+``WebsocketClientPolicy``) from a venv of its own (openpi-client pins numpy < 2), built with uv and kept across runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import urllib.request
-import venv
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,11 +24,11 @@ MAIN = "import sys; from lmmbench.cli.main import main; sys.exit(main(sys.argv[1
 
 
 @contextmanager
-def served(*args: str, metrics: Path | None = None) -> Iterator[int]:
-    """``lmmbench serve-policy ARGS --port 0`` in a subprocess; yields its port once it listens; stopped (SIGTERM,
-    by its pid) afterwards."""
+def served(*args: str, metrics: Path | None = None, python: str | Path = sys.executable) -> Iterator[int]:
+    """``lmmbench serve-policy ARGS --port 0`` in a subprocess (of ``python``: another venv's, with this checkout's
+    ``src``); yields its port once it listens; stopped (SIGTERM, by its pid) afterwards."""
     env = {**os.environ, "PYTHONPATH": SRC}
-    argv = [sys.executable, "-c", MAIN, "serve-policy", *args, "--port", "0",
+    argv = [str(python), "-c", MAIN, "serve-policy", *args, "--port", "0",
             *(["--metrics-out", str(metrics)] if metrics else [])]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
@@ -86,18 +85,19 @@ def test_ws_driver_gives_the_in_process_outcomes_and_the_server_batches_8_connec
 
 
 @pytest.fixture(scope="module")
-def openpi_client_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv with the real openpi-client from the package index (it needs numpy < 2, so not lmmbench's venv)."""
-    where = tmp_path_factory.mktemp("openpi-client-venv")
-    venv.EnvBuilder(with_pip=True).create(where)
-    python = where / "bin" / "python"
+def openpi_client_python() -> Path:
+    """A venv with the real openpi-client from the package index (it needs numpy < 2, so not lmmbench's venv), built
+    with uv once and kept across runs (``tests/peer_venvs.py``)."""
+    from peer_venvs import cached_venv
+
     # openpi-client 0.1.2 imports typing_extensions without declaring it (measured: ModuleNotFoundError)
-    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "openpi-client", "numpy<2", "typing_extensions"],
-                          capture_output=True, text=True, timeout=900)
-    if done.returncode and not os.environ.get("CI"):
-        pytest.skip(f"pip could not install openpi-client here: {done.stderr.strip()[-300:]}")
-    assert done.returncode == 0, done.stderr
-    return python
+    try:
+        root = cached_venv("openpi-client", ["openpi-client==0.1.2", "numpy<2", "typing_extensions"])
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"uv could not install openpi-client here: {exc}")
+    return root / "bin" / "python"
 
 
 CLIENT = """

@@ -24,7 +24,8 @@ class ServePolicyConfig(BaseModel):
     host: str = Field("127.0.0.1", description="Address to bind; anything but loopback is exposed to the network.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port (0: any free one, printed when listening).")
     max_batch: int = Field(8, ge=1, le=1024, description="Most requests in one forward.")
-    max_wait_ms: float = Field(2.0, ge=0, description="How long the first request of a batch waits for others.")
+    max_wait_ms: float = Field(2.0, ge=0, description="How long the first request of a batch waits for others "
+                               "(requests already queued join it at once, also with 0).")
     metrics_out: Path | None = Field(None, description="Write the batch-size histogram and queueing times here "
                                      "(JSON) at exit; also served at GET /metrics.")
     seed: int = Field(0, description="Weight seed of the built-in policies.")

@@ -82,7 +82,7 @@ class _MlpDenoiser(nn.Module):  # type: ignore[misc]
         return torch.nn.functional.silu(self.image(images.flatten(1)))
 
     def velocity(self, x: torch.Tensor, t: float, prefix: Any, cond: torch.Tensor) -> torch.Tensor:
-        tt = torch.full((x.shape[0], 1), t, dtype=x.dtype)
+        tt = torch.full((x.shape[0], 1), t, dtype=x.dtype, device=x.device)
         h = self.body(torch.cat([x.flatten(1), tt, cond, prefix], dim=1))
         return self.head(h).view(-1, HORIZON, 2)
 
@@ -131,7 +131,7 @@ class _CachedDenoiser(nn.Module):  # type: ignore[misc]
     def velocity(self, x: torch.Tensor, t: float, prefix: Any, cond: torch.Tensor) -> torch.Tensor:
         past_k, past_v = prefix
         b = x.shape[0]
-        tt = torch.full((b, HORIZON, 1), t, dtype=x.dtype)
+        tt = torch.full((b, HORIZON, 1), t, dtype=x.dtype, device=x.device)
         tokens = self.token(torch.cat([x, tt, cond.unsqueeze(1).expand(b, HORIZON, _COND)], dim=2)) + self.slot
         q, k, v = (self._split(p) for p in self.qkv(tokens).chunk(3, dim=-1))
         keys, values = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)  # the cache is only read
