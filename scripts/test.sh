@@ -12,7 +12,8 @@
 #     (breakdown, serve engine, eval scoring) on a stock GPU image's versions (.venv-gpuimage) and on the lowest
 #     versions pyproject admits (.venv-floor); the smoke's torch-free part on the base package's floors. Their
 #     output is printed, with each one's time and verdict, when 3 is done.
-# Every pass prints its time and its 15 slowest tests; every ending prints the total.
+# Every pass prints its time and its 15 slowest tests; every ending prints the total. Tests marked peer_heavy (a
+# peer's venv of gigabytes: lerobot's) are in no pass: run them by hand (tests/conftest.py says how).
 # With arguments (test paths, -k ...), one plain pytest run of those instead of passes 2 and 3.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -60,7 +61,7 @@ numerics_pass() {  # the numerics tests again, one at a time (serial ones among 
   fi
   grep -qw avx512f /proc/cpuinfo || echo "== (this CPU has no AVX-512: its kernels are AVX2's already; the pass repeats them)"
   pytest_pass "numerics, kernels held to AVX2" env LMMBENCH_NUMERICS_HOLD=avx2 ATEN_CPU_CAPABILITY=avx2 \
-    MKL_ENABLE_INSTRUCTIONS=AVX2 .venv/bin/python -m pytest -q -m "numerics and not docs" \
+    MKL_ENABLE_INSTRUCTIONS=AVX2 .venv/bin/python -m pytest -q -m "numerics and not docs and not peer_heavy" \
     -p no:cacheprovider --durations=15
 }
 
@@ -164,10 +165,11 @@ if [ "$#" -gt 0 ]; then
   start_background
 else
   echo "== leg: main ($(versions .venv))"
-  pytest_pass "parallel ($WORKERS workers)" .venv/bin/python -m pytest -q -rs -n "$WORKERS" -m "not serial and not docs" \
-    -p no:cacheprovider --durations=15
+  pytest_pass "parallel ($WORKERS workers)" .venv/bin/python -m pytest -q -rs -n "$WORKERS" \
+    -m "not serial and not docs and not peer_heavy" -p no:cacheprovider --durations=15
   start_background
-  pytest_pass "serial" .venv/bin/python -m pytest -q -m "serial and not docs" -p no:cacheprovider --durations=15
+  pytest_pass "serial" .venv/bin/python -m pytest -q -m "serial and not docs and not peer_heavy" -p no:cacheprovider \
+    --durations=15
   numerics_pass
 fi
 bg_finish

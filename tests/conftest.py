@@ -68,6 +68,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "serial: times something against a ground truth; never beside another worker")
     config.addinivalue_line("markers", "docs: runs the documented bash blocks (scripts/test.sh's docs leg only)")
     config.addinivalue_line(
+        "markers",
+        "peer_heavy: needs a peer's venv of gigabytes (lerobot's: 8.5 GB, 4 GB downloaded, minutes); not in "
+        "scripts/test.sh's passes, run by hand: .venv/bin/python -m pytest -m peer_heavy",
+    )
+    config.addinivalue_line(
         "markers", "numerics: float results across batch sizes / kernels; run again with kernels held to AVX2"
     )
     _check_numerics_hold()
