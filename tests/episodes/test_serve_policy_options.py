@@ -5,23 +5,17 @@ line (exit 2) where it cannot act."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from serve_policy_process import serve_policy
 
 from lmmbench.cli.main import main
-
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-MAIN = "import sys; from lmmbench.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
 def _free_port(host: str) -> int:
@@ -32,27 +26,9 @@ def _free_port(host: str) -> int:
 
 @contextmanager
 def _serve(*args: str, host: str = "127.0.0.1") -> Iterator[int]:
-    """``lmmbench serve-policy ARGS`` in a subprocess: its port (read from the line it prints) once /healthz on
-    ``host`` answers; SIGTERM by its pid afterwards (it writes --metrics-out then)."""
-    proc = subprocess.Popen([sys.executable, "-c", MAIN, "serve-policy", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": SRC})
-    try:
-        assert proc.stdout is not None
-        line = ""
-        while "serving" not in line:
-            line = proc.stdout.readline()
-            assert line or proc.poll() is None, "serve-policy exited before listening"
-        port = int(line.split("ws://")[1].split()[0].rsplit(":", 1)[1])
-        with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=30) as resp:
-            assert resp.read() == b"OK\n"
+    """``lmmbench serve-policy ARGS`` in a subprocess: its port once /healthz on ``host`` answers."""
+    with serve_policy(*args, host=host) as (_, port):
         yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _observation(episode: int) -> dict[str, Any]:

@@ -11,23 +11,17 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from serve_policy_process import serve_policy
 
 from lmmbench.cli.main import main
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-MAIN = "import sys; from lmmbench.cli.main import main; sys.exit(main(sys.argv[1:]))"
 COMMON = ["run", "episodic-eval", "--num-trials-per-task", "1", "--num-steps-wait", "0", "--warmup", "0",
           "--no-progress"]  # fmt: skip
 
@@ -135,29 +129,6 @@ def test_a_garbage_or_stalled_answer_fails_only_its_episode_with_the_cause(
     assert f"1 request(s) failed, each failing its episode: 1 {cause}" in out
 
 
-@contextmanager
-def _serve_policy(*args: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    """``lmmbench serve-policy ARGS --port 0`` in a subprocess: (the process, its port) once it answers /healthz;
-    stopped by its pid afterwards, whatever the test did to it."""
-    argv = [sys.executable, "-c", MAIN, "serve-policy", *args, "--port", "0"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": SRC})
-    try:
-        assert proc.stdout is not None
-        line = ""
-        while "serving" not in line:
-            line = proc.stdout.readline()
-            assert line or proc.poll() is None, "serve-policy exited before listening"
-        port = int(line.split("ws://")[1].split()[0].rsplit(":", 1)[1])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as resp:
-            assert resp.read() == b"OK\n"
-        yield proc, port
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=60)
-
-
 def test_a_server_killed_mid_run_fails_the_episodes_left_and_keeps_what_was_measured(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """serve-policy is SIGKILLed once the first episode's row is written: the episodes in flight and those not
@@ -166,7 +137,7 @@ def test_a_server_killed_mid_run_fails_the_episodes_left_and_keeps_what_was_meas
     from lmmbench.episodes.compare import read_traces
 
     results = tmp_path / "episodic-eval" / "episodic-eval_results.csv"
-    with _serve_policy("--policy", "toy", "--max-wait-ms", "40", "--max-batch", "8") as (proc, port):
+    with serve_policy("--policy", "toy", "--max-wait-ms", "40", "--max-batch", "8", "--port", "0") as (proc, port):
         def kill_after_first_row() -> None:
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and proc.poll() is None:

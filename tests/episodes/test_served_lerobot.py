@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from test_served_policy import MAIN, SRC, _traces, served
+from serve_policy_process import MAIN, SRC
+from test_served_policy import _traces, served
 
 from lmmbench.cli.main import main
 

@@ -8,46 +8,25 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from serve_policy_process import serve_policy
 
 from lmmbench.cli.main import main
 from pacer import returns_before_pacer
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-MAIN = "import sys; from lmmbench.cli.main import main; sys.exit(main(sys.argv[1:]))"
-
 
 @contextmanager
 def served(*args: str, metrics: Path | None = None, python: str | Path = sys.executable) -> Iterator[int]:
-    """``lmmbench serve-policy ARGS --port 0`` in a subprocess (of ``python``: another venv's, with this checkout's
-    ``src``); yields its port once it listens; stopped (SIGTERM, by its pid) afterwards."""
-    env = {**os.environ, "PYTHONPATH": SRC}
-    argv = [str(python), "-c", MAIN, "serve-policy", *args, "--port", "0",
-            *(["--metrics-out", str(metrics)] if metrics else [])]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        line = ""
-        while "serving" not in line:
-            line = proc.stdout.readline()
-            assert line or proc.poll() is None, "serve-policy exited before listening"
-        port = int(line.split("ws://")[1].split()[0].rsplit(":", 1)[1])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as resp:
-            assert resp.read() == b"OK\n"
+    """``lmmbench serve-policy ARGS --port 0 [--metrics-out METRICS]`` run by ``python`` (another venv's, with this
+    checkout's ``src``): its port once it listens; stopped afterwards."""
+    extra = ["--metrics-out", str(metrics)] if metrics else []
+    with serve_policy(*args, "--port", "0", *extra, python=python) as (_, port):
         yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _traces(out: Path) -> dict[str, Any]:
