@@ -10,15 +10,14 @@ import csv
 import json
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from proxy_process import running_proxy
 
 from lmmbench.backends.openai_http import OpenAIHttpClient
 from lmmbench.backends.openai_stream import finalize_record
@@ -34,40 +33,6 @@ TTFT_MS, ITL_MS = 30.0, 5.0
 # whole device's (NVML), so it says device_peak_memory_bytes where the server says process_peak_memory_bytes
 METRIC_KEYS = {"queue_ms", "ttft_ms", "tpot_ms", "e2e_ms", "prompt_tokens", "completion_tokens",
                "device_peak_memory_bytes", "preprocess_ms"}
-
-
-@contextmanager
-def running_proxy(upstream: str, timeout_s: float = 60.0) -> Iterator[str]:
-    """``lmmbench proxy --upstream ...`` in a subprocess on a free port; yields its URL; stops it after."""
-    port = free_loopback_port()
-    proc = subprocess.Popen([sys.executable, "-m", "lmmbench.cli.main", "proxy", "--upstream", upstream,
-                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                raise RuntimeError(f"proxy exited early: {err.strip()[-500:]}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=1):
-                    break
-            except urllib.error.HTTPError:  # the upstream's own answer, passed through: the proxy is up
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("proxy did not start in time") from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        if proc.stderr is not None:
-            proc.stderr.close()
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from misbehaving_upstream import MisbehavingUpstream
-from test_proxy_misbehaving import _ask, _post, proxy_process
+from proxy_process import proxy_process
+from test_proxy_misbehaving import _ask, _post
 
 from lmmbench.core.net import free_loopback_port
 

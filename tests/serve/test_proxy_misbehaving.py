@@ -13,22 +13,18 @@ request as failed with its cause.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from misbehaving_upstream import MB, MisbehavingUpstream
+from proxy_process import proxy_process
 
 from lmmbench.cli.main import main
 
@@ -52,34 +48,6 @@ CASES: dict[str, tuple[str, str | None]] = {
     "non-json": ("not JSON", None),
     "stall": ("sse_idle_s", "sse_idle_s"),
 }
-
-
-@contextmanager
-def proxy_process(upstream: str, env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """``lmmbench proxy --port 0``; yields the URL it printed (the bound port) and the process."""
-    proc = subprocess.Popen([sys.executable, "-m", "lmmbench.cli.main", "proxy", "--upstream", upstream, "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        found = re.search(r"http://127\.0\.0\.1:(\d+) ", line)
-        assert found and found.group(1) != "0", (line, proc.stderr.read() if proc.poll() is not None else "")
-        url = f"http://127.0.0.1:{found.group(1)}"
-        for _ in range(300):
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.1)
-        yield url, proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 def _post(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
