@@ -15,8 +15,10 @@ Priority order (a check that runs out of the time budget is reported as SKIP, ne
  4. oom-boundary on shape:qwen2.5-omni-7b with a 32 GB budget (sdpa, then the eager setting of the
     Qwen2.5-Omni TTFT study);
  5. eval and `reference compare` on tiny-llm (CUDA bf16 against a CPU fp32 reference);
- 6. model-bench on shape:qwen2.5-7b.
-``--only pi0,eval`` runs only those (names: pi0, breakdown, serve, oom, eval, model-bench).
+ 6. model-bench on shape:qwen2.5-7b;
+ 7. libero-workers: LIBERO-Object with --env-workers at N = 1, 4, 8 and W = 0, 2, cores: steps/s and speed-ups
+    (INFO; SKIP where libero / mujoco / robosuite cannot be imported; benchmarks/gpu_check_episodic.py).
+``--only pi0,eval`` runs only those (names: pi0, breakdown, serve, oom, eval, model-bench, libero-workers).
 
 Every verdict line goes to stdout and ``<out>/verdicts.txt`` the moment it is known; each command's
 output goes to ``<out>/logs/``. Exit 2 without a CUDA device (unless --cpu-smoke), 1 when a check
@@ -492,7 +494,19 @@ def check_pi0(rep: Reporter, out: Path, s: Settings) -> None:
         torch.cuda.empty_cache()
 
 
-CHECK_GROUPS = ("pi0", "breakdown", "serve", "oom", "eval", "model-bench")
+def check_libero_workers(rep: Reporter, out: Path, s: Settings) -> None:
+    """LIBERO with --env-workers (benchmarks/gpu_check_episodic.py, loaded from beside this file)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check_episodic", ROOT / "benchmarks" / "gpu_check_episodic.py")
+    assert spec is not None and spec.loader is not None
+    episodic = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(episodic)
+    for status, check, name, detail in episodic.run_libero_workers(out, s.device, s.device == "cpu", rep.left_s):
+        rep.add(Verdict(check, name, status, detail))
+
+
+CHECK_GROUPS = ("pi0", "breakdown", "serve", "oom", "eval", "model-bench", "libero-workers")
 
 
 def plan(s: Settings, only: set[str] | None = None) -> list[tuple[str, Callable[[Reporter, Path, Settings], None]]]:
@@ -511,6 +525,7 @@ def _plan(s: Settings) -> list[tuple[str, str, Callable[[Reporter, Path, Setting
     steps.append(("oom", f"oom-boundary on {s.oom_model}", check_oom))
     steps.append(("eval", "eval + reference compare on tiny-llm", check_eval_reference))
     steps.append(("model-bench", f"model-bench on {s.perf_model}", check_model_bench))
+    steps.append(("libero-workers", "LIBERO with env workers", check_libero_workers))
     return steps
 
 
