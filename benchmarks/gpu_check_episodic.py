@@ -80,9 +80,10 @@ def point_line(row: dict[str, Any]) -> tuple[str, str, str, str]:
     detail = (f"policy steps/s of the run {_spread(row['steps_per_s'])}, vs W=0 "
               f"{_spread(row['speedup_steps_per_s'], 'x')}; "
               f"env steps/s of the stepping phase {_spread(row['env_steps_per_s'])}, vs W=0 "
-              f"{_spread(row['speedup_env_steps_per_s'], 'x')}; worker start-up "
-              f"{row['env_workers_start_ms']['median'] / 1000:.1f} s; wall s env / builds / resets / worker start-up / "
-              f"planner / action expert / scheduling {split}; peak RSS {row['peak_rss_mb']['max'] / 1024:.1f} GB; "
+              f"{_spread(row['speedup_env_steps_per_s'], 'x')}; one env step's own ms {_spread(row['env_step_ms'])}; "
+              f"worker start-up {row['env_workers_start_ms']['median'] / 1000:.1f} s; wall s env / builds / resets / "
+              f"worker start-up / planner / action expert / scheduling {split}; "
+              f"peak RSS {row['peak_rss_mb']['max'] / 1024:.1f} GB; "
               f"{row['repeats']} repeat(s); load {'; '.join(row['loads'])}")
     return "INFO", f"{CHECK}:N={row['slots']},W={row['workers']}", "steps/s", detail
 

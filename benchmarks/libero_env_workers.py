@@ -13,6 +13,7 @@ own analysis (``episodic-eval_analysis.json``, ``run``):
   parallelise);
 * the term table: environment steps / scene builds / resets / worker start-up / planner / action expert /
   scheduling, in ms of the wall time;
+* one environment step's own time (median; in its worker with W > 0: where workers compete for cores);
 * the speed-up against W = 0 at the same N, per repeat (the W = 0 run of the same repeat), median and min..max,
   for both rates.
 
@@ -40,6 +41,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("env_ms", "env_build_ms", "env_reset_ms", "env_workers_start_ms", "planning_ms", "action_ms",
          "scheduler_ms")
+
+SPREAD = ("steps_per_s", "env_steps_per_s", "wall_s", "process_s", "peak_rss_mb", "env_step_ms", *PARTS)
 
 
 def _load() -> str:
@@ -123,6 +126,8 @@ def run_point(env: str, n: int, w: int, max_steps: int, out: Path, device: str =
             "steps_per_s": analysis["steps_total"] / wall * 1000,
             # the stepping phase alone: env steps per second of the ticks' env time (all slots' steps at once)
             "env_steps_per_s": env_steps / run["env_ms"] * 1000,
+            # one env step's own time (in its worker with W > 0), median: contention shows here
+            "env_step_ms": (run.get("terms") or {}).get("t_env_ms_per_step", {}).get("median_ms") or 0.0,
             "process_s": (time.perf_counter_ns() - t0) / 1e9, "load_before": load_before, "load_after": _load(),
             "peak_rss_mb": peak.rss_mb, "peak_used_above_start_mb": peak.used_mb,
             **{p: run.get(p) or 0.0 for p in PARTS}}
@@ -137,9 +142,7 @@ def summarise(runs: dict[tuple[int, int], list[dict[str, Any]]]) -> list[dict[st
     table = []
     for (n, w), rows in runs.items():
         row: dict[str, Any] = {"slots": n, "workers": w, "repeats": len(rows),
-                               **{k: _spread([r[k] for r in rows]) for k in ("steps_per_s", "env_steps_per_s",
-                                                                             "wall_s", "process_s", "peak_rss_mb",
-                                                                             *PARTS)},
+                               **{k: _spread([r[k] for r in rows]) for k in SPREAD},
                                "loads": [f"{r['load_before']} -> {r['load_after']}" for r in rows]}
         base = {b.get("repeat", i): b for i, b in enumerate(runs.get((n, 0)) or [])}  # W = 0 of the same repeat
         for key in ("steps_per_s", "env_steps_per_s"):
@@ -158,15 +161,16 @@ def _fmt(s: dict[str, float] | None, digits: int = 2, unit: str = "") -> str:
 def markdown(table: list[dict[str, Any]]) -> str:
     """The table for docs/benchmarks.md."""
     lines = ["| N | W | policy steps/s of the wall | speed-up vs W = 0 | env steps/s of the stepping phase | "
-             "speed-up vs W = 0 | whole command s | run wall s | env / builds / resets / worker start-up / planner / "
-             "action expert / scheduling, s (medians) | peak RSS of the run's processes, GB | load before -> after |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "speed-up vs W = 0 | one env step's own ms | whole command s | run wall s | env / builds / resets / "
+             "worker start-up / planner / action expert / scheduling, s (medians) | peak RSS of the run's processes, "
+             "GB | load before -> after |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table:
         terms = " / ".join(f"{r[p]['median'] / 1000:.1f}" for p in PARTS)
         lines.append(f"| {r['slots']} | {r['workers']} | {_fmt(r['steps_per_s'])} | "
                      f"{_fmt(r['speedup_steps_per_s'], 2, 'x')} | {_fmt(r['env_steps_per_s'])} | "
                      f"{_fmt(r['speedup_env_steps_per_s'], 2, 'x')} | "
-                     f"{_fmt(r['process_s'], 0)} | {_fmt(r['wall_s'], 0)} | "
+                     f"{_fmt(r.get('env_step_ms'), 0)} | {_fmt(r['process_s'], 0)} | {_fmt(r['wall_s'], 0)} | "
                      f"{terms} | {r['peak_rss_mb']['max'] / 1024:.1f} | {'; '.join(r['loads'])} |")
     return "\n".join(lines)
 

@@ -154,6 +154,7 @@ def test_libero_workers_part_skips_without_libero_and_reports_speed_ups_per_repe
         parts = {p: 1000.0 for p in ("env_ms", "env_build_ms", "env_reset_ms", "env_workers_start_ms", "planning_ms",
                                       "action_ms", "scheduler_ms")}
         return {"repeat": repeat, "steps_per_s": steps_s, "env_steps_per_s": env_s, "wall_s": 7.0, "process_s": 9.0,
+                "env_step_ms": 500.0,
                 "peak_rss_mb": 2048.0, "load_before": "1", "load_after": "2", **parts}
 
     # repeat 1's W = 0 run failed: W = 2's repeat 1 has nothing to pair with; repeat 0 and 2 give 2x and 3x
