@@ -494,14 +494,22 @@ def check_pi0(rep: Reporter, out: Path, s: Settings) -> None:
         torch.cuda.empty_cache()
 
 
-def check_libero_workers(rep: Reporter, out: Path, s: Settings) -> None:
-    """LIBERO with --env-workers (benchmarks/gpu_check_episodic.py, loaded from beside this file)."""
+def load_sibling(name: str) -> Any:
+    """benchmarks/<name>.py, loaded from beside this file (the benchmarks are scripts, not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("gpu_check_episodic", ROOT / "benchmarks" / "gpu_check_episodic.py")
-    assert spec is not None and spec.loader is not None
-    episodic = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(episodic)
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # a dataclass in it looks its module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def check_libero_workers(rep: Reporter, out: Path, s: Settings) -> None:
+    """LIBERO with --env-workers (benchmarks/gpu_check_episodic.py)."""
+    episodic = load_sibling("gpu_check_episodic")
     for status, check, name, detail in episodic.run_libero_workers(out, s.device, s.device == "cpu", rep.left_s):
         rep.add(Verdict(check, name, status, detail))
 

@@ -62,7 +62,7 @@ def _bench() -> Any:
         spec = importlib.util.spec_from_file_location("libero_env_workers", path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
-        sys.modules["libero_env_workers"] = module
+        sys.modules["libero_env_workers"] = module  # as gpu_check.load_sibling (this file imports nothing of it)
         spec.loader.exec_module(module)
     return sys.modules["libero_env_workers"]
 

@@ -131,19 +131,11 @@ def test_card_bandwidth_table_and_pi0_verdicts(gpu_check: Any) -> None:
     assert [v.status for v in gpu_check.pi0_verdicts([row], "no CUDA")] == ["INFO", "SKIP"]
 
 
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, _PATH.with_name(f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_libero_workers_part_skips_without_libero_and_reports_speed_ups_per_repeat(tmp_path: Path) -> None:
+def test_libero_workers_part_skips_without_libero_and_reports_speed_ups_per_repeat(gpu_check: Any,
+                                                                                     tmp_path: Path) -> None:
     """The episodic part: SKIP naming what cannot be imported (the lent GPU image lacks LIBERO; here a module that
     does not exist stands for it), and per point the speed-ups against the W = 0 run of the same repeat."""
-    episodic = _load("gpu_check_episodic")
+    episodic = gpu_check.load_sibling("gpu_check_episodic")
     assert episodic.missing_modules(["json", "no_such_module_h56m"]) == ["no_such_module_h56m"]
     lines = list(episodic.run_libero_workers(tmp_path, "cuda", False, lambda: 1e9,
                                              needs=("json", "no_such_module_h56m")))
