@@ -1,8 +1,8 @@
 """The episodic part of benchmarks/gpu_check.py: LIBERO scenes in ``--env-workers`` worker processes.
 
 On LIBERO-Object with ``pi0-tiny`` (N tasks x 1 trial on N slots; benchmarks/libero_env_workers.py runs each
-point), at N = 1, 4, 8 and W = 0, 2 and the machine's core count (W > N left out), repeats interleaved: one INFO line
-per point with policy steps per second of the run's wall time and environment steps per second of the stepping
+point), at N = 1, 4, 8 and W = 0, 2 and the machine's core count (W above N runs as W = N), repeats interleaved: one
+INFO line per point with policy steps per second of the run's wall time and environment steps per second of the stepping
 phase, each with its speed-up against W = 0 at the same N (median and min..max over the repeats), the worker
 start-up apart, the wall time's parts, the memory peak and the load. A run that fails is a FAIL naming its log; the
 whole part is a SKIP, with the reason, where LIBERO, mujoco or robosuite cannot be imported (the lent GPU image has
@@ -99,10 +99,10 @@ def run_libero_workers(out: Path, device: str, cpu_smoke: bool, left_s: Callable
                "'lmmbench[libero]': scripts/setup.sh --dev); nothing measured")
         return
     g = grid(cpu_smoke)
-    points = [(n, w) for n in g.slots for w in g.workers if w <= n]
+    bench = _bench()
+    points = bench.grid_points(list(g.slots), list(g.workers))
     yield ("INFO", CHECK, "grid", f"{env}, pi0-tiny on {device}, N x W = {points}, {g.repeats} repeat(s), "
            f"{g.max_steps} policy steps per episode, {os.cpu_count()} cores")
-    bench = _bench()
     runs: dict[tuple[int, int], list[dict[str, Any]]] = {p: [] for p in points}
     for r in range(g.repeats):
         for n, w in points:

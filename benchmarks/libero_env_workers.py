@@ -4,9 +4,9 @@
         [--max-steps 10] [--repeats 3] [--out outputs/libero_env_workers.json]
 
 Each point is one ``lmmbench run episodic-eval --env libero-object --policy pi0-tiny`` in a process of its own
-(N tasks, one trial each, on N slots, ``--env-workers W``), repeats interleaved over the points (W > N is left
-out: it starts nothing more; a W named twice, as 2 and a 2-core machine's core count, runs once). From each run's
-own analysis (``episodic-eval_analysis.json``, ``run``):
+(N tasks, one trial each, on N slots, ``--env-workers W``), repeats interleaved over the points (a W above N runs
+as W = N, since the scheduler starts at most N workers; a point named twice, as W = 2 and a 2-core machine's core
+count, runs once). From each run's own analysis (``episodic-eval_analysis.json``, ``run``):
 
 * policy steps per second of the run's wall time (worker start-up, scene builds and resets included, as a user
   waits for them), and environment steps per second of the stepping phase alone (``env_ms``: what the workers
@@ -133,6 +133,12 @@ def run_point(env: str, n: int, w: int, max_steps: int, out: Path, device: str =
             **{p: run.get(p) or 0.0 for p in PARTS}}
 
 
+def grid_points(slots: list[int], workers: list[int]) -> list[tuple[int, int]]:
+    """(N, W) per slot count and worker count, W above N run as W = N (the scheduler starts at most N workers),
+    each point once, in order."""
+    return list(dict.fromkeys((n, min(w, n)) for n in slots for w in sorted(workers)))
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -185,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="outputs/libero_env_workers.json")
     args = ap.parse_args(argv)
     workers = sorted(set(map(int, args.workers.split(","))))
-    points = [(n, w) for n in map(int, args.slots.split(",")) for w in workers if w <= n]
+    points = grid_points(list(map(int, args.slots.split(","))), workers)
     runs: dict[tuple[int, int], list[dict[str, Any]]] = {p: [] for p in points}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
