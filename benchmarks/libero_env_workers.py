@@ -3,10 +3,11 @@
     .venv/bin/python benchmarks/libero_env_workers.py [--env libero-object] [--slots 1,4,8] [--workers 0,2,N]
         [--max-steps 10] [--repeats 3] [--out outputs/libero_env_workers.json]
 
-Each point is one ``lmmbench run episodic-eval --env libero-object --policy pi0-tiny`` in a process of its own
-(N tasks, one trial each, on N slots, ``--env-workers W``), repeats interleaved over the points (a W above N runs
-as W = N, since the scheduler starts at most N workers; a point named twice, as W = 2 and a 2-core machine's core
-count, runs once). From each run's own analysis (``episodic-eval_analysis.json``, ``run``):
+Each point is one ``lmmbench run episodic-eval --env libero-object --policy pi0-tiny`` in a process of its own (N
+tasks, one trial each, on N slots, ``--env-workers W``), repeats interleaved over the points (a W above N runs as W
+= N, since the scheduler starts at most N workers; N = 1 runs W = 0 only, as episodic-eval steps one slot in its own
+process; a point named twice, as W = 2 and a 2-core machine's core count, runs once). From each run's own analysis
+(``episodic-eval_analysis.json``, ``run``):
 
 * policy steps per second of the run's wall time (worker start-up, scene builds and resets included, as a user
   waits for them), and environment steps per second of the stepping phase alone (``env_ms``: what the workers
@@ -135,8 +136,9 @@ def run_point(env: str, n: int, w: int, max_steps: int, out: Path, device: str =
 
 def grid_points(slots: list[int], workers: list[int]) -> list[tuple[int, int]]:
     """(N, W) per slot count and worker count, W above N run as W = N (the scheduler starts at most N workers),
-    each point once, in order."""
-    return list(dict.fromkeys((n, min(w, n)) for n in slots for w in sorted(workers)))
+    each point once, in order; at N = 1 only W = 0 (episodic-eval steps a single slot in its own process whatever
+    ``--env-workers`` says)."""
+    return list(dict.fromkeys((n, min(w, n)) for n in slots for w in sorted(workers) if n > 1 or w == 0))
 
 
 def _spread(values: list[float]) -> dict[str, float]:

@@ -141,10 +141,11 @@ def test_libero_workers_part_skips_without_libero_and_reports_speed_ups_per_repe
                                              needs=("json", "no_such_module_h56m")))
     assert [(s, c) for s, c, _, _ in lines] == [("SKIP", "libero-workers")] and "no_such_module_h56m" in lines[0][3]
     assert episodic.grid(False, cores=2).workers == (0, 2) and episodic.grid(False, cores=16).workers == (0, 2, 16)
-    # 16 cores: W = 16 runs as W = N (at most N workers start); 2 cores: W = 2 and the core count are one point
-    assert episodic._bench().grid_points([1, 4, 8], [0, 2, 16]) == [(1, 0), (1, 1), (4, 0), (4, 2), (4, 4), (8, 0),
-                                                                    (8, 2), (8, 8)]
-    assert episodic._bench().grid_points([1, 4], [0, 2, 2]) == [(1, 0), (1, 1), (4, 0), (4, 2)]
+    # 16 cores: W = 16 runs as W = N (at most N workers start); 2 cores: W = 2 and the core count are one point;
+    # N = 1 only in process (episodic-eval runs one slot there whatever --env-workers says)
+    assert episodic._bench().grid_points([1, 4, 8], [0, 2, 16]) == [(1, 0), (4, 0), (4, 2), (4, 4), (8, 0), (8, 2),
+                                                                    (8, 8)]
+    assert episodic._bench().grid_points([1, 4], [0, 2, 2]) == [(1, 0), (4, 0), (4, 2)]
 
     def run(repeat: int, steps_s: float, env_s: float) -> dict[str, Any]:
         parts = {p: 1000.0 for p in ("env_ms", "env_build_ms", "env_reset_ms", "env_workers_start_ms", "planning_ms",
