@@ -20,7 +20,9 @@ Priority order (a check that runs out of the time budget is reported as SKIP, ne
     ``serve-policy`` batching N connections, in-process ``--num-parallel N``, N serial connections), the toy
     policy on the device; outcomes equal, wall times and speed-ups with their spread; pi0 on Push-T the same way
     where gym-pusht is installed (SKIP otherwise), LeRobot's policies SKIP (they need lerobot's own venv).
-``--only pi0,eval`` runs only those (names: pi0, breakdown, serve, oom, eval, model-bench, served).
+ 8. libero-workers: LIBERO-Object with --env-workers at N = 1, 4, 8 and W = 0, 2, cores: steps/s and speed-ups
+    (INFO; SKIP where libero / mujoco / robosuite cannot be imported; benchmarks/gpu_check_episodic.py).
+``--only pi0,eval`` runs only those (names: pi0, breakdown, serve, oom, eval, model-bench, served, libero-workers).
 
 Every verdict line goes to stdout and ``<out>/verdicts.txt`` the moment it is known; each command's
 output goes to ``<out>/logs/``. Exit 2 without a CUDA device (unless --cpu-smoke), 1 when a check
@@ -500,14 +502,17 @@ def check_pi0(rep: Reporter, out: Path, s: Settings) -> None:
         torch.cuda.empty_cache()
 
 
-def _three_way_module() -> Any:
+def load_sibling(name: str) -> Any:
+    """benchmarks/<name>.py, loaded from beside this file (the benchmarks are scripts, not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("served_three_way", ROOT / "benchmarks" / "served_three_way.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # a dataclass in it looks its module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def check_served(rep: Reporter, out: Path, s: Settings) -> None:
@@ -519,7 +524,7 @@ def check_served(rep: Reporter, out: Path, s: Settings) -> None:
         rep.add(Verdict("served", "three ways", "SKIP", f"{', '.join(missing)} not installed: serve-policy's "
                         "protocol needs them (pip install 'lmmbench[episodes]', or carry their wheels)"))
         return
-    module = _three_way_module()
+    module = load_sibling("served_three_way")
     base = [*s.served_args, "--device", s.device, "--threads", "1"]
     report = module.three_way(module.parser().parse_args([*base, "--policy", "toy", "--env", "toy-waypoints"]),
                               out / "served" / "toy")
@@ -540,7 +545,14 @@ def check_served(rep: Reporter, out: Path, s: Settings) -> None:
                     "< 0.36: it runs from its own venv (tests/episodes/test_served_lerobot.py), not in this one"))
 
 
-CHECK_GROUPS = ("pi0", "breakdown", "serve", "oom", "eval", "model-bench", "served")
+def check_libero_workers(rep: Reporter, out: Path, s: Settings) -> None:
+    """LIBERO with --env-workers (benchmarks/gpu_check_episodic.py)."""
+    episodic = load_sibling("gpu_check_episodic")
+    for status, check, name, detail in episodic.run_libero_workers(out, s.device, s.device == "cpu", rep.left_s):
+        rep.add(Verdict(check, name, status, detail))
+
+
+CHECK_GROUPS = ("pi0", "breakdown", "serve", "oom", "eval", "model-bench", "served", "libero-workers")
 
 
 def plan(s: Settings, only: set[str] | None = None) -> list[tuple[str, Callable[[Reporter, Path, Settings], None]]]:
@@ -560,6 +572,7 @@ def _plan(s: Settings) -> list[tuple[str, str, Callable[[Reporter, Path, Setting
     steps.append(("eval", "eval + reference compare on tiny-llm", check_eval_reference))
     steps.append(("model-bench", f"model-bench on {s.perf_model}", check_model_bench))
     steps.append(("served", "served policy three ways", check_served))
+    steps.append(("libero-workers", "LIBERO with env workers", check_libero_workers))
     return steps
 
 

@@ -129,3 +129,37 @@ def test_card_bandwidth_table_and_pi0_verdicts(gpu_check: Any) -> None:
     assert [v.status for v in gpu_check.pi0_verdicts([row], None)] == ["INFO", "PASS"]
     assert [v.status for v in gpu_check.pi0_verdicts([{**row, "max_abs_diff": 1e-3}], None)] == ["INFO", "FAIL"]
     assert [v.status for v in gpu_check.pi0_verdicts([row], "no CUDA")] == ["INFO", "SKIP"]
+
+
+def test_libero_workers_part_skips_without_libero_and_reports_speed_ups_per_repeat(gpu_check: Any,
+                                                                                     tmp_path: Path) -> None:
+    """The episodic part: SKIP naming what cannot be imported (the lent GPU image lacks LIBERO; here a module that
+    does not exist stands for it), and per point the speed-ups against the W = 0 run of the same repeat."""
+    episodic = gpu_check.load_sibling("gpu_check_episodic")
+    assert episodic.missing_modules(["json", "no_such_module_h56m"]) == ["no_such_module_h56m"]
+    lines = list(episodic.run_libero_workers(tmp_path, "cuda", False, lambda: 1e9,
+                                             needs=("json", "no_such_module_h56m")))
+    assert [(s, c) for s, c, _, _ in lines] == [("SKIP", "libero-workers")] and "no_such_module_h56m" in lines[0][3]
+    assert episodic.grid(False, cores=2).workers == (0, 2) and episodic.grid(False, cores=16).workers == (0, 2, 16)
+    # 16 cores: W = 16 runs as W = N (at most N workers start); 2 cores: W = 2 and the core count are one point;
+    # N = 1 only in process (episodic-eval runs one slot there whatever --env-workers says)
+    assert episodic._bench().grid_points([1, 4, 8], [0, 2, 16]) == [(1, 0), (4, 0), (4, 2), (4, 4), (8, 0), (8, 2),
+                                                                    (8, 8)]
+    assert episodic._bench().grid_points([1, 4], [0, 2, 2]) == [(1, 0), (4, 0), (4, 2)]
+
+    def run(repeat: int, steps_s: float, env_s: float) -> dict[str, Any]:
+        parts = {p: 1000.0 for p in ("env_ms", "env_build_ms", "env_reset_ms", "env_workers_start_ms", "planning_ms",
+                                      "action_ms", "scheduler_ms")}
+        return {"repeat": repeat, "steps_per_s": steps_s, "env_steps_per_s": env_s, "wall_s": 7.0, "process_s": 9.0,
+                "env_step_ms": 500.0,
+                "peak_rss_mb": 2048.0, "load_before": "1", "load_after": "2", **parts}
+
+    # repeat 1's W = 0 run failed: W = 2's repeat 1 has nothing to pair with; repeat 0 and 2 give 2x and 3x
+    runs = {(4, 0): [run(0, 1.0, 2.0), run(2, 1.0, 1.0)], (4, 2): [run(0, 2.0, 2.0), run(1, 9.0, 9.0),
+                                                                    run(2, 3.0, 1.5)]}
+    rows = {(r["slots"], r["workers"]): r for r in episodic._bench().summarise(runs)}
+    assert rows[(4, 0)]["speedup_steps_per_s"] is None
+    assert rows[(4, 2)]["speedup_steps_per_s"] == {"median": 2.5, "min": 2.0, "max": 3.0}
+    assert rows[(4, 2)]["speedup_env_steps_per_s"] == {"median": 1.25, "min": 1.0, "max": 1.5}
+    status, check, _, detail = episodic.point_line(rows[(4, 2)])
+    assert (status, check) == ("INFO", "libero-workers:N=4,W=2") and "vs W=0 2.50x (2.00..3.00)" in detail

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 
 from lmmbench.episodes import EpisodeKey, EpisodeMemory, EpisodeScheduler, PolicySettings, make_policy
 from lmmbench.episodes.suites import resolve_suite
@@ -27,8 +28,15 @@ def _run(workers: int, n: int = 4) -> tuple[dict[str, Any], EpisodeScheduler]:
 
 
 def test_worker_envs_give_the_same_outcomes_as_in_process_ones() -> None:
-    local, _ = _run(0)
+    local, local_sched = _run(0)
     remote, sched = _run(2)
+    # the workers' start-up is a term of its own (none in-process), and the parts still sum to the wall time
+    assert local_sched.totals.as_dict()["env_workers_start_ms"] == 0
+    totals = sched.totals.as_dict()
+    assert totals["env_workers_start_ms"] > 0
+    parts = ("env_ms", "env_build_ms", "env_reset_ms", "env_workers_start_ms", "planning_ms", "action_ms",
+             "scheduler_ms")
+    assert sum(totals[k] or 0.0 for k in parts) == pytest.approx(totals["wall_ms"], abs=1e-3)
     assert sorted(local) == sorted(remote) and len(local) == 6
     for sid, r in local.items():
         other = remote[sid]

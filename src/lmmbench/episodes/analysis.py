@@ -111,8 +111,8 @@ def episodic_findings(rows: Sequence[dict[str, Any]], totals: dict[str, Any] | N
     if totals:
         wall = totals.get("wall_ms") or 0.0
         out["time_split_pct"] = {k.removesuffix("_ms"): 100.0 * totals[k] / wall if wall and totals.get(k) is not None
-                                 else None for k in ("env_ms", "env_build_ms", "env_reset_ms", "planning_ms",
-                                                     "action_ms", "scheduler_ms")}
+                                 else None for k in ("env_ms", "env_build_ms", "env_reset_ms", "env_workers_start_ms",
+                                                     "planning_ms", "action_ms", "scheduler_ms")}
     if serial_totals:
         out["serial_run"] = serial_totals
     if speedup is not None:

@@ -97,6 +97,7 @@ class RunTotals:
     setup_ns: int = 0  # one-off setup inside policy calls (CUDA-graph captures), kept out of every other time
     env_build_ns: int = 0  # building environments (a LIBERO scene: seconds), here or in a worker
     env_reset_ns: int = 0  # resetting them at the start of every episode
+    env_workers_start_ns: int = 0  # --env-workers: starting the worker processes until each answered (spawn: seconds)
     has_planner: bool = True  # False: the policy never plans, and planning is reported as absent, not as 0
 
     def action_batch_histogram(self) -> dict[str, int]:
@@ -109,7 +110,8 @@ class RunTotals:
         per call and per request, the histograms and the cost model's terms (``episodes.cost_model.run_terms``)."""
         from lmmbench.episodes.cost_model import run_terms
 
-        parts = self.env_ns + self.planning_ns + self.action_ns + self.env_build_ns + self.env_reset_ns
+        parts = (self.env_ns + self.planning_ns + self.action_ns + self.env_build_ns + self.env_reset_ns
+                 + self.env_workers_start_ns)
         sizes = self.action_batch_sizes
         planner = self.has_planner
         return {
@@ -118,6 +120,7 @@ class RunTotals:
             "env_ms": ns_to_ms(self.env_ns),
             "env_build_ms": ns_to_ms(self.env_build_ns),
             "env_reset_ms": ns_to_ms(self.env_reset_ns),
+            "env_workers_start_ms": ns_to_ms(self.env_workers_start_ns),
             "planning_ms": ns_to_ms(self.planning_ns) if planner else None,
             "action_ms": ns_to_ms(self.action_ns),
             "scheduler_ms": ns_to_ms(self.wall_ns - parts),
@@ -461,6 +464,7 @@ class EpisodeScheduler:
             from lmmbench.episodes.envs.workers import EnvWorkers
 
             self._pool = EnvWorkers(self.make_env, min(self.env_workers, self.num_parallel), self.worker_start)
+            self.totals.env_workers_start_ns = self._pool.start_ns
         try:
             yield from self._run_ticks()
         finally:

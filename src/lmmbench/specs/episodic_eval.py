@@ -577,7 +577,8 @@ def plot_episodes(findings: dict[str, Any], path: Path, title: str) -> None:
     ax1.set_title(title)
     runs = [(name, t) for name, t in (("this run", findings.get("run")), ("serial", findings.get("serial_run"))) if t]
     bottoms = [0.0] * len(runs)
-    for i, part in enumerate(("env_ms", "env_build_ms", "env_reset_ms", "planning_ms", "action_ms", "scheduler_ms")):
+    for i, part in enumerate(("env_ms", "env_build_ms", "env_reset_ms", "env_workers_start_ms", "planning_ms",
+                              "action_ms", "scheduler_ms")):
         vals = [max(0.0, float(t.get(part) or 0.0)) for _, t in runs]
         ax2.bar([n for n, _ in runs], vals, bottom=bottoms, color=f"C{i}", label=part.removesuffix("_ms"))
         bottoms = [b + v for b, v in zip(bottoms, vals, strict=True)]

@@ -65,6 +65,8 @@ def _serve(conn: Connection, make_env: Callable[[int], Any]) -> None:
                 reply = envs[args[0]].render()
             elif op == "close":
                 _close(envs.pop(args[0], None))
+            elif op == "ping":  # answered once the interpreter is up and the factory unpickled
+                reply = None
             elif op == "stop":
                 for env in envs.values():
                     _close(env)
@@ -88,6 +90,7 @@ class EnvWorkers:
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
         self._dead: dict[int, str] = {}  # worker -> how it ended
+        t0 = now_ns()
         for _ in range(workers):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_serve, args=(child, make_env), daemon=True)
@@ -96,6 +99,21 @@ class EnvWorkers:
             self._conns.append(parent)
             self._procs.append(proc)
         self._ids = itertools.count()
+        self.start_ns = self._wait_ready(t0)
+
+    def _wait_ready(self, t0: int) -> int:
+        """Ping every worker at once and wait for all answers: the workers' start-up (a spawned interpreter's
+        imports), timed apart from the scenes they build. A worker that died answers nothing; its first real call
+        raises ``WorkerDied``."""
+        pinged = []
+        for worker in range(len(self._conns)):
+            with contextlib.suppress(WorkerDied):
+                self._send(worker, ("ping",))
+                pinged.append(worker)
+        for worker in pinged:
+            with contextlib.suppress(WorkerDied, RuntimeError, UserError):
+                self._answer(worker)
+        return now_ns() - t0
 
     @property
     def pids(self) -> list[int]:

@@ -262,11 +262,12 @@ class RemotePolicy(ActOnly):
 
 
 def served_split(totals: Any, wait_ns: int, infer_ns: int, requests: int) -> dict[str, Any]:
-    """Calls per second and where the run's wall time went: the environment (steps, builds, resets), waiting for
-    the server (per action call, first request sent to last answer received), of which inside the server (per
-    call the longest ``server_timing.infer_ms``), and lmmbench (the rest: scheduling, packing, threads)."""
+    """Calls per second and where the run's wall time went: the environment (steps, builds, resets, the env workers'
+    start-up), waiting for the server (per action call, first request sent to last answer received), of which inside
+    the server (per call the longest ``server_timing.infer_ms``), and lmmbench (the rest: scheduling, packing,
+    threads)."""
     wall = totals.wall_ns
-    env = totals.env_ns + totals.env_build_ns + totals.env_reset_ns
+    env = totals.env_ns + totals.env_build_ns + totals.env_reset_ns + totals.env_workers_start_ns
     other = totals.planning_ns + totals.action_ns - wait_ns  # inside act() but not waiting: packing, threads
     return {"calls_per_s": requests / (wall / 1e9) if wall > 0 else None,
             "time_split_ms": {"wall": wall / 1e6, "environment": env / 1e6, "waiting_for_server": wait_ns / 1e6,
