@@ -105,3 +105,26 @@ def test_step_intervals_of_slots_in_different_workers_overlap() -> None:
             assert min(a1, b1) > max(a0, b0), (by_worker,)
         span = max(t1 for _, t1, _ in tick) - min(t0 for t0, _, _ in tick)
         assert span < sum(t1 - t0 for t0, t1, _ in tick)  # the tick's steps took less than one after another
+
+
+def test_env_workers_act_at_one_slot_too(tmp_path: Any) -> None:
+    """--env-workers at --num-parallel 1 puts the one slot's environment in a worker (it was accepted and ignored:
+    an N = 1 run stepped in this process); the outcomes are the in-process run's."""
+    import csv
+    import json
+
+    from lmmbench.cli.main import main
+
+    runs = {}
+    for workers in (0, 1):
+        out = tmp_path / f"w{workers}"
+        assert main(["run", "episodic-eval", "--num-tasks", "2", "--num-trials-per-task", "1", "--max-steps", "4",
+                     "--num-steps-wait", "0", "--warmup", "0", "--num-parallel", "1", "--env-workers", str(workers),
+                     "--no-progress", "--out-dir", str(out)]) == 0  # fmt: skip
+        spec = out / "episodic-eval"
+        start_ms = json.loads((spec / "episodic-eval_analysis.json").read_text())["run"]["env_workers_start_ms"]
+        with (spec / "episodic-eval_results.csv").open() as fh:
+            outcomes = [(r["sample_id"], r["success"], r["steps"], r["total_reward"]) for r in csv.DictReader(fh)]
+        runs[workers] = start_ms, outcomes
+    assert runs[0][0] == 0 and runs[1][0] > 0
+    assert runs[0][1] == runs[1][1] and len(runs[0][1]) == 2

@@ -364,11 +364,12 @@ class EpisodicEvalSpec(Spec):
         todo = [k for k in episodes if k.id not in done]
         episode_seed = info["episode_seed"]
 
-        def scheduler(keys: list[Any], parallel: int, recorder: Any = None, check: Any = None) -> EpisodeScheduler:
+        def scheduler(keys: list[Any], parallel: int, recorder: Any = None, check: Any = None,
+                      workers: int = 0) -> EpisodeScheduler:  # fmt: skip
             return EpisodeScheduler(make_env, policy, keys, num_parallel=parallel,
                                     num_steps_wait=opts.num_steps_wait, max_steps=max_steps, seed=episode_seed,
                                     steal_trials=opts.steal_trials, recorder=recorder, batch_check=check,
-                                    env_workers=opts.env_workers if parallel > 1 else 0,
+                                    env_workers=workers,
                                     warmup_action=suite.warmup_action, reset_by_trial=suite.reset_by_trial,
                                     worker_start=suite.worker_start)
 
@@ -376,9 +377,10 @@ class EpisodicEvalSpec(Spec):
             for _ in scheduler([EpisodeKey(0, -1 - i) for i in range(opts.warmup)], 1).run():
                 pass
         if opts.compare_serial and todo:
-            self._compare_serial(lambda: scheduler(todo, 1), lambda: scheduler(todo, num_parallel),
-                                 opts.compare_repeats, num_parallel, len(todo),
-                                 opts.env_workers if num_parallel > 1 else 0,
+            # the serial baseline is the plain loop: its environment in this process
+            self._compare_serial(lambda: scheduler(todo, 1),
+                                 lambda: scheduler(todo, num_parallel, workers=opts.env_workers),
+                                 opts.compare_repeats, num_parallel, len(todo), opts.env_workers,
                                  getattr(policy, "batched_action", True))
         replay_dir = Path(opts.video_out_path) if opts.video_out_path is not None else ctx.spec_dir / "replay"
         recorder = ReplayRecorder(replay_dir) if opts.record_replay or opts.video_out_path is not None else None
@@ -389,7 +391,8 @@ class EpisodicEvalSpec(Spec):
         mark = getattr(policy, "mark_run_start", None)
         if callable(mark):  # --policy ws://: the probe and warm-up calls are not the measured run's
             mark()
-        self._scheduler = scheduler(todo, num_parallel, recorder, self._batch_check)
+        # --env-workers acts at any N (at N = 1 the one slot's environment lives in one worker process)
+        self._scheduler = scheduler(todo, num_parallel, recorder, self._batch_check, workers=opts.env_workers)
         self._max_steps = max_steps
         self._results = self._scheduler.run()
         self._traces = TraceFile(ctx.spec_dir / f"{self.name}_traces.jsonl", resume=opts.resume)
