@@ -187,20 +187,24 @@ class _Thread:
 
     def __init__(self, name: str, context: contextvars.Context, one: Callable[[str], None]) -> None:
         self.error: BaseException | None = None
+        self.ended = threading.Event()
 
         def target() -> None:
             try:
                 context.run(one, name)
             except BaseException as exc:  # raised again in the main thread (raise_error)
                 self.error = exc
+            finally:
+                self.ended.set()
 
-        self.thread = threading.Thread(target=target, name=f"plan-{name}", daemon=True)
-        self.thread.start()
+        threading.Thread(target=target, name=f"plan-{name}", daemon=True).start()
 
     def join_interruptibly(self) -> None:
-        """Wait for the thread, in short joins (a signal is seen meanwhile)."""
-        while self.thread.is_alive():
-            self.thread.join(_PAUSE_S)
+        """Wait until the thread's rows are done, in short waits (a signal is seen meanwhile). Not
+        ``Thread.join``: a signal raised in it marks a running thread as stopped (CPython 3.11's
+        ``_wait_for_tstate_lock``), so a second join would return at once."""
+        while not self.ended.wait(_PAUSE_S):
+            pass
 
     def raise_error(self) -> None:
         """Raise what the thread raised, if anything."""
