@@ -2,7 +2,8 @@
 (perf) runs alone on its node (its start-end interval overlaps no other row's but its server's) while two
 eval rows share the node and overlap;
 `perf --executor ray --workers 2` slices one global schedule over two Ray actors, merges the records
-and estimates each actor's clock offset near zero (one machine). One real local Ray cluster serves
+and estimates each actor's clock offset near zero (one machine); a Ray row starts when its needs end (one of them
+a row in the driver), not after an unrelated slow Ray row. One real local Ray cluster serves
 the module (the executors join a running cluster and leave it running)."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Stages: the worked example of docs/plans.md (inference on the subprocess executor, scoring of its
 predictions in an isolated venv, a command row collecting the scores) gives the scores of `eval --mode all`;
 a failed row skips the rows that need it (and theirs), naming it; unknown needs, cycles and hand-offs from
-rows not needed are refused before anything runs; a command row fails when a declared output is missing."""
+rows not needed are refused before anything runs; a command row fails when a declared output is missing; a row
+starts when its needs end (subprocess, container, subprocess + inprocess, inprocess), by the order of events."""
 
 from __future__ import annotations
 

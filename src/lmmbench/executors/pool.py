@@ -128,8 +128,10 @@ class SlotSet:
             if whole or count > 1:
                 count = self.total if whole else count
                 self.timing_waiting += 1
-                self.cv.wait_for(lambda: len(self.free) >= count)
-                self.timing_waiting -= 1
+                try:  # an interruption while it waits (the driver's main thread) leaves no waiter behind
+                    self.cv.wait_for(lambda: len(self.free) >= count)
+                finally:
+                    self.timing_waiting -= 1
                 held, self.free = self.free[:count], self.free[count:]
                 return held
             self.cv.wait_for(lambda: bool(self.free) and not self.timing_waiting)
@@ -200,6 +202,9 @@ class WorkerPool:
             held = hold_slots(slots, job)
             if isinstance(held, RowResult):
                 done(held)
+                return
+            if self._stopped_by is not None:  # stopped while it waited for slots: not started (the plan says so)
+                slots.give(held)
                 return
             count = slots_needed(job, slots.gpu)  # a timing row holds every slot but sees the GPUs it asked for
             slot = replace(held[0], more=tuple(s.gpu for s in held[1:count] if s.gpu is not None))

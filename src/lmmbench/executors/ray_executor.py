@@ -14,6 +14,8 @@ A timing row (perf, a spec's run) asks for every unit of the ``lmmbench_machine`
 while other rows share theirs. On a cluster without that resource the rows are placed by CPUs and GPUs
 only, and a timing row that ran beside another row says so (``contention`` in its result).
 
+In a plan, the cluster is joined (or started) by ``prepare``, in the driver's main thread, and ``run`` goes on in
+a thread of its own (``executors.schedule``): each row is submitted once the rows it needs have ended.
 When the driver is stopped (SIGTERM, Ctrl-C), every row still pending is cancelled: a running task gets
 Ray's KeyboardInterrupt, which its run takes for Ctrl-C (it writes what it measured; the task writes
 ``result.json`` in the row folder, read back since Ray answers a cancelled task with an error), and a task
@@ -31,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lmmbench.core.errors import UserError
 from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
 from lmmbench.executors.jobs import Job, RowResult, execute_job, is_timing, write_result
 from lmmbench.executors.pool import RESULT_NAME, interrupted_result
@@ -105,7 +108,13 @@ class RayExecutor:
         if ready:
             from lmmbench.loadgen.ray_fanout import init_ray
 
-            self._started = init_ray(self.settings.ray_address) or self._started
+            try:
+                self._started = init_ray(self.settings.ray_address) or self._started
+            except UserError as exc:  # no cluster: these rows fail with the cause, the plan goes on
+                for job in ready:
+                    done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
+                                   model=job.model, error=str(exc)))
+                return []
         return ready
 
     def _check_gpus(self, jobs: list[Job]) -> None:
