@@ -14,8 +14,8 @@ A timing row (perf, a spec's run) asks for every unit of the ``lmmbench_machine`
 while other rows share theirs. On a cluster without that resource the rows are placed by CPUs and GPUs
 only, and a timing row that ran beside another row says so (``contention`` in its result).
 
-In a plan, the cluster is joined (or started) by ``prepare``, in the driver's main thread, and ``run`` goes on in
-a thread of its own (``executors.schedule``): each row is submitted once the rows it needs have ended.
+In a plan, the cluster is joined (or started) by ``start``, in the driver's main thread, and ``run`` goes on in a
+thread of its own (``executors.schedule``), submitting each row once the rows it needs have ended.
 When the driver is stopped (SIGTERM, Ctrl-C), every row still pending is cancelled: a running task gets
 Ray's KeyboardInterrupt, which its run takes for Ctrl-C (it writes what it measured; the task writes
 ``result.json`` in the row folder, read back since Ray answers a cancelled task with an error), and a task
@@ -33,7 +33,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lmmbench.core.errors import UserError
 from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
 from lmmbench.executors.jobs import Job, RowResult, execute_job, is_timing, write_result
 from lmmbench.executors.pool import RESULT_NAME, interrupted_result
@@ -90,9 +89,7 @@ class RayExecutor:
 
     def prepare(self, jobs: list[Job], done: DoneCallback) -> list[Job]:
         """Before any row runs: on a local cluster (no ``--ray-address``), rows with requirements fail alone when
-        ``virtualenv`` (which Ray's pip runtime_env needs) is not installed. Returns the rows that can run. The
-        cluster is joined (or started) here, in the driver's main thread (``ray.init`` sets its SIGTERM handler
-        there; ``run`` goes on in a thread of its own); ``run`` or ``cleanup`` leaves it as it was found."""
+        ``virtualenv`` (which Ray's pip runtime_env needs) is not installed. Returns the rows that can run."""
         import importlib.util
 
         self._check_gpus(jobs)
@@ -105,16 +102,6 @@ class RayExecutor:
                                      "virtualenv (pip install virtualenv), or run the row on executor: venv"))
             else:
                 ready.append(job)
-        if ready:
-            from lmmbench.loadgen.ray_fanout import init_ray
-
-            try:
-                self._started = init_ray(self.settings.ray_address) or self._started
-            except UserError as exc:  # no cluster: these rows fail with the cause, the plan goes on
-                for job in ready:
-                    done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
-                                   model=job.model, error=str(exc)))
-                return []
         return ready
 
     def _check_gpus(self, jobs: list[Job]) -> None:
@@ -167,6 +154,13 @@ class RayExecutor:
                 import ray
 
                 ray.shutdown()
+
+    def start(self) -> None:
+        """Join (or start) the cluster, in the driver's main thread, before the plan's rows run (``run`` goes on in
+        a thread of its own); ``run`` or ``cleanup`` leaves it as it was found."""
+        from lmmbench.loadgen.ray_fanout import init_ray
+
+        self._started = init_ray(self.settings.ray_address) or self._started
 
     def stop(self, signum: int) -> None:
         """Submit nothing more and cancel the pending tasks (``run``, in its own thread, does it)."""

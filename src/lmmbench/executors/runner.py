@@ -186,11 +186,23 @@ def _failed(job: Job, error: str) -> RowResult:
 
 def _prepare(executors: dict[str, Any], jobs: list[Job], finish: Callable[[RowResult], None]) -> list[Job]:
     """The checks that can run before any row: each executor's ``prepare`` (venvs built, interpreters found)
-    fails only the rows it cannot run, up front; the rows that passed are returned."""
+    fails only the rows it cannot run, up front; then its ``start``, in the driver's main thread (Ray joins its
+    cluster there: ``ray.init`` sets signal handlers that only the main thread can put back, and the executor's
+    rows run in a thread of their own); an executor that cannot start fails its rows with the cause. The rows
+    that passed are returned."""
     ready: list[Job] = []
     for name, group in _by_executor(jobs).items():
         prepare = getattr(executors[name], "prepare", None)
-        ready += prepare(group, finish) if prepare is not None else group
+        passed = prepare(group, finish) if prepare is not None else group
+        start = getattr(executors[name], "start", None)
+        if passed and start is not None:
+            try:
+                start()
+            except UserError as exc:
+                for job in passed:
+                    finish(_failed(job, str(exc)))
+                passed = []
+        ready += passed
     return ready
 
 

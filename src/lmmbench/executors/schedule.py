@@ -158,6 +158,8 @@ def run_in_stages(jobs: list[Job], done: dict[str, RowResult], finish: Callable[
         if getattr(executors[name], "staged", False):
             run_group(name, groups[name], schedule.finished)
         else:
+            if callable(stop := getattr(executors[name], "stop", None)):
+                schedule.on_stop(stop)
             _in_batches(schedule, groups[name], lambda ready: run_group(name, ready, schedule.finished))
 
     token = SCHEDULE.set(schedule)
