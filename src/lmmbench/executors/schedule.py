@@ -8,7 +8,9 @@ ones (``staged``: the local pool's ``subprocess``, ``venv``, ``container``; ``in
 gets its rows in batches: each call of its ``run`` gets the rows whose needs have ended.
 
 Threads and signals: ``inprocess`` rows run in the driver's main thread (a run there installs its own stop
-handlers, which only the main thread can); every other executor runs in a thread of its own. A stop signal
+handlers, which only the main thread can), or, in a plan without them, a third-party executor's rows (it may run
+them in the driver too); every other executor runs in a thread of its own (Ray joins its cluster before, in the
+main thread: ``start``). A stop signal
 (SIGINT, or SIGTERM raised as an interruption) arrives in the main thread, which stops every executor through
 the schedule (each pool signals its workers' groups, Ray cancels its tasks), waits for them to report their rows
 and raises the interruption again; nothing more starts.
@@ -162,12 +164,16 @@ def run_in_stages(jobs: list[Job], done: dict[str, RowResult], finish: Callable[
                 schedule.on_stop(stop)
             _in_batches(schedule, groups[name], lambda ready: run_group(name, ready, schedule.finished))
 
+    # the driver's main thread: inprocess rows (their runs install their own stop handlers), else a third-party
+    # executor's, which may run rows in the driver as well
+    main = "inprocess" if "inprocess" in groups else next(
+        (n for n in groups if not getattr(executors[n], "staged", False)), None)
     token = SCHEDULE.set(schedule)
     try:
-        threads = [_Thread(name, contextvars.copy_context(), one) for name in groups if name != "inprocess"]
+        threads = [_Thread(name, contextvars.copy_context(), one) for name in groups if name != main]
         try:
-            if "inprocess" in groups:  # the driver's main thread: its runs install their own stop handlers
-                one("inprocess")
+            if main is not None:
+                one(main)
             for thread in threads:
                 thread.join_interruptibly()
         except BaseException:
