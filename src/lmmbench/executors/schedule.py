@@ -34,6 +34,7 @@ __all__ = ["SCHEDULE", "Schedule", "run_in_stages", "skipped_by"]
 T = TypeVar("T")
 SCHEDULE: contextvars.ContextVar[Schedule | None] = contextvars.ContextVar("lmmbench_schedule", default=None)
 _PAUSE_S = 0.2  # the longest a waiting loop sleeps before it looks again (it wakes at once when a row ends)
+_WAIT_S = 1.0  # the same for a row waiting for its needs in a pool's thread (one thread per row: fewer wake-ups)
 
 
 def skipped_by(job_needs: list[str], done: dict[str, RowResult]) -> str | None:
@@ -95,7 +96,7 @@ class Schedule:
         run (skipped, already reported; or the plan or its executor was stopped)."""
         with self._cv:
             while not self.ended(job) and not (stopped() or self.stopped_by is not None):
-                self._cv.wait(_PAUSE_S)
+                self._cv.wait(_WAIT_S)
         if stopped() or self.stopped_by is not None:
             return None
         ready, _ = self.take([job])
