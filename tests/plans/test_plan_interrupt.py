@@ -8,8 +8,8 @@ groups (the driver's, the worker's, the server's) is alive and nobody holds the 
 ``interrupted`` with the requests it measured in its metrics, equal to the records in its run folder;
 ``plan.json``, the summary and both reports are written; ``batch --resume`` continues the row. A SIGKILLed
 plan's server and worker end by themselves (``PR_SET_PDEATHSIG``), before a pacer started with the kill has
-imported lmmbench's CLI three times (tests/pacer.py). The Ray case is in test_ray.py (it joins that module's
-cluster)."""
+imported lmmbench's CLI three times (tests/pacer.py). A mixed plan (subprocess + inprocess) is stopped while its
+driver waits for a row's needs. The Ray case is in test_ray.py (it joins that module's cluster)."""
 
 from __future__ import annotations
 
@@ -198,6 +198,20 @@ def test_a_stopped_inprocess_plan_does_not_start_its_next_row(write_plan: Any) -
     later = json.loads((plan_dir / "later" / "status.json").read_text())
     assert later["status"] == "interrupted" and "not started" in later["error"], later
     assert not (plan_dir / "later" / "perf").exists()
+
+
+@pytest.mark.serial
+@pytest.mark.timeout(240)
+def test_a_stopped_mixed_plan_stops_the_pool_while_the_driver_waits_for_a_need(write_plan: Any) -> None:
+    """subprocess + inprocess: the perf row runs in the pool's thread while the main thread waits for 'after' (an
+    inprocess row needing it); SIGTERM reaches the main thread, which stops the pool through the plan's schedule:
+    nothing is left, the perf row keeps what it measured and 'after' says it never started."""
+    after = {"name": "after", "kind": "command", "executor": "inprocess", "needs": ["load"],
+             "options": {"command": "true"}}  # fmt: skip
+    plan_dir, _ = interrupt_plan(long_plan(write_plan, "subprocess", after, workers=2), signal.SIGTERM)
+    check_interrupted_files(plan_dir)
+    status = json.loads((plan_dir / "after" / "status.json").read_text())
+    assert status["status"] == "interrupted" and "not started" in status["error"], status
 
 
 @pytest.mark.serial

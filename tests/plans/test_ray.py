@@ -2,7 +2,8 @@
 (perf) runs alone on its node (its start-end interval overlaps no other row's but its server's) while two
 eval rows share the node and overlap;
 `perf --executor ray --workers 2` slices one global schedule over two Ray actors, merges the records
-and estimates each actor's clock offset near zero (one machine). One real local Ray cluster serves
+and estimates each actor's clock offset near zero (one machine); a Ray row starts when its needs end (one of them
+a row in the driver), not after an unrelated slow Ray row. One real local Ray cluster serves
 the module (the executors join a running cluster and leave it running)."""
 
 from __future__ import annotations
@@ -180,3 +181,30 @@ def test_num_gpus_beyond_the_ray_clusters_refused_before_anything_runs(
     assert f"row 'g': num_gpus: {have + 1} but the Ray cluster has {have} GPU(s)" in capsys.readouterr().err
     assert not (path.parent / "out" / "raygpu" / "g" / "status.json").exists()
     assert ray.is_initialized()  # the cluster the plan found is left as it was
+
+
+def test_a_ray_row_starts_when_its_needs_end_beside_an_inprocess_row(ray_cluster: None, write_plan: Any,
+                                                                     tmp_path: Path) -> None:
+    """Order of events, no clock: 'slow' (Ray) ends only once 'after' (Ray, which needs 'mid', run in the driver,
+    which needs the quick Ray row 'first') has written its mark: in waves 'slow' would wait for ever (here: fail
+    after 60 s). The hand-off crosses Ray and the driver both ways while Ray's tasks run."""
+    mark = tmp_path / "after-ran"
+    wait = f"import pathlib, sys, time; m, t = pathlib.Path({str(mark)!r}), time.monotonic()\n" + (
+        "while not m.exists() and time.monotonic() - t < 60: time.sleep(0.05)\nsys.exit(0 if m.exists() else 1)\n")
+    (tmp_path / "wait.py").write_text(wait)
+    path = write_plan([
+        {"name": "slow", "kind": "command", "options": {"command": f"{{python}} {tmp_path / 'wait.py'}"}},
+        {"name": "first", "kind": "command", "options": {"command": "true"}},
+        {"name": "mid", "kind": "command", "executor": "inprocess", "needs": ["first"], "options": {"command": "true"}},
+        {"name": "after", "kind": "command", "needs": ["mid"], "options": {"command": f"touch {mark}"}},
+    ], name="rayorder", executor="ray")  # fmt: skip
+    workers = _ray_workers()
+    run = run_plan(load_plan(path))
+    for pid in _ray_workers() - workers:  # idle workers Ray started for this plan and keeps
+        os.kill(pid, signal.SIGKILL)
+    st = {r.name: r for r in run.results}
+    assert all(r.status == "ok" for r in st.values()), {n: r.error for n, r in st.items()}
+    assert [st[n].executor for n in ("slow", "first", "mid", "after")] == ["ray", "ray", "inprocess", "ray"]
+    assert st["after"].started_at_s < st["slow"].ended_at_s  # type: ignore[operator]
+    assert st["first"].ended_at_s <= st["mid"].started_at_s  # type: ignore[operator]
+    assert st["mid"].ended_at_s <= st["after"].started_at_s  # type: ignore[operator]

@@ -1,7 +1,8 @@
 """Stages: the worked example of docs/plans.md (inference on the subprocess executor, scoring of its
 predictions in an isolated venv, a command row collecting the scores) gives the scores of `eval --mode all`;
 a failed row skips the rows that need it (and theirs), naming it; unknown needs, cycles and hand-offs from
-rows not needed are refused before anything runs; a command row fails when a declared output is missing."""
+rows not needed are refused before anything runs; a command row fails when a declared output is missing; a row
+starts when its needs end (subprocess, container, subprocess + inprocess, inprocess), by the order of events."""
 
 from __future__ import annotations
 
@@ -101,26 +102,46 @@ def test_command_row_declared_outputs_and_handoff(write_plan: Any) -> None:
         res["lazy"].error or "")
 
 
-@pytest.mark.parametrize("executor", ["subprocess", "container"], ids=["subprocess", "container_fake_engine"])
+@pytest.mark.parametrize("executor", ["subprocess", "container", "mixed"],
+                         ids=["subprocess", "container_fake_engine", "subprocess_and_inprocess"])
 def test_a_row_starts_when_its_needs_end_not_after_an_unrelated_slow_row(write_plan: Any, tmp_path: Path,
                                                                         executor: str,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Order of events, no clock: 'slow' ends only once 'after' (which needs the quick 'first') has written its
-    mark, so in waves 'slow' would wait for ever (here: fail after 60 s) while 'after' waits for it."""
+    """Order of events, no clock: 'slow' ends only once 'after' (which needs 'mid', which needs the quick 'first')
+    has written its mark, so in waves 'slow' would wait for ever (here: fail after 60 s) while 'after' waits for
+    it. Mixed: 'mid' runs in the driver (inprocess) between two subprocess rows, the hand-off crossing executors
+    both ways while the subprocess executor runs."""
     mark = tmp_path / "after-ran"
     wait = tmp_path / "wait.py"
     wait.write_text(f"import pathlib, sys, time\nm, t = pathlib.Path({str(mark)!r}), time.monotonic()\n"
                     "while not m.exists() and time.monotonic() - t < 60:\n    time.sleep(0.05)\n"
                     "sys.exit(0 if m.exists() else 1)\n")
-    rows = [_cmd("slow", f"{{python}} {wait}"), _cmd("first", "true"), _cmd("after", f"touch {mark}", ["first"])]
+    rows = [_cmd("slow", f"{{python}} {wait}"), _cmd("first", "true"), _cmd("mid", "true", ["first"]),
+            _cmd("after", f"touch {mark}", ["mid"])]
     if executor == "container":  # the fake engine (no container engine is mocked beyond its argv: it runs on the host)
         fake = Path(__file__).parent / "fake_engine.py"
         monkeypatch.setenv("LMMBENCH_CONTAINER_ENGINE", f"{sys.executable} {fake}")
         monkeypatch.setenv("FAKE_ENGINE_LOG", str(tmp_path / "engine.log"))
         rows = [{**r, "image": "lmmbench:test"} for r in rows]
+    if executor == "mixed":
+        rows[2]["executor"], executor = "inprocess", "subprocess"
     path = write_plan(rows, name="order", executor=executor, workers=2)
     assert main(["batch", str(path)]) == 0
     out = path.parent / "out" / "order"
-    st = {n: json.loads((out / n / "status.json").read_text()) for n in ("slow", "first", "after")}
+    st = {n: json.loads((out / n / "status.json").read_text()) for n in ("slow", "first", "mid", "after")}
     assert all(s["status"] == "ok" for s in st.values()), st
     assert st["after"]["started_at_s"] < st["slow"]["ended_at_s"]
+    assert st["first"]["ended_at_s"] <= st["mid"]["started_at_s"] and st["mid"]["ended_at_s"] <= st["after"][
+        "started_at_s"]
+    assert [st[n]["executor"] for n in ("first", "mid")] == [executor, rows[2].get("executor", executor)]
+
+
+def test_an_inprocess_row_starts_when_its_needs_end_before_a_later_unrelated_row(write_plan: Any) -> None:
+    """The driver runs one row at a time: once 'first' ended, 'after' (which needs it) is the first row in plan
+    order whose needs have ended, so it starts before 'late'; in waves 'late' (no needs) ran with 'first', before
+    'after'. Order of events: each row's start against the others' ends."""
+    path = write_plan([_cmd("first", "true"), _cmd("after", "true", ["first"]), _cmd("late", "true")], name="inp")
+    res = {r.name: r for r in run_plan(load_plan(path)).results}
+    assert all(r.status == "ok" and r.executor == "inprocess" for r in res.values()), res
+    first, after, late = res["first"], res["after"], res["late"]
+    assert first.ended_at_s <= after.started_at_s and after.ended_at_s <= late.started_at_s  # type: ignore[operator]

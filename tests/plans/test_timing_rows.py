@@ -1,7 +1,8 @@
 """Timing rows get the machine: on the local pool a perf row takes every slot (it overlaps no other row)
 while two eval rows share the slots and overlap; a timing row that did overlap another row on its machine
 (its own serve row aside) gets ``contention`` in its result and a warning. The pool's workers here are
-small real processes that stand in for rows (they sleep and report their start and end)."""
+small real processes that stand in for rows (they sleep and report their start and end). In a plan that mixes
+executors, their pools share the one local pool's slots."""
 
 from __future__ import annotations
 
@@ -57,3 +58,21 @@ def test_contention_is_written_and_warned_when_a_timing_row_overlapped() -> None
     assert [r.name for r in written] == ["load"]  # e2 ended before, far ran elsewhere, bench after
     assert written[0].contention and "e1" in written[0].contention and "far" not in written[0].contention
     assert len(warnings) == 1 and "row 'load'" in warnings[0]
+
+
+def test_in_a_mixed_plan_a_perf_row_takes_the_slots_of_every_local_executor(tmp_path: Path) -> None:
+    """Two executors of one plan (two pools, as subprocess and venv are) run at the same time under the plan's
+    schedule but share its one local pool: the perf row on one overlaps neither eval row of the other, and the two
+    eval rows share the two slots (they overlap)."""
+    from lmmbench.executors.schedule import run_in_stages
+
+    jobs = [Job(name=n, kind=k, config={}, row_dir=str(tmp_path / n), executor=e)  # type: ignore[arg-type]
+            for n, k, e in (("e1", "eval", "b"), ("load", "perf", "a"), ("e2", "eval", "b"))]  # fmt: skip
+    pools = {e: WorkerPool(ExecutorSettings(tmp_path, workers=2), _launch, slots=[Slot(0), Slot(1)], nvml=False)
+             for e in ("a", "b")}  # fmt: skip
+    done: dict[str, RowResult] = {}
+    run_in_stages(jobs, done, lambda r: done.__setitem__(r.name, r), lambda wave: wave, pools,
+                  lambda name, group, report: pools[name].run(group, report))  # fmt: skip
+    assert all(r.status == "ok" for r in done.values()) and len(done) == 3, done
+    assert not _overlap(done["load"], done["e1"]) and not _overlap(done["load"], done["e2"])
+    assert _overlap(done["e1"], done["e2"])

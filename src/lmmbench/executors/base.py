@@ -3,7 +3,12 @@
 An executor factory takes ``ExecutorSettings`` and returns an object with
 ``run(jobs, done)``: it runs every job somewhere and calls ``done(result)`` once per job, as each
 finishes (the plan writes the row's status at once). Third-party executors register a factory
-under the entry-point group ``lmmbench.executors``.
+under the entry-point group ``lmmbench.executors``. In a plan, ``run`` gets the rows whose needs have ended, in
+batches; an executor whose class sets ``staged = True`` gets all its rows at once and asks the plan's schedule
+(``executors.schedule.SCHEDULE``) when each may start, as the built-in ones do. Optional methods, called by the
+plan in the driver's main thread: ``prepare(jobs, done)`` (checks before any row runs; returns the rows that can
+run), ``start()`` (join what the rows need; ``UserError`` fails them), ``cleanup()`` (at the plan's end); and
+``stop(signum)``, from any thread, where the executor stops its rows itself.
 """
 
 from __future__ import annotations

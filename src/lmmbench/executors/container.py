@@ -88,6 +88,8 @@ def _failed(job: Job, error: str) -> RowResult:
 class ContainerExecutor:
     """Runs every row in a container of its ``image`` through the worker pool."""
 
+    staged = True  # its pool takes every row at once; each starts when the plan's schedule says its needs ended
+
     def __init__(self, settings: ExecutorSettings) -> None:
         self.settings = settings
         self.engine = engine_command()
@@ -168,9 +170,9 @@ class ContainerExecutor:
         if not self.engine_checked:
             check_engine(self.engine)
             self.engine_checked = True
-        from lmmbench.executors.pool import GATE
+        from lmmbench.executors.schedule import SCHEDULE
 
-        gated = GATE.get() is not None  # stages: a row's paths are rewritten once its needs ended (hand-off filled)
+        gated = SCHEDULE.get() is not None  # a row's paths are rewritten once its needs ended (hand-off filled)
         ready = []
         for job in jobs:
             try:

@@ -22,7 +22,6 @@ slots than the pool has fails alone, with the cause.
 
 from __future__ import annotations
 
-import contextvars
 import json
 import math
 import os
@@ -41,7 +40,8 @@ from lmmbench.executors.base import DoneCallback, ExecutorSettings
 from lmmbench.executors.gpus import GpuInfo, GpuSampler, discover_gpus, load_nvml
 from lmmbench.executors.jobs import Job, RowResult, is_timing
 
-__all__ = ["GATE", "Gate", "Launcher", "Slot", "WorkerPool", "interrupted_result", "make_slots", "slots_needed"]
+__all__ = ["Launcher", "Slot", "SlotSet", "WorkerPool", "hold_slots", "interrupted_result", "make_slots",
+           "slots_needed"]
 
 JOB_NAME = "job.json"
 RESULT_NAME = "result.json"
@@ -64,10 +64,6 @@ class Slot:
 
 # (job, its job file, the slot) -> (argv, extra environment)
 Launcher = Callable[[Job, Path, Slot], tuple[list[str], dict[str, str]]]
-# (job, "has the pool been stopped?") -> the job to run once every row it needs has ended (its hand-off filled
-# in), or None when it is not to run (skipped, already reported; or the pool was stopped)
-Gate = Callable[[Job, Callable[[], bool]], "Job | None"]
-GATE: contextvars.ContextVar[Gate | None] = contextvars.ContextVar("lmmbench_pool_gate", default=None)
 
 
 def make_slots(workers: int, gpus: list[GpuInfo]) -> list[Slot]:
@@ -114,13 +110,14 @@ def interrupted_result(job: Job, error: str) -> RowResult:
                      error=error, ended_at_s=now)
 
 
-class _Slots:
+class SlotSet:
     """The free slots. A timing row takes all of them at once; while one waits, no other row takes a slot
     (so it is not starved by rows that keep taking the slot it waits for)."""
 
     def __init__(self, slots: list[Slot]) -> None:
         self.free = list(slots)
         self.total = len(slots)
+        self.gpu = bool(slots and slots[0].gpu is not None)  # GPU slots (num_gpus counts), else CPU slots
         self.cv = threading.Condition()
         self.timing_waiting = 0
 
@@ -131,8 +128,10 @@ class _Slots:
             if whole or count > 1:
                 count = self.total if whole else count
                 self.timing_waiting += 1
-                self.cv.wait_for(lambda: len(self.free) >= count)
-                self.timing_waiting -= 1
+                try:  # an interruption while it waits (the driver's main thread) leaves no waiter behind
+                    self.cv.wait_for(lambda: len(self.free) >= count)
+                finally:
+                    self.timing_waiting -= 1
                 held, self.free = self.free[:count], self.free[count:]
                 return held
             self.cv.wait_for(lambda: bool(self.free) and not self.timing_waiting)
@@ -145,8 +144,19 @@ class _Slots:
             self.cv.notify_all()
 
 
+def hold_slots(slots: SlotSet, job: Job) -> list[Slot] | RowResult:
+    """The slots ``job`` holds while it runs (see the module docstring), taken from ``slots`` (blocks until they
+    are free); a failed result when it asks for more than there are."""
+    count = slots_needed(job, slots.gpu)
+    if count > slots.total:
+        return _too_big(job, count, slots.total, slots.gpu)
+    return slots.take(whole=is_timing(job), count=count)
+
+
 class WorkerPool:
     """Runs jobs on a pool of slots, one process per job, with crash retries."""
+
+    staged = True  # takes every row of a plan at once; each starts when the schedule says its needs ended
 
     def __init__(self, settings: ExecutorSettings, launcher: Launcher, slots: list[Slot] | None = None,
                  nvml: Any | None = None, final_codes: dict[int, str] | None = None,
@@ -164,14 +174,21 @@ class WorkerPool:
         self._stopped_by: int | None = None  # the signal that stopped the pool: nothing more starts
 
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
-        """Run every job on the first free slot; ``done`` is called from the pool's threads. An interruption
-        (or any exception) of this thread stops every worker (see the module docstring) and is raised again."""
-        slots = _Slots(self.slots)
-        gate = GATE.get()  # stages: each row waits for its needs in its own thread, then for a slot
+        """Run every job on the first free slot; ``done`` is called from the pool's threads. Under a plan's
+        schedule (``executors.schedule``) every job gets a thread and waits there for its needs, holding no slot,
+        and a stop of the plan stops the pool. An interruption (or any exception) of this thread stops every
+        worker (see the module docstring) and is raised again."""
+        from lmmbench.executors.schedule import SCHEDULE
+
+        schedule = SCHEDULE.get()
+        slots = SlotSet(self.slots)
+        if schedule is not None:
+            slots = schedule.machine(lambda: slots) or slots  # a mixed plan's local executors share one set
+            schedule.on_stop(self.stop)
 
         def one(job: Job) -> None:
-            if gate is not None:
-                waited = gate(job, lambda: self._stopped_by is not None)
+            if schedule is not None:
+                waited = schedule.wait(job, lambda: self._stopped_by is not None)
                 if waited is None:
                     return
                 job = waited
@@ -182,19 +199,21 @@ class WorkerPool:
                     done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor,
                                    model=job.model, error=str(exc)))
                     return
-            gpu = bool(self.slots and self.slots[0].gpu is not None)
-            count = slots_needed(job, gpu)
-            if count > slots.total:
-                done(_too_big(job, count, slots.total, gpu))
+            held = hold_slots(slots, job)
+            if isinstance(held, RowResult):
+                done(held)
                 return
-            held = slots.take(whole=is_timing(job), count=count)
+            if self._stopped_by is not None:  # stopped while it waited for slots: not started (the plan says so)
+                slots.give(held)
+                return
+            count = slots_needed(job, slots.gpu)  # a timing row holds every slot but sees the GPUs it asked for
             slot = replace(held[0], more=tuple(s.gpu for s in held[1:count] if s.gpu is not None))
             try:
                 done(self._run_with_retries(job, slot))
             finally:
                 slots.give(held)
 
-        threads = max(1, len(jobs)) if gate is not None else len(self.slots)  # a waiting row holds no slot
+        threads = max(1, len(jobs)) if schedule is not None else len(self.slots)  # a waiting row holds no slot
         ex = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="plan-worker")
         try:
             for fut in [ex.submit(one, j) for j in jobs]:

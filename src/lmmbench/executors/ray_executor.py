@@ -14,6 +14,8 @@ A timing row (perf, a spec's run) asks for every unit of the ``lmmbench_machine`
 while other rows share theirs. On a cluster without that resource the rows are placed by CPUs and GPUs
 only, and a timing row that ran beside another row says so (``contention`` in its result).
 
+In a plan, the cluster is joined (or started) by ``start``, in the driver's main thread, and ``run`` goes on in a
+thread of its own (``executors.schedule``), submitting each row once the rows it needs have ended.
 When the driver is stopped (SIGTERM, Ctrl-C), every row still pending is cancelled: a running task gets
 Ray's KeyboardInterrupt, which its run takes for Ctrl-C (it writes what it measured; the task writes
 ``result.json`` in the row folder, read back since Ray answers a cancelled task with an error), and a task
@@ -27,6 +29,7 @@ rows with requirements fail before the plan runs, with that cause.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +80,12 @@ def _env_option(job: Job, constraints: Path | None) -> dict[str, Any]:
 class RayExecutor:
     """Submits every row as a Ray task and reports results as they finish."""
 
+    staged = True  # takes every row of a plan at once; each is submitted when the schedule says its needs ended
+
     def __init__(self, settings: ExecutorSettings) -> None:
         self.settings = settings
         self._started = False  # this plan started (or joined) the Ray cluster: run shuts it down at its end
+        self._stopped_by: int | None = None  # the plan was stopped (its schedule): nothing more is submitted
 
     def prepare(self, jobs: list[Job], done: DoneCallback) -> list[Job]:
         """Before any row runs: on a local cluster (no ``--ray-address``), rows with requirements fail alone when
@@ -87,11 +93,10 @@ class RayExecutor:
         import importlib.util
 
         self._check_gpus(jobs)
-        if self.settings.ray_address is not None or importlib.util.find_spec("virtualenv") is not None:
-            return jobs
         ready = []
         for job in jobs:
-            if job.requirements:
+            if (job.requirements and self.settings.ray_address is None
+                    and importlib.util.find_spec("virtualenv") is None):  # fmt: skip
                 done(RowResult(name=job.name, kind=job.kind, status="failed", executor=job.executor, model=job.model,
                                error="requirements: Ray installs them through its pip runtime_env, which needs "
                                      "virtualenv (pip install virtualenv), or run the row on executor: venv"))
@@ -119,31 +124,84 @@ class RayExecutor:
             raise
 
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
-        """Run ``jobs`` as Ray tasks (resources and retries from the plan)."""
-        from lmmbench.loadgen.ray_fanout import MACHINE_RESOURCE, init_ray
+        """Run ``jobs`` as Ray tasks (resources and retries from the plan); under a plan's schedule each is
+        submitted once its needs have ended, and a stop of the plan cancels the tasks."""
+        from lmmbench.executors.schedule import SCHEDULE
+        from lmmbench.loadgen.ray_fanout import init_ray
 
         started = init_ray(self.settings.ray_address) or self._started
-        import ray
-
+        self._started = False
+        schedule = SCHEDULE.get()
         try:
-            machine = bool(ray.cluster_resources().get(MACHINE_RESOURCE))
-            remote = ray.remote(ray_execute)
-            pending = {remote.options(num_cpus=j.num_cpus, num_gpus=j.num_gpus, max_retries=self.settings.max_retries,
-                                      retry_exceptions=False, resources=_machine_share(j, machine),
-                                      **_env_option(j, self.settings.constraints)
-                                      ).remote(j.model_dump(mode="json")): j
-                       for j in jobs}  # fmt: skip
+            submit = self._submitter()
+            waiting = list(jobs) if schedule is not None else []
+            pending = {} if schedule is not None else {submit(j): j for j in jobs}
+            if schedule is not None:
+                schedule.on_stop(self.stop)
             try:
-                while pending:
-                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)  # a signal is seen meanwhile
-                    for ref in ready:
-                        done(self._result(pending.pop(ref), ref))
+                while (waiting or pending) and self._stopped_by is None:
+                    if waiting and schedule is not None:
+                        ready, waiting = schedule.take(waiting)
+                        pending.update({submit(j): j for j in ready})
+                    self._collect(pending, done, schedule)
             except BaseException:
                 self._cancel(pending, done)
                 raise
+            if pending:  # stopped by the plan's schedule: what runs is cancelled, nothing more submitted
+                self._cancel(pending, done)
         finally:
             if started:
+                import ray
+
                 ray.shutdown()
+
+    def start(self) -> None:
+        """Join (or start) the cluster, in the driver's main thread, before the plan's rows run (``run`` goes on in
+        a thread of its own); ``run`` or ``cleanup`` leaves it as it was found."""
+        from lmmbench.loadgen.ray_fanout import init_ray
+
+        self._started = init_ray(self.settings.ray_address) or self._started
+
+    def stop(self, signum: int) -> None:
+        """Submit nothing more and cancel the pending tasks (``run``, in its own thread, does it)."""
+        self._stopped_by = signum
+
+    def cleanup(self) -> None:
+        """Shut down the cluster ``prepare`` started (or joined) when ``run`` did not (no row ran)."""
+        if self._started:
+            import ray
+
+            ray.shutdown()
+            self._started = False
+
+    def _submitter(self) -> Callable[[Job], Any]:
+        """A function that submits one job as a Ray task (its resources, retries and runtime_env)."""
+        import ray
+
+        from lmmbench.loadgen.ray_fanout import MACHINE_RESOURCE
+
+        machine = bool(ray.cluster_resources().get(MACHINE_RESOURCE))
+        remote = ray.remote(ray_execute)
+
+        def submit(j: Job) -> Any:
+            return remote.options(num_cpus=j.num_cpus, num_gpus=j.num_gpus, max_retries=self.settings.max_retries,
+                                  retry_exceptions=False, resources=_machine_share(j, machine),
+                                  **_env_option(j, self.settings.constraints)).remote(j.model_dump(mode="json"))
+
+        return submit
+
+    def _collect(self, pending: dict[Any, Job], done: DoneCallback, schedule: Any) -> None:
+        """Report the tasks that ended within a short wait (a signal or a stop is seen meanwhile); with no task
+        pending, wait for a row to end instead."""
+        import ray
+
+        if not pending:
+            if schedule is not None:
+                schedule.pause()
+            return
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
+        for ref in ready:
+            done(self._result(pending.pop(ref), ref))
 
     def _cancel(self, pending: dict[Any, Job], done: DoneCallback) -> None:
         """Cancel every pending task; report each row from what its task wrote (``interrupted``)."""

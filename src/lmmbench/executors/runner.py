@@ -29,8 +29,8 @@ from lmmbench.executors.jobs import (
 )
 from lmmbench.executors.plan import Plan, PlanRow
 from lmmbench.executors.pool import interrupted_result
+from lmmbench.executors.schedule import run_in_stages
 from lmmbench.executors.servers import RunningServer, is_command_line, server_config, start_server, with_upstream
-from lmmbench.executors.stage_waves import run_in_stages
 
 __all__ = ["STATUS_NAME", "PlanRun", "mark_contention", "resolve_plan", "run_plan"]
 
@@ -186,11 +186,23 @@ def _failed(job: Job, error: str) -> RowResult:
 
 def _prepare(executors: dict[str, Any], jobs: list[Job], finish: Callable[[RowResult], None]) -> list[Job]:
     """The checks that can run before any row: each executor's ``prepare`` (venvs built, interpreters found)
-    fails only the rows it cannot run, up front; the rows that passed are returned."""
+    fails only the rows it cannot run, up front; then its ``start``, in the driver's main thread (Ray joins its
+    cluster there: ``ray.init`` sets signal handlers that only the main thread can put back, and the executor's
+    rows run in a thread of their own); an executor that cannot start fails its rows with the cause. The rows
+    that passed are returned."""
     ready: list[Job] = []
     for name, group in _by_executor(jobs).items():
         prepare = getattr(executors[name], "prepare", None)
-        ready += prepare(group, finish) if prepare is not None else group
+        passed = prepare(group, finish) if prepare is not None else group
+        start = getattr(executors[name], "start", None)
+        if passed and start is not None:
+            try:
+                start()
+            except UserError as exc:
+                for job in passed:
+                    finish(_failed(job, str(exc)))
+                passed = []
+        ready += passed
     return ready
 
 
@@ -308,9 +320,8 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, re
             else:
                 runnable.append(_with_continued(by_name[job.name], continued))
 
-        def run_wave(wave: list[Job]) -> None:
-            for name, group in _by_executor(wave).items():
-                _run_group(executors[name], group, finish, done)
+        def run_group(name: str, group: list[Job], report: Callable[[RowResult], None]) -> None:
+            _run_group(executors[name], group, report, done)
 
         def refresh(wave: list[Job]) -> list[Job]:  # the hand-off filled in from the rows ended so far
             if not any(j.needs for j in wave):
@@ -318,7 +329,7 @@ def run_plan(plan: Plan, executor: str | None = None, *, rerun: bool = False, re
             fresh = {j.name: j for j in resolve_plan(plan, executor, urls, dict(done))}
             return [_with_continued(fresh[j.name], continued) for j in wave]
 
-        run_in_stages(runnable, {j.name: j.needs for j in runnable}, done, run_wave, finish, refresh)
+        run_in_stages(runnable, done, finish, refresh, executors, run_group)
     except KeyboardInterrupt:  # SIGINT, or SIGTERM raised as one: the rows were stopped by their executor
         run.interrupted = True
     finally:

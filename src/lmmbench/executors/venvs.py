@@ -295,6 +295,8 @@ def _failed(job: Job, error: str) -> RowResult:
 class VenvExecutor:
     """Prepares each distinct environment once, then runs rows in them through the worker pool."""
 
+    staged = True  # its pool takes every row at once; each starts when the plan's schedule says its needs ended
+
     def __init__(self, settings: ExecutorSettings) -> None:
         self.settings = settings
         self.venvs: dict[str, PreparedVenv] = {}
