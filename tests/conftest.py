@@ -40,7 +40,6 @@ SERIAL_PATHS = (
     "plans/test_timing_rows.py",  # two workers' sleeps must overlap
     "runs/test_runs_compare.py", "runs/test_previous_run.py",  # verdicts on injected 20 / 26 / 30 ms TTFT
     "reliability/test_lifecycle.py", "reliability/test_perf_search_and_recover.py",  # signals, lateness
-    "fuzz/test_fuzz_traces.py", "fuzz/test_fuzz_store.py", "fuzz/test_fuzz_every_bound.py",  # "within 5 s"
     "plans/test_equivalence.py", "plans/test_ray.py", "plans/test_worker_pool.py",
     "experiments/test_backend_comparison.py", "episodes/test_episodes_toy_waypoints.py",
     "episodes/test_episodic_eval_spec.py", "ttft/test_run.py", "serve/test_serve_overload.py", "benchmarks/",
