@@ -4,7 +4,8 @@ every argv in $FAKE_ENGINE_LOG. With FAKE_ENGINE_DOWN=1 `info` fails like an unr
 container (`run --name lmmbench-build-...`) runs nothing (it would install into the host's Python): it succeeds, or
 fails with FAKE_ENGINE_INSTALL_FAIL=1; `commit`, `rm`, `rmi`, `image inspect` succeed. With FAKE_ENGINE_RUN_EXIT=N a
 row's `run` fails as the engine itself does (exit N, one line on stderr). The image probe (`run --label
-lmmbench.probe=1`) finds python 3.11.2 and lmmbench 0.1.0 in every image but those named bare* (no lmmbench) and nopython* (no python)."""
+lmmbench.probe=1`) finds python 3.11.2 and lmmbench 0.1.0 in every image but those named bare* (no lmmbench) and
+nopython* (no python)."""
 
 from __future__ import annotations
 

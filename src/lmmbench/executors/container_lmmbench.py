@@ -198,11 +198,11 @@ def _run_commit(engine: list[str], image: str, line: str, args: tuple[list[str],
 
 def _venv_line(python: str | None, interpreter: str, system_site: bool) -> str:
     ask = shlex.quote(python) if python else interpreter
-    why = (f"Python {python}: the image's python3 is another version and uv could not download {python}"
-           if python else "the image has no python3")  # fmt: skip
+    why = (f"Python {python}: the image has $(python3 -V 2>&1 || echo no python3) and uv could not download "
+           f"{python}" if python else "the image has no python3")  # fmt: skip
     site = " --system-site-packages" if system_site else ""
-    return (f"{_UV} venv -q{site} --python {ask} {VENV} || {{ echo \"{why}; use --python with the image's version "
-            f"or another --base\" >&2; exit {_NO_PYTHON}; }}")  # fmt: skip
+    return (f"{_UV} venv -q --seed{site} --python {ask} {VENV} || {{ echo \"{why}; use --python with the image's "
+            f"version or another --base\" >&2; exit {_NO_PYTHON}; }}")  # fmt: skip
 
 
 def _image_path(engine: list[str], image: str) -> str:
@@ -225,23 +225,22 @@ def build_image(engine: list[str], wheel: Wheel, extras: list[str], constraints:
         raise UserError(f"the base image {base} is not here (podman images lists the local ones)")
     spec = f"lmmbench[{','.join(extras)}]" if extras else "lmmbench"
     ctext = constraints.read_text(encoding="utf-8", errors="replace")
-    deps_key = _key(base_id, python or "", spec, *wheel.requires, ctext)
-    deps, final = f"{DEPS_REPO}:{deps_key}", f"{IMAGE_REPO}:{_key(deps_key, wheel.sha256)}"
-    args = _install_args(wheel, constraints)
     whl = f"{_WHEELS}/{wheel.path.name}"
+    deps_line = (f"set -e; {_venv_line(python, _PY3, False)}; {_UV} pip install -q --python {VENV}/bin/python "
+                 f"-c {_CONSTRAINTS} {shlex.quote(whl + spec[8:])} uv; "
+                 f"{_UV} pip uninstall -q --python {VENV}/bin/python lmmbench")  # fmt: skip
+    line = f"{_UV} pip install -q --no-deps --python {VENV}/bin/python {shlex.quote(whl)}"
+    deps_key = _key(base_id, python or "", spec, *wheel.requires, ctext, deps_line)  # the recipe too
+    deps, final = f"{DEPS_REPO}:{deps_key}", f"{IMAGE_REPO}:{_key(deps_key, wheel.sha256, line)}"
     labels = ["LABEL lmmbench.image=1", f"LABEL lmmbench.extras={','.join(extras) or '-'}",
               f"LABEL lmmbench.python={python or 'base'}"]  # fmt: skip
     with _locked(f"image-{deps_key}"):
         if _inspect(engine, deps, "{{.Id}}") is None:
-            line = (f"set -e; {_venv_line(python, _PY3, False)}; {_UV} pip install -q --python "
-                    f"{VENV}/bin/python -c {_CONSTRAINTS} {shlex.quote(whl + spec[8:])} uv; "
-                    f"{_UV} pip uninstall -q --python {VENV}/bin/python lmmbench")  # fmt: skip
-            _run_commit(engine, base, line, args, deps,
+            _run_commit(engine, base, deps_line, _install_args(wheel, constraints), deps,
                         [f"ENV PATH={_image_path(engine, base)}", *labels])  # fmt: skip
         if _inspect(engine, final, "{{.Id}}") is None:
-            line = f"{_UV} pip install -q --no-deps --python {VENV}/bin/python {shlex.quote(whl)}"
             versions = [f"LABEL lmmbench.wheel={wheel.sha256}", f"LABEL lmmbench.version={wheel.version}"]
-            _run_commit(engine, deps, line, args, final, versions)
+            _run_commit(engine, deps, line, _install_args(wheel, constraints), final, versions)
     return final
 
 
@@ -260,15 +259,14 @@ def layer_lmmbench(engine: list[str], image: str, found: Probe, wheel: Wheel, ex
         raise UserError(f"container executor: image {image} has Python {found.python}; lmmbench needs >= 3.10")
     image_id = _inspect(engine, image, "{{.Id}}") or image
     spec = f"lmmbench[{','.join(extras)}]" if extras else "lmmbench"
-    tag = f"{BUILT_REPO}:{_key(image_id, wheel.sha256, spec, constraints.read_text(encoding='utf-8'))}"
     whl = f"{_WHEELS}/{wheel.path.name}"
+    py = '"$(command -v python || command -v python3)"'
+    line = (f"set -e; {_venv_line(None, py, True)}; {_UV} pip install -q --python {VENV}/bin/python "
+            f"-c {_CONSTRAINTS} {shlex.quote(whl + spec[8:])} uv")  # fmt: skip
+    tag = f"{BUILT_REPO}:{_key(image_id, wheel.sha256, spec, constraints.read_text(encoding='utf-8'), line)}"
     with _locked(f"layer-{tag.rsplit(':', 1)[1]}"):
         if _inspect(engine, tag, "{{.Id}}") is None:
-            args = _install_args(wheel, constraints)
-            py = '"$(command -v python || command -v python3)"'
-            line = (f"set -e; {_venv_line(None, py, True)}; {_UV} pip install -q --python {VENV}/bin/python "
-                    f"-c {_CONSTRAINTS} {shlex.quote(whl + spec[8:])} uv")  # fmt: skip
-            _run_commit(engine, image, line, args, tag,
+            _run_commit(engine, image, line, _install_args(wheel, constraints), tag,
                         [f"ENV PATH={_image_path(engine, image)}", "LABEL lmmbench.built=1",
                          f"LABEL lmmbench.wheel={wheel.sha256}"])  # fmt: skip
     return tag
