@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,8 @@ def test_a_row_without_image_runs_lmmbench_from_the_checkouts_wheel_not_the_host
     assert subprocess.run(images, capture_output=True, text=True, check=True).stdout.split() == before  # no build
     folder = tmp_path / "out" / "p" / "show"
     version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)  # type: ignore[union-attr]
-    assert f"lmmbench=={version}" in (folder / "pip.txt").read_text().splitlines()
+    pip_list = (folder / "pip.txt").read_text().splitlines()
+    assert f"lmmbench=={version}" in pip_list and not any(p.startswith("torch==") for p in pip_list)  # no extras
     assert host_only.__file__ and "No module named 'pytest'" in (folder / "import.txt").read_text()
     where = (folder / "where.txt").read_text()
     assert where.startswith("/opt/lmmbench/lib/python3") and f"lmmbench-{version}-py3-none-any.whl" in where
@@ -129,32 +131,54 @@ def test_the_image_saved_and_loaded_into_an_empty_storage_runs_rows_podman(
         shutil.rmtree(runroot, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def no_python_image(slim_image: str) -> Iterator[str]:
+    """The Debian base with its python3 removed (committed here, removed after the session)."""
+    from lmmbench.executors.container_lmmbench import BASE_REPO, SUITE
+
+    bare, box = "localhost/lmmbench-nopython:test", f"lmmbench-nopython-{os.getpid()}"
+    subprocess.run(["podman", "run", "--name", box, f"{BASE_REPO}:{SUITE}", "sh", "-c", "rm -f /usr/bin/python3*"],
+                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(["podman", "commit", "-q", box, bare], check=True, capture_output=True)
+    subprocess.run(["podman", "rm", "-f", box], check=True, capture_output=True)
+    yield bare
+    subprocess.run(["podman", "rmi", "-f", bare], capture_output=True, check=False)
+
+
+def test_build_image_refuses_in_one_line_what_it_cannot_build_podman(
+        no_python_image: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """--python: a version the base does not have and uv cannot download (its mirror pointed at a missing folder:
+    the same answer whether GitHub resolves or not) is refused naming it and the base's; --base: an image without
+    python3; --extras: one lmmbench does not declare; --python not X.Y."""
+    monkeypatch.setenv("LMMBENCH_CONTAINER_ENGINE", "podman")
+    monkeypatch.setenv("UV_PYTHON_INSTALL_MIRROR", "file:///nonexistent-lmmbench-mirror")
+    cases = [(["--python", "3.12"], "Python 3.12: the image has Python 3.11"), (["--base", no_python_image],
+             "the image has no python3"), (["--extras", "eval,nope"], "extras nope: lmmbench"),
+             (["--python", "3"], "'3' is not a Python version X.Y")]  # fmt: skip
+    for args, says in cases:
+        assert main(["envs", "build-image", *args]) == 2, args
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]  # beside progress
+        assert len(err) == 1 and says in err[0], (args, err)
+
+
 def test_a_rows_image_without_lmmbench_gets_it_layered_then_removed_and_one_without_python_is_refused_podman(
-        slim_image: str, write_plan: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        no_python_image: str, write_plan: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """The Debian base (python3, no lmmbench) as a row's image: lmmbench from the same wheel is layered on it for
     the plan and removed at its end; the base with its python removed is refused naming what is missing."""
     from lmmbench.executors.container_lmmbench import BASE_REPO, SUITE
 
     monkeypatch.setenv("LMMBENCH_CONTAINER_ENGINE", "podman")
-    base, bare = f"{BASE_REPO}:{SUITE}", "localhost/lmmbench-nopython:test"
-    box = f"lmmbench-nopython-{os.getpid()}"
-    subprocess.run(["podman", "run", "--name", box, base, "sh", "-c", "rm -f /usr/bin/python3*"], check=True,
-                   capture_output=True)  # fmt: skip
-    subprocess.run(["podman", "commit", "-q", box, bare], check=True, capture_output=True)
-    subprocess.run(["podman", "rm", "-f", box], check=True, capture_output=True)
+    base, bare = f"{BASE_REPO}:{SUITE}", no_python_image
     built = ["podman", "images", "-q", "--filter", "label=lmmbench.built=1"]
     before = subprocess.run(built, capture_output=True, text=True, check=True).stdout.split()
-    try:
-        show = "python -c 'import lmmbench, sys; print(lmmbench.__file__, sys.base_prefix)'"
-        rows = [{"name": "layered", "kind": "command", "image": base, "options": {"command": show}},
-                {"name": "nopy", "kind": "command", "image": bare, "options": {"command": "true"}}]  # fmt: skip
-        run = run_plan(load_plan(write_plan(rows, executor="container")))
-        by = {r.name: r for r in run.results}
-        assert by["layered"].status == "ok", by["layered"].error
-        log = (run.plan_dir / "layered" / "command.log").read_text()
-        assert "/opt/lmmbench/lib/python3.11/site-packages/lmmbench/__init__.py /usr" in log  # Debian's python
-        assert by["nopy"].status == "failed" and "has no python or python3 on its PATH" in (by["nopy"].error or "")
-        assert subprocess.run(built, capture_output=True, text=True, check=True).stdout.split() == before  # removed
-        assert subprocess.run(["podman", "image", "exists", base], check=False).returncode == 0  # the row's stays
-    finally:
-        subprocess.run(["podman", "rmi", "-f", bare], capture_output=True, check=False)
+    show = "python -c 'import lmmbench, sys; print(lmmbench.__file__, sys.base_prefix)'"
+    rows = [{"name": "layered", "kind": "command", "image": base, "options": {"command": show}},
+            {"name": "nopy", "kind": "command", "image": bare, "options": {"command": "true"}}]  # fmt: skip
+    run = run_plan(load_plan(write_plan(rows, executor="container")))
+    by = {r.name: r for r in run.results}
+    assert by["layered"].status == "ok", by["layered"].error
+    log = (run.plan_dir / "layered" / "command.log").read_text()
+    assert "/opt/lmmbench/lib/python3.11/site-packages/lmmbench/__init__.py /usr" in log  # Debian's python
+    assert by["nopy"].status == "failed" and "has no python or python3 on its PATH" in (by["nopy"].error or "")
+    assert subprocess.run(built, capture_output=True, text=True, check=True).stdout.split() == before  # removed
+    assert subprocess.run(["podman", "image", "exists", base], check=False).returncode == 0  # the row's stays
