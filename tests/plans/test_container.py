@@ -136,7 +136,8 @@ def test_rows_without_image_or_lmmbench_get_images_that_carry_it_fake_engine(
     """Issue 59 (the engine faked: every image it is asked about exists, so nothing is built here; the builds run
     with podman in test_container_engine.py): a row with no image runs from the self-contained image of this
     checkout's wheel, with its kind's extras; a row whose image lacks lmmbench runs from the layer built on it,
-    removed at the plan's end; an image without python is refused naming it."""
+    removed at the plan's end; an image without python, or with another Python than the row's python, is refused
+    naming it."""
     from lmmbench.models.tiny import lmmbench_home
 
     log = tmp_path / "engine.log"
@@ -144,6 +145,7 @@ def test_rows_without_image_or_lmmbench_get_images_that_carry_it_fake_engine(
     monkeypatch.setenv("FAKE_ENGINE_LOG", str(log))
     rows = [{"name": name, "kind": "command", "image": image, "options": {"command": "true"}}
             for name, image in (("default", None), ("layered", "bare:1"), ("nopy", "nopython:1"))]  # fmt: skip
+    rows.append({"name": "py", "kind": "command", "image": "img:2", "python": "3.12", "options": {"command": "true"}})
     by = {r.name: r for r in run_plan(load_plan(write_plan(rows, executor="container"))).results}
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     runs = {c[-4]: c for c in calls if c[:2] == ["run", "--rm"] and "lmmbench.probe=1" not in c}  # image -> argv
@@ -156,6 +158,7 @@ def test_rows_without_image_or_lmmbench_get_images_that_carry_it_fake_engine(
     assert ["rmi", "-f", layer] in calls and not any(c[0] == "rmi" and default in c for c in calls)
     error = by["nopy"].error or ""
     assert "image nopython:1 has no python or python3 on its PATH" in error and "\n" not in error
+    assert "python: the row asks for Python 3.12; image img:2 has 3.11" in (by["py"].error or "")
 
 
 @pytest.mark.parametrize(("entry", "says"), [

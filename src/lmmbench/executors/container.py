@@ -138,31 +138,35 @@ class ContainerExecutor:
         from lmmbench.executors.container_lmmbench import build_image, layer_lmmbench, probe
         from lmmbench.executors.container_wheel import KIND_EXTRAS, lmmbench_wheel, reduce_extras
 
-        image = job.image or ""
-        if image in self.with_lmmbench:
-            return self.with_lmmbench[image]
-        if image in self.image_failed:
-            raise UserError(self.image_failed[image])
+        image, key = job.image or "", f"{job.image or ''}|{job.python or ''}"
+        if key in self.with_lmmbench:
+            return self.with_lmmbench[key]
+        if key in self.image_failed:
+            raise UserError(self.image_failed[key])
         extras = self.extras.get(image) or set(KIND_EXTRAS.get(job.kind, ()))
         try:
             found = None
             if image:
                 self.images.present(image)
                 found = probe(self.engine, image)
+                has = ".".join((found.python or "").split(".")[:2])
+                if job.python and found.python and has != job.python:
+                    raise UserError(f"python: the row asks for Python {job.python}; image {image} has {has} (name "
+                                    "no image to get one of the version asked for, or drop python)")  # fmt: skip
             if found is not None and found.lmmbench is not None:
                 tag = image
             else:
                 wheel = self.wheel = self.wheel or lmmbench_wheel()
                 wanted = reduce_extras(wheel, extras)
                 if found is None:
-                    tag = build_image(self.engine, wheel, wanted, self._constraints())
+                    tag = build_image(self.engine, wheel, wanted, self._constraints(), python=job.python)
                 else:
                     tag = self.images.adopt(lambda: layer_lmmbench(self.engine, image, found, wheel, wanted,
                                                                    self._constraints()))  # fmt: skip
         except UserError as exc:
-            self.image_failed[image] = str(exc)
+            self.image_failed[key] = str(exc)
             raise
-        self.with_lmmbench[image] = tag
+        self.with_lmmbench[key] = tag
         return tag
 
     def _setup(self, job: Job) -> None:
