@@ -134,10 +134,10 @@ def test_the_image_saved_and_loaded_into_an_empty_storage_runs_rows_podman(
 @pytest.fixture(scope="session")
 def no_python_image(slim_image: str) -> Iterator[str]:
     """The Debian base with its python3 removed (committed here, removed after the session)."""
-    from lmmbench.executors.container_lmmbench import BASE_REPO, SUITE
+    from lmmbench.executors.container_lmmbench import BASE_TAG
 
     bare, box = "localhost/lmmbench-nopython:test", f"lmmbench-nopython-{os.getpid()}"
-    subprocess.run(["podman", "run", "--name", box, f"{BASE_REPO}:{SUITE}", "sh", "-c", "rm -f /usr/bin/python3*"],
+    subprocess.run(["podman", "run", "--name", box, BASE_TAG, "sh", "-c", "rm -f /usr/bin/python3*"],
                    check=True, capture_output=True)  # fmt: skip
     subprocess.run(["podman", "commit", "-q", box, bare], check=True, capture_output=True)
     subprocess.run(["podman", "rm", "-f", box], check=True, capture_output=True)
@@ -165,10 +165,10 @@ def test_a_rows_image_without_lmmbench_gets_it_layered_then_removed_and_one_with
         no_python_image: str, write_plan: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """The Debian base (python3, no lmmbench) as a row's image: lmmbench from the same wheel is layered on it for
     the plan and removed at its end; the base with its python removed is refused naming what is missing."""
-    from lmmbench.executors.container_lmmbench import BASE_REPO, SUITE
+    from lmmbench.executors.container_lmmbench import BASE_TAG
 
     monkeypatch.setenv("LMMBENCH_CONTAINER_ENGINE", "podman")
-    base, bare = f"{BASE_REPO}:{SUITE}", no_python_image
+    base, bare = BASE_TAG, no_python_image
     built = ["podman", "images", "-q", "--filter", "label=lmmbench.built=1"]
     before = subprocess.run(built, capture_output=True, text=True, check=True).stdout.split()
     show = "python -c 'import lmmbench, sys; print(lmmbench.__file__, sys.base_prefix)'"

@@ -50,7 +50,9 @@ def engine_command() -> list[str]:
 def check_engine(engine: list[str]) -> None:
     """One line and no traceback when no container engine is reachable."""
     try:
-        proc = subprocess.run([*engine, "info"], capture_output=True, text=True, timeout=30)
+        # 300 s: podman answers `info` only when its storage is free, and a commit of a large image layer (a build
+        # under way beside this plan) holds it for a minute or more; an engine that is not there answers at once
+        proc = subprocess.run([*engine, "info"], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UserError(f"container executor: no container engine reachable ({engine[0]}: {exc}); start Docker "
                         "or set LMMBENCH_CONTAINER_ENGINE, or pick another executor") from None

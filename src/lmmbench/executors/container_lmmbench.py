@@ -1,9 +1,9 @@
 """Images that carry lmmbench (issue 59): a self-contained image built from a wheel of this checkout, and lmmbench
 layered onto an image a row names that lacks it. Nothing of the host is mounted when a row runs from them.
 
-- **The base**: ``localhost/lmmbench-base:bookworm``, a Debian root filesystem made with ``debootstrap
-  --variant=minbase --include=python3`` from the mirror of this machine's apt sources (no registry is reachable
-  here), cached as ``rootfs-bookworm.tar`` in ``$LMMBENCH_CONTAINER_CACHE`` (default
+- **The base**: ``localhost/lmmbench-base:bookworm-<hash of its packages>``, a Debian root filesystem made with
+  ``debootstrap --variant=minbase --include=python3,libsndfile1`` from the mirror of this machine's apt sources (no
+  registry is reachable here), cached as ``rootfs-bookworm-<hash>.tar`` in ``$LMMBENCH_CONTAINER_CACHE`` (default
   ``/var/tmp/lmmbench-containers-<uid>``) and imported once; or any image given as ``base``.
 - **The Python**: ``uv venv --python X.Y`` in a container of the base: the base's own ``python3`` when its version is
   X.Y (Debian bookworm's is 3.11), else a standalone build uv downloads (from GitHub, or the mirror
@@ -38,11 +38,16 @@ from pathlib import Path
 from lmmbench.core.errors import UserError
 from lmmbench.executors.container_wheel import Wheel, find_uv
 
-__all__ = ["BASE_REPO", "IMAGE_REPO", "Probe", "base_image", "build_image", "cache_dir", "layer_lmmbench", "probe"]
+__all__ = ["BASE_REPO", "BASE_TAG", "IMAGE_REPO", "Probe", "base_image", "build_image", "cache_dir", "layer_lmmbench",
+           "probe"]
 
 BASE_REPO, DEPS_REPO, IMAGE_REPO, BUILT_REPO = ("localhost/lmmbench-base", "localhost/lmmbench-deps",
                                                 "localhost/lmmbench", "localhost/lmmbench-built")  # fmt: skip
 SUITE = "bookworm"
+# Debian packages of the base: python3, and the system libraries lmmbench's extras load that their wheels may not
+# bundle (libsndfile for soundfile: a local index may offer soundfile's py3-none-any wheel, which loads the system's).
+DEBIAN_PACKAGES = ("python3", "libsndfile1")
+BASE_TAG = f"{BASE_REPO}:{SUITE}-" + hashlib.sha256(",".join(DEBIAN_PACKAGES).encode()).hexdigest()[:8]
 VENV = "/opt/lmmbench"
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _UV, _WHEELS, _UV_CACHE = "/lmmbench/uv", "/lmmbench/wheel", "/lmmbench/uv-cache"
@@ -105,8 +110,9 @@ def _rootfs(tar: Path) -> None:
     log = tar.parent / "debootstrap.log"
     try:
         with log.open("w") as fh:
-            code = subprocess.call(["debootstrap", "--variant=minbase", "--include=python3", SUITE, str(root),
-                                    _mirror()], stdout=fh, stderr=subprocess.STDOUT)  # fmt: skip
+            include = f"--include={','.join(DEBIAN_PACKAGES)}"
+            code = subprocess.call(["debootstrap", "--variant=minbase", include, SUITE, str(root), _mirror()],
+                                   stdout=fh, stderr=subprocess.STDOUT)  # fmt: skip
         if code != 0:
             raise UserError(f"debootstrap {SUITE} failed; see {log}")
         subprocess.run(["tar", "-C", str(root), "-cf", f"{tar}.tmp", "."], check=True)
@@ -117,10 +123,10 @@ def _rootfs(tar: Path) -> None:
 
 def base_image(engine: list[str]) -> str:
     """The Debian base image (imported from the cached root filesystem, made first when missing)."""
-    tag = f"{BASE_REPO}:{SUITE}"
+    tag = BASE_TAG
     with _locked("base"):
         if _inspect(engine, tag, "{{.Id}}") is None:
-            tar = cache_dir() / f"rootfs-{SUITE}.tar"
+            tar = cache_dir() / f"rootfs-{tag.rsplit(':', 1)[1]}.tar"
             if not tar.is_file() or tar.stat().st_size == 0:
                 _rootfs(tar)
             proc = subprocess.run([*engine, "import", "--change", f"ENV PATH={_PATH}", str(tar), tag],
