@@ -127,9 +127,12 @@ def lmmbench_wheel() -> Wheel:
     root, uv = _checkout(), find_uv()
     store = lmmbench_home() / "images" / "wheels"
     store.mkdir(parents=True, exist_ok=True)
+    from lmmbench.executors.container_pip import install_settings
+
+    env = {**os.environ, **install_settings()[0]}  # pip's index / find-links reach uv too (the build backend)
     with tempfile.TemporaryDirectory(dir=store) as tmp:
         proc = subprocess.run([uv, "build", "--wheel", "-q", "-o", tmp, str(root)], capture_output=True, text=True,
-                              check=False)  # fmt: skip
+                              env=env, check=False)  # fmt: skip
         built = sorted(Path(tmp).glob("lmmbench-*.whl"))
         if proc.returncode != 0 or not built:
             tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
