@@ -13,8 +13,8 @@ layered onto an image a row names that lacks it. Nothing of the host is mounted 
   ``lmmbench[extras]`` and uv, but not lmmbench (key: the base image, the Python asked for, the extras, the wheel's
   ``Requires-Dist``, the constraints file), and ``localhost/lmmbench:<key>`` adds the wheel (``--no-deps``; key: the
   deps key and the wheel's SHA-256). A source change rebuilds only the thin second layer and removes the one of the
-  earlier wheel on the same dependencies (unless a container uses it); the others are kept (cached by content) until
-  removed with ``podman rmi``.
+  same checkout's earlier wheel on the same dependencies (unless a container uses it); the others are kept (cached
+  by content) until removed with ``podman rmi``.
 - **A row's own image** without lmmbench (``python -c 'import lmmbench'`` fails in it) gets a venv with the image's
   packages visible (``--system-site-packages``) and ``lmmbench[extras]`` from the same wheel, committed as
   ``localhost/lmmbench-built:<key>`` (image, wheel, extras, constraints), removed with the plan's built images. An
@@ -246,18 +246,22 @@ def build_image(engine: list[str], wheel: Wheel, extras: list[str], constraints:
             _run_commit(engine, base, deps_line, _install_args(wheel, constraints), deps,
                         [f"ENV PATH={_image_path(engine, base)}", *labels])  # fmt: skip
         if _inspect(engine, final, "{{.Id}}") is None:
+            origin = hashlib.sha256(wheel.source.encode()).hexdigest()[:16]
             versions = [f"LABEL lmmbench.wheel={wheel.sha256}", f"LABEL lmmbench.version={wheel.version}",
-                        f"LABEL lmmbench.deps={deps_key}"]  # fmt: skip
+                        f"LABEL lmmbench.deps={deps_key}", f"LABEL lmmbench.source={origin}"]  # fmt: skip
             _run_commit(engine, deps, line, _install_args(wheel, constraints), final, versions)
-            _drop_older(engine, deps_key, final)
+            _drop_older(engine, f"{deps_key},{origin}", final)
     return final
 
 
-def _drop_older(engine: list[str], deps_key: str, final: str) -> None:
-    """Remove the images of earlier wheels on the same dependencies (a source change each): an image a container
-    still uses is kept (``rmi`` without ``-f`` refuses it)."""
-    proc = subprocess.run([*engine, "images", "--filter", f"label=lmmbench.deps={deps_key}", "--format",
-                           "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=False)  # fmt: skip
+def _drop_older(engine: list[str], keys: str, final: str) -> None:
+    """Remove the images of earlier wheels of the same checkout on the same dependencies (``keys``: the deps key and
+    the checkout's hash; a source change each); another checkout's are left alone, and an image a container still
+    uses is kept (``rmi`` without ``-f`` refuses it)."""
+    deps_key, origin = keys.split(",")
+    proc = subprocess.run([*engine, "images", "--filter", f"label=lmmbench.deps={deps_key}", "--filter",
+                           f"label=lmmbench.source={origin}", "--format", "{{.Repository}}:{{.Tag}}"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
     for tag in proc.stdout.split():
         if tag != final and tag.startswith(f"{IMAGE_REPO}:"):
             subprocess.run([*engine, "rmi", tag], capture_output=True, check=False)

@@ -33,12 +33,14 @@ _EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
 @dataclass(frozen=True)
 class Wheel:
-    """A built lmmbench wheel: its file, SHA-256, version and ``Requires-Dist`` lines."""
+    """A built lmmbench wheel: its file, SHA-256, version, ``Requires-Dist`` lines and where it came from (the
+    checkout, or the wheel ``$LMMBENCH_WHEEL`` names)."""
 
     path: Path
     sha256: str
     version: str
     requires: tuple[str, ...]
+    source: str = ""
 
     def extra_requirements(self, extra: str) -> set[str]:
         """The requirements ``extra`` adds, with the extras it names (``lmmbench[models]``) expanded."""
@@ -121,7 +123,8 @@ def lmmbench_wheel() -> Wheel:
     if given:
         if not Path(given).is_file():
             raise UserError(f"LMMBENCH_WHEEL={given}: no such file")
-        return _read(Path(given).absolute())
+        wheel = _read(Path(given).absolute())
+        return Wheel(wheel.path, wheel.sha256, wheel.version, wheel.requires, str(wheel.path))
     from lmmbench.models.tiny import lmmbench_home
 
     root, uv = _checkout(), find_uv()
@@ -142,4 +145,4 @@ def lmmbench_wheel() -> Wheel:
         if not final.is_file():
             final.parent.mkdir(exist_ok=True)
             os.replace(built[0], final)
-    return Wheel(final, wheel.sha256, wheel.version, wheel.requires)
+    return Wheel(final, wheel.sha256, wheel.version, wheel.requires, str(root))
