@@ -259,11 +259,13 @@ def _drop_older(engine: list[str], keys: str, final: str) -> None:
     the checkout's hash; a source change each); another checkout's are left alone, and an image a container still
     uses is kept (``rmi`` without ``-f`` refuses it)."""
     deps_key, origin = keys.split(",")
-    proc = subprocess.run([*engine, "images", "--filter", f"label=lmmbench.deps={deps_key}", "--filter",
-                           f"label=lmmbench.source={origin}", "--format", "{{.Repository}}:{{.Tag}}"],
-                          capture_output=True, text=True, check=False)  # fmt: skip
-    for tag in proc.stdout.split():
-        if tag != final and tag.startswith(f"{IMAGE_REPO}:"):
+    # one label filter: podman ORs several
+    proc = subprocess.run([*engine, "images", "--filter", f"label=lmmbench.deps={deps_key}", "--format",
+                           '{{.Repository}}:{{.Tag}} {{index .Labels "lmmbench.source"}}'], capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    for line in proc.stdout.splitlines():
+        tag, _, source = line.partition(" ")
+        if tag != final and tag.startswith(f"{IMAGE_REPO}:") and source.strip() == origin:
             subprocess.run([*engine, "rmi", tag], capture_output=True, check=False)
 
 
