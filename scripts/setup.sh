@@ -83,13 +83,17 @@ if ! ldconfig -p 2>/dev/null | grep "libEGL_mesa.so.0" >/dev/null; then
   fi
 fi
 
-# A container engine (podman, installed as root with apt-get) and the container executor's test image, built
-# without a registry (scripts/container-engine.sh: debootstrap, about a minute the first time, seconds after). It
-# runs in the background; tests/plans/test_container_engine.py and the docs leg wait for it (the script's lock).
-# Where no engine can run, those tests are skipped with the reason and pytest -rs lists it.
+# A container engine (podman, installed as root with apt-get) and the self-contained images the container tests
+# use, built without a registry (scripts/container-engine.sh: `lmmbench envs build-image` of this checkout's wheel
+# on a debootstrap'd Debian, about a minute for the base the first time; then lmmbench alone, the image of
+# tests/plans/test_container_wheel_images.py and the docs, and lmmbench[eval], the image of
+# tests/plans/test_container_engine.py, a few minutes). It runs in the background; the tests and the docs leg wait
+# for a build under way (its lock) and reuse what it built (cached by content). Where no engine can run, those tests
+# are skipped with the reason and pytest -rs lists it.
 if [ "${SKIP_CONTAINER:-0}" != "1" ]; then
   mkdir -p "${LMMBENCH_CONTAINER_CACHE:-/var/tmp/lmmbench-containers-$(id -u)}"
   log="${LMMBENCH_CONTAINER_CACHE:-/var/tmp/lmmbench-containers-$(id -u)}/setup.log"
-  nohup bash scripts/container-engine.sh > "$log" 2>&1 < /dev/null &
-  echo "setup: container engine and test image building in the background (log: $log)"
+  nohup bash -c 'bash scripts/container-engine.sh --extras "" && bash scripts/container-engine.sh --extras eval' \
+    > "$log" 2>&1 < /dev/null &
+  echo "setup: container engine and test images building in the background (log: $log)"
 fi

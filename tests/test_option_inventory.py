@@ -21,7 +21,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).with_name("option_inventory.yaml")
 #: the commands whose every option must have an entry
-COMMANDS = ("eval", "perf", "batch", "run episodic-eval", "serve-policy")
+COMMANDS = ("eval", "perf", "batch", "run episodic-eval", "serve-policy", "envs build-image")
 #: what a free-text entry may be about (options that choose where output goes or how much is said)
 FREE = {"help", "version", "verbosity", "output", "progress"}
 KINDS = ("effect", "refused", "free", "known_gap", "alias", "field_of")

@@ -3,7 +3,9 @@ on the host with the container paths of `-v` / `-w` / `-e` mapped back to host p
 every argv in $FAKE_ENGINE_LOG. With FAKE_ENGINE_DOWN=1 `info` fails like an unreachable daemon. An install
 container (`run --name lmmbench-build-...`) runs nothing (it would install into the host's Python): it succeeds, or
 fails with FAKE_ENGINE_INSTALL_FAIL=1; `commit`, `rm`, `rmi`, `image inspect` succeed. With FAKE_ENGINE_RUN_EXIT=N a
-row's `run` fails as the engine itself does (exit N, one line on stderr)."""
+row's `run` fails as the engine itself does (exit N, one line on stderr). The image probe (`run --label
+lmmbench.probe=1`) finds python 3.11.2 and lmmbench 0.1.0 in every image but those named bare* (no lmmbench) and
+nopython* (no python)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ def main(argv: list[str]) -> int:
         if os.environ.get("FAKE_ENGINE_INSTALL_FAIL"):
             print("ERROR: No matching distribution found for pkg-a>=1", file=sys.stderr)
             return 1
+        return 0
+    if "lmmbench.probe=1" in argv:  # the image's python and lmmbench: both there, unless FAKE_ENGINE_BARE=1
+        image = argv[argv.index("sh") - 1]
+        print("none" if image.startswith("nopython") else f"3.11.2 {'none' if image.startswith('bare') else '0.1.0'}")
         return 0
     if os.environ.get("FAKE_ENGINE_RUN_EXIT"):  # the engine's own failure (125 / 126 / 127), nothing run
         print(f"Error: fake engine failure {os.environ['FAKE_ENGINE_RUN_EXIT']}", file=sys.stderr)

@@ -16,12 +16,12 @@ from lmmbench.executors.runner import run_plan
 FAKE_ENGINE = Path(__file__).parent / "fake_engine.py"
 
 
-def _plan(write_plan: Any, image: str | None = "lmmbench:test") -> Path:
+def _plan(write_plan: Any, image: str | None = "lmmbench:test", name: str = "p") -> Path:
     return write_plan([
         {"name": "ts", "kind": "serve", "options": {"command": "testserver", "ttft_ms": 5}},
         {"name": "load", "kind": "perf", "server": "ts", "image": image,
          "options": {"num_requests": 5, "rate": 50, "output_tokens": 2}},
-    ], executor="container")  # fmt: skip
+    ], name=name, executor="container")  # fmt: skip
 
 
 def test_container_row_runs_with_its_folder_mounted_fake_engine(write_plan: Any, tmp_path: Path,
@@ -35,7 +35,8 @@ def test_container_row_runs_with_its_folder_mounted_fake_engine(write_plan: Any,
     assert load.metrics["ok"] == 5
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert calls[:2] == [["info"], ["image", "inspect", "lmmbench:test"]]  # the image is here (else pulled)
-    run_argv = calls[2]
+    assert calls[2][:5] == ["run", "--rm", "--network", "none", "--label"] and "lmmbench:test" in calls[2]  # probed
+    run_argv = calls[3]
     row = str(tmp_path / "out" / "p" / "load")
     assert run_argv[:4] == ["run", "--rm", "--network", "host"] and f"{row}:/lmmbench/run" in run_argv
     assert "LMMBENCH_HOME=/lmmbench/home" in run_argv and "lmmbench:test" in run_argv
@@ -64,7 +65,7 @@ def test_container_builds_an_image_with_the_requirements_once_and_removes_it_fak
     commit = next(c for c in calls if c[0] == "commit")
     tag = commit[-1]
     assert tag.startswith("localhost/lmmbench-built:") and "LABEL lmmbench.built=1" in commit
-    rows_run = [c for c in calls if c[0] == "run" and "--name" not in c]
+    rows_run = [c for c in calls if c[0] == "run" and "--name" not in c and "lmmbench.probe=1" not in c]
     assert len(rows_run) == 3 and all(tag in c for c in rows_run[:2]) and tag not in rows_run[2]  # no install per row
     assert not any(c[0] == "rmi" and "img:1" in c for c in calls)  # the row's own image stays
     assert calls.index(rows_run[1]) < calls.index(["rmi", "-f", tag]) < calls.index(rows_run[2])  # gone after its rows
@@ -124,12 +125,41 @@ def test_no_container_engine_fails_the_container_rows_with_one_line_fake_engine(
     assert (run.plan_dir / "plan.json").is_file()
 
 
-def test_missing_engine_binary_and_missing_image(write_plan: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_engine_binary(write_plan: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LMMBENCH_CONTAINER_ENGINE", "no-such-container-engine")
     run = run_plan(load_plan(_plan(write_plan)))
     assert "no container engine reachable" in (next(r for r in run.results if r.name == "load").error or "")
-    run = run_plan(load_plan(_plan(write_plan, image=None)))
-    assert "names no image" in (next(r for r in run.results if r.name == "load").error or "")
+
+
+def test_rows_without_image_or_lmmbench_get_images_that_carry_it_fake_engine(
+        write_plan: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Issue 59 (the engine faked: every image it is asked about exists, so nothing is built here; the builds run
+    with podman in test_container_engine.py): a row with no image runs from the self-contained image of this
+    checkout's wheel, with its kind's extras; a row whose image lacks lmmbench runs from the layer built on it,
+    removed at the plan's end; an image without python, or with another Python than the row's python, is refused
+    naming it."""
+    from lmmbench.executors.container_lmmbench import BASE_TAG
+    from lmmbench.models.tiny import lmmbench_home
+
+    log = tmp_path / "engine.log"
+    monkeypatch.setenv("LMMBENCH_CONTAINER_ENGINE", f"{sys.executable} {FAKE_ENGINE}")
+    monkeypatch.setenv("FAKE_ENGINE_LOG", str(log))
+    rows = [{"name": name, "kind": "command", "image": image, "options": {"command": "true"}}
+            for name, image in (("default", None), ("layered", "bare:1"), ("nopy", "nopython:1"))]  # fmt: skip
+    rows.append({"name": "py", "kind": "command", "image": "img:2", "python": "3.12", "options": {"command": "true"}})
+    by = {r.name: r for r in run_plan(load_plan(write_plan(rows, executor="container"))).results}
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    runs = {c[-4]: c for c in calls if c[:2] == ["run", "--rm"] and "lmmbench.probe=1" not in c}  # image -> argv
+    inspected = [c[-1] for c in calls if c[:2] == ["image", "inspect"]]
+    assert by["default"].status == "ok" and by["layered"].status == "ok", (by["default"].error, by["layered"].error)
+    default = next(i for i in inspected if i.startswith("localhost/lmmbench:"))
+    assert BASE_TAG in inspected and default in runs  # the self-contained image, from the Debian base
+    assert list((lmmbench_home() / "images" / "wheels").glob("*/lmmbench-*.whl"))  # built from this checkout
+    layer = next(i for i in runs if i.startswith("localhost/lmmbench-built:"))
+    assert ["rmi", "-f", layer] in calls and not any(c[0] == "rmi" and default in c for c in calls)
+    error = by["nopy"].error or ""
+    assert "image nopython:1 has no python or python3 on its PATH" in error and "\n" not in error
+    assert "python: the row asks for Python 3.12; image img:2 has 3.11" in (by["py"].error or "")
 
 
 @pytest.mark.parametrize(("entry", "says"), [
@@ -189,5 +219,6 @@ def test_engine_exit_fails_the_row_once_with_the_engines_line_fake_engine(
     row = next(r for r in run.results if r.name == "c")
     assert row.status == "failed" and row.attempts == 1, row
     assert f"(exit code {code}): Error: fake engine failure {code}" in (row.error or "")
-    runs = [c for c in (json.loads(line) for line in log.read_text().splitlines()) if c[0] == "run"]
+    runs = [c for c in (json.loads(line) for line in log.read_text().splitlines())
+            if c[0] == "run" and "lmmbench.probe=1" not in c]  # fmt: skip
     assert len(runs) == 1  # not retried as a crash

@@ -1,9 +1,11 @@
-"""The container executor with a real engine (podman) and a locally built image (no registry is reachable here).
+"""The container executor with a real engine (podman) and locally built images (no registry is reachable here).
 
-``scripts/container-engine.sh`` builds ``localhost/lmmbench-test:<hash>``: a Debian root filesystem made with
-debootstrap plus a venv layered on this test run's venv and sources, which the rows mount read-only at their own
-paths (``mounts``). Without an engine the tests are skipped with the script's reason (``-rs`` shows it), except
-under CI (``CI`` set), where they fail: ``scripts/setup.sh --dev`` installs podman as root, so CI runs them.
+``scripts/container-engine.sh`` builds the self-contained image of ``lmmbench envs build-image --extras eval``: a
+Debian root filesystem made with debootstrap, a venv with lmmbench from a wheel of this checkout and the packages of
+the ``eval`` extra, nothing mounted from the host (issue 59); built once per machine and source state (cached by
+content; scripts/setup.sh --dev starts the build in the background). Without an engine the tests are skipped with
+the script's reason (``-rs`` shows it), except under CI (``CI`` set), where they fail: ``scripts/setup.sh --dev``
+installs podman as root, so CI runs them.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from lmmbench.cli.main import main
 from lmmbench.executors import load_plan
 from lmmbench.executors.runner import run_plan
 
-# The first test waits for the image (debootstrap: one to four minutes here, more while setup's background build
-# also installs podman), past the suite's 300 s.
+# The first test waits for the image (debootstrap and the eval extra's packages: minutes here, more while setup's
+# background build also installs podman), past the suite's 300 s.
 pytestmark = pytest.mark.timeout(1500)
 ROOT = Path(__file__).resolve().parents[2]
 SRC = Path(lmmbench.__file__).resolve().parents[1]
@@ -37,9 +39,9 @@ def _script(*args: str) -> subprocess.CompletedProcess[str]:
                            "--src", str(SRC), *args], capture_output=True, text=True, timeout=1200)  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def test_image() -> tuple[str, list[str]]:
-    """The test image and the mounts that put this run's lmmbench into it; skipped, with the reason, when no
+@pytest.fixture(scope="session")
+def test_image() -> str:
+    """The self-contained test image (lmmbench[eval] from this checkout's wheel); skipped, with the reason, when no
     engine can run here (the script waits for a build under way, e.g. scripts/setup.sh's in the background)."""
     proc = _script()
     if proc.returncode == 3:
@@ -48,9 +50,7 @@ def test_image() -> tuple[str, list[str]]:
             pytest.fail(reason)
         pytest.skip(reason)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    mounts = _script("--mounts")
-    assert mounts.returncode == 0, mounts.stderr[-2000:]
-    return proc.stdout.strip().splitlines()[-1], [f"{p}:ro" for p in mounts.stdout.split()]
+    return proc.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture
@@ -65,8 +65,8 @@ def _built_images() -> set[str]:
 
 
 def test_container_row_reads_a_mounted_file_and_writes_back_podman(
-        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
-    image, mounts = test_image
+        test_image: str, podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
+    image = test_image
     data, shared = tmp_path / "data", tmp_path / "shared"
     data.mkdir(), shared.mkdir()
     (data / "in.txt").write_text("3 4 5\n")
@@ -74,7 +74,7 @@ def test_container_row_reads_a_mounted_file_and_writes_back_podman(
               "pathlib.Path('sum.txt').write_text(str(n)); pathlib.Path('/shared/note.txt').write_text('rw'); "
               "print(sys.prefix)")  # fmt: skip
     plan = write_plan([{"name": "c", "kind": "command", "image": image,
-                        "mounts": [*mounts, f"{data}:/data", f"{shared}:/shared:rw"],
+                        "mounts": [f"{data}:/data", f"{shared}:/shared:rw"],
                         "options": {"command": f"python -c \"{script}\"", "outputs": ["sum.txt"]}}],
                       executor="container")  # fmt: skip
     row = run_plan(load_plan(plan)).results[0]
@@ -83,7 +83,7 @@ def test_container_row_reads_a_mounted_file_and_writes_back_podman(
     assert (shared / "note.txt").read_text() == "rw"  # a :rw mount
     log = (tmp_path / "out" / "p" / "c" / "command.log").read_text()
     assert "/opt/lmmbench" in log  # the image's python ran it, not the host's
-    ro = write_plan([{"name": "w", "kind": "command", "image": image, "mounts": [*mounts, f"{data}:/data"],
+    ro = write_plan([{"name": "w", "kind": "command", "image": image, "mounts": [f"{data}:/data"],
                       "options": {"command": "python -c \"open('/data/x', 'w')\""}}], name="ro",
                     executor="container")  # fmt: skip
     row = run_plan(load_plan(ro)).results[0]
@@ -91,13 +91,13 @@ def test_container_row_reads_a_mounted_file_and_writes_back_podman(
 
 
 def test_container_perf_row_reaches_a_serve_row_with_its_dataset_mounted_podman(
-        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
-    image, mounts = test_image
+        test_image: str, podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
+    image = test_image
     dataset = tmp_path / "prompts.jsonl"
     dataset.write_text("".join(json.dumps({"prompt": f"p{i}", "max_tokens": 2}) + "\n" for i in range(4)))
     plan = write_plan([
         {"name": "ts", "kind": "serve", "options": {"command": "testserver", "ttft_ms": 5}},
-        {"name": "load", "kind": "perf", "server": "ts", "image": image, "mounts": mounts,
+        {"name": "load", "kind": "perf", "server": "ts", "image": image,
          "options": {"num_requests": 4, "rate": 50, "dataset": "jsonl", "dataset_path": str(dataset)}},
     ], executor="container")  # fmt: skip
     run = run_plan(load_plan(plan))
@@ -111,8 +111,8 @@ def test_container_perf_row_reaches_a_serve_row_with_its_dataset_mounted_podman(
 
 
 def test_container_eval_row_reads_its_task_file_and_data_beside_it_as_inprocess_podman(
-        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
-    image, mounts = test_image
+        test_image: str, podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
+    image = test_image
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     rows = [{"q": f"Question {i}?", "choices": ["yes", "no", "maybe"], "answer": i % 3} for i in range(6)]
@@ -121,7 +121,7 @@ def test_container_eval_row_reads_its_task_file_and_data_beside_it_as_inprocess_
                                   "doc_to_text: \"{{q}}\\nAnswer:\"\ndoc_to_choice: choices\ndoc_to_target: answer\n")
     row = {"name": "mc", "kind": "eval", "model": "tiny-llm", "options": {"tasks": [str(tasks / "t.yaml")]}}
     here = run_plan(load_plan(write_plan([row], name="here", executor="inprocess"))).results[0]
-    boxed = run_plan(load_plan(write_plan([{**row, "image": image, "mounts": mounts}], name="boxed",
+    boxed = run_plan(load_plan(write_plan([{**row, "image": image}], name="boxed",
                                           executor="container"))).results[0]  # fmt: skip
     assert here.status == "ok" and boxed.status == "ok", (here.error, boxed.error)
     assert boxed.metrics["t.n_samples"] == 6 and boxed.metrics == here.metrics  # the same task, data and scores
@@ -130,11 +130,11 @@ def test_container_eval_row_reads_its_task_file_and_data_beside_it_as_inprocess_
 
 
 def test_requirements_are_installed_in_a_built_image_removed_at_the_end_podman(
-        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
-    image, mounts = test_image
+        test_image: str, podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
+    image = test_image
     wheel = _tiny_wheel(tmp_path)
     before = _built_images()
-    rows = [{"name": f"r{i}", "kind": "command", "image": image, "mounts": mounts, "requirements": [str(wheel)],
+    rows = [{"name": f"r{i}", "kind": "command", "image": image, "requirements": [str(wheel)],
              "options": {"command": f"python -c \"{PROBE}\""}}
             for i in range(2)]  # fmt: skip
     run = run_plan(load_plan(write_plan(rows, executor="container")), constraints=_empty(tmp_path))
@@ -145,14 +145,14 @@ def test_requirements_are_installed_in_a_built_image_removed_at_the_end_podman(
     assert subprocess.run(["podman", "image", "exists", image], check=False).returncode == 0  # the row's stays
 
 
-def test_the_install_falls_back_to_pip_without_uv_podman(test_image: tuple[str, list[str]], tmp_path: Path) -> None:
+def test_the_install_falls_back_to_pip_without_uv_podman(test_image: str, tmp_path: Path) -> None:
     from lmmbench.executors.container_images import install_line
     from lmmbench.executors.container_mounts import parse_mount
 
-    image, mounts = test_image
+    image = test_image
     wheel = _tiny_wheel(tmp_path)
     line = f"rm /opt/lmmbench/bin/uv && {install_line([str(wheel)], '/dev/null')} && python -c \"{PROBE}\""
-    volumes = [a for m in [*mounts, f"{wheel}:ro"] for a in ("-v", parse_mount(m).flag())]
+    volumes = ["-v", parse_mount(f"{wheel}:ro").flag()]
     proc = subprocess.run(["podman", "run", "--rm", *volumes, image, "sh", "-c", line], capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -160,10 +160,10 @@ def test_the_install_falls_back_to_pip_without_uv_podman(test_image: tuple[str, 
 
 
 def test_a_failed_install_fails_its_rows_before_they_run_podman(
-        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
-    image, mounts = test_image
+        test_image: str, podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
+    image = test_image
     missing = tmp_path / "nothing-here-1.0-py3-none-any.whl"
-    rows = [{"name": "r", "kind": "command", "image": image, "mounts": mounts,
+    rows = [{"name": "r", "kind": "command", "image": image,
              "requirements": [f"{missing}"], "options": {"command": "true"}}]  # fmt: skip
     row = run_plan(load_plan(write_plan(rows, executor="container")), constraints=_empty(tmp_path)).results[0]
     assert row.status == "failed" and "installing" in (row.error or "") and "\n" not in (row.error or "")
@@ -171,7 +171,7 @@ def test_a_failed_install_fails_its_rows_before_they_run_podman(
 
 
 def test_an_image_the_engine_cannot_get_fails_its_row_once_podman(
-        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
+        test_image: str, podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
     rows = [{"name": "r", "kind": "command", "image": "localhost:1/lmmbench-absent:1", "options": {"command": "true"}}]
     row = run_plan(load_plan(write_plan(rows, executor="container"))).results[0]
     assert row.status == "failed" and row.attempts == 1, row
@@ -216,16 +216,16 @@ def _tiny_wheel(tmp_path: Path) -> Path:
 
 
 def test_handoff_container_to_host_and_host_to_container_gives_the_scores_of_mode_all_podman(
-        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
+        test_image: str, podman: None, write_plan: Any, tmp_path: Path) -> None:  # fmt: skip
     """Issue 58: a container infer row's folder is recorded as its host path (status, summary, report links), so
     a host score row reads it through {rows.infer_c.folder}; a host infer row's folder reaches a container score
     row the same way. Both score as `eval --mode all` does."""
     from lmmbench.evaluation.eval_config import EvalConfig
     from lmmbench.evaluation.modes import run_eval
 
-    image, mounts = test_image
+    image = test_image
     opts = {"tasks": ["sample_mc"], "limit": 4, "threads": 1}
-    box = {"executor": "container", "image": image, "mounts": mounts}
+    box = {"executor": "container", "image": image}
     path = write_plan([
         {"name": "infer_c", "kind": "eval", "model": "tiny-llm", **box, "options": {**opts, "mode": "infer"}},
         {"name": "score_h", "kind": "eval", "executor": "subprocess", "needs": ["infer_c"],
@@ -257,12 +257,12 @@ def test_handoff_container_to_host_and_host_to_container_gives_the_scores_of_mod
 
 
 def test_a_container_install_gets_the_hosts_pip_config_podman(
-        test_image: tuple[str, list[str]], podman: None, write_plan: Any, tmp_path: Path,
+        test_image: str, podman: None, write_plan: Any, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """Issue 58: the package is only in a local folder that the host's pip configuration names (no index is
     reachable from here); the row's install in the container finds it there, the folder and the file mounted
     read-only."""
-    image, mounts = test_image
+    image = test_image
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     _tiny_wheel(wheels)
@@ -271,7 +271,7 @@ def test_a_container_install_gets_the_hosts_pip_config_podman(
     for key in [k for k in os.environ if k.startswith(("PIP_", "UV_"))]:
         monkeypatch.delenv(key)  # only the configuration file names the folder
     monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
-    row = {"name": "r", "kind": "command", "image": image, "mounts": mounts, "requirements": ["lmmbench-probe"],
+    row = {"name": "r", "kind": "command", "image": image, "requirements": ["lmmbench-probe"],
            "options": {"command": f"python -c \"{PROBE}\""}}
     run = run_plan(load_plan(write_plan([row], executor="container")), constraints=_empty(tmp_path))
     assert run.results[0].status == "ok", run.results[0].error

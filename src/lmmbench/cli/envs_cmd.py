@@ -1,6 +1,8 @@
-"""`lmmbench envs list|prune`: the venvs kept under ``$LMMBENCH_HOME/venvs`` for plan rows' requirements.
+"""`lmmbench envs list|prune`: the venvs kept under ``$LMMBENCH_HOME/venvs`` for plan rows' requirements;
+`lmmbench envs build-image`: the self-contained container image.
 
-The work is in ``lmmbench.executors.venv_cache``; this module parses and prints.
+The work is in ``lmmbench.executors.venv_cache`` and ``lmmbench.executors.container_lmmbench``; this module parses
+and prints.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import time
 import typer
 
 from lmmbench.config.cli_options import command_from_model
-from lmmbench.config.envs import EnvsListConfig, EnvsPruneConfig
+from lmmbench.config.envs import EnvsBuildImageConfig, EnvsListConfig, EnvsPruneConfig
 
 __all__ = ["register"]
 
@@ -78,10 +80,31 @@ def _prune(cfg: EnvsPruneConfig) -> None:
         typer.echo(f"in use, kept whatever the bound: {', '.join(in_use)}")
 
 
+def _build_image(cfg: EnvsBuildImageConfig) -> None:
+    import time
+
+    from lmmbench.executors.container import check_engine, engine_command
+    from lmmbench.executors.container_lmmbench import build_image
+    from lmmbench.executors.container_wheel import lmmbench_wheel, reduce_extras
+    from lmmbench.executors.venvs import default_constraints
+
+    engine = engine_command()
+    check_engine(engine)
+    start_ns = time.perf_counter_ns()
+    wheel = lmmbench_wheel()
+    extras = reduce_extras(wheel, cfg.extras_list)
+    typer.echo(f"lmmbench {wheel.version} wheel {wheel.path.name} sha256 {wheel.sha256[:16]}; extras "
+               f"{','.join(extras) or '-'}", err=True)  # fmt: skip
+    tag = build_image(engine, wheel, extras, default_constraints().absolute(), python=cfg.python, base=cfg.base)
+    typer.echo(f"image ready in {(time.perf_counter_ns() - start_ns) / 1e9:.1f} s", err=True)
+    typer.echo(tag)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``lmmbench envs ...``."""
-    envs = typer.Typer(help="List and prune the venvs kept for plan rows' requirements ($LMMBENCH_HOME/venvs).",
-                       no_args_is_help=True)  # fmt: skip
+    envs = typer.Typer(help="List and prune the venvs kept for plan rows' requirements ($LMMBENCH_HOME/venvs); "
+                       "build the self-contained container image.", no_args_is_help=True)  # fmt: skip
     command_from_model(envs, "list", EnvsListConfig, _list, with_config_file=False)
     command_from_model(envs, "prune", EnvsPruneConfig, _prune, with_config_file=False)
+    command_from_model(envs, "build-image", EnvsBuildImageConfig, _build_image, with_config_file=False)
     app.add_typer(envs, name="envs")

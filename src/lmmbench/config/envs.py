@@ -1,4 +1,4 @@
-"""Configuration of ``lmmbench envs list|prune``: pydantic models the CLI is derived from."""
+"""Configuration of ``lmmbench envs list|prune|build-image``: pydantic models the CLI is derived from."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["EnvsListConfig", "EnvsPruneConfig", "duration_s"]
+__all__ = ["EnvsBuildImageConfig", "EnvsListConfig", "EnvsPruneConfig", "duration_s"]
 
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -54,3 +54,32 @@ class EnvsPruneConfig(BaseModel):
     def older_than_s(self) -> float | None:
         """``older_than`` in seconds (None: not given)."""
         return None if self.older_than is None else duration_s(self.older_than)
+
+
+class EnvsBuildImageConfig(BaseModel):
+    """Build the self-contained container image: a Python and lmmbench from a wheel of this checkout with the
+    extras given, nothing mounted from the host (docs/plans.md, "Images that carry lmmbench"). Cached by content:
+    a second call with the same wheel, extras and Python prints the same image and builds nothing. The engine is
+    $LMMBENCH_CONTAINER_ENGINE (default docker)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    extras: str = Field("", description="lmmbench's extras to install, comma-separated, e.g. eval,serve (default: "
+                        "none, the load-testing client).")  # fmt: skip
+    python: str | None = Field(None, description="Python version X.Y of the image: the base's python3 when it is "
+                               "that version, else a build uv downloads; refused when neither is there (default: "
+                               "the base's python3).")  # fmt: skip
+    base: str | None = Field(None, description="An image with python3 to build on, instead of the Debian base "
+                             "made with debootstrap.")  # fmt: skip
+
+    @field_validator("python")
+    @classmethod
+    def _a_version(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"3\.\d{1,2}", value):
+            raise ValueError(f"{value!r} is not a Python version X.Y such as 3.11")
+        return value
+
+    @property
+    def extras_list(self) -> list[str]:
+        """The extras, one per entry."""
+        return [e.strip() for e in self.extras.split(",") if e.strip()]

@@ -4,9 +4,11 @@
 results), ``$LMMBENCH_HOME`` at ``/lmmbench/home`` (built tiny models, media), the row's ``mounts`` and,
 read-only, every host path its options name, rewritten to where the container sees it
 (``executors.container_mounts``). The host network lets a container row reach the plan's serve rows
-(they bind 127.0.0.1) and any server the host reaches. The image must hold lmmbench with ``python`` on
-its PATH (e.g. ``pip install -c constraints.txt 'lmmbench[all]'``). A row with ``requirements`` runs
-in an image built from its own with them installed (``executors.container_images``: ``uv pip`` when the
+(they bind 127.0.0.1) and any server the host reaches. A row that names no ``image`` runs in the self-contained
+image of a wheel of this checkout with the extras of the plan's rows of its kinds, built once and kept (cached by
+content); a row's own image without lmmbench gets it layered on from the same wheel, a layer removed with the
+plan's built images (``executors.container_lmmbench``). A row with ``requirements`` runs
+in an image built from that one with them installed (``executors.container_images``: ``uv pip`` when the
 image has uv, else pip), removed once its last row ended. A row's GPUs are given with ``gpu_flags``. The engine
 command is ``$LMMBENCH_CONTAINER_ENGINE`` (default ``docker``; ``podman`` works alike). When no engine
 answers ``info``, the container rows fail with one line.
@@ -25,6 +27,7 @@ from lmmbench.core.errors import UserError
 from lmmbench.executors.base import EXECUTORS, DoneCallback, ExecutorSettings
 from lmmbench.executors.container_images import ImageBuilder
 from lmmbench.executors.container_mounts import Mount, check_mounts, container_paths, host_path
+from lmmbench.executors.container_wheel import Wheel
 from lmmbench.executors.jobs import Job, RowResult
 from lmmbench.executors.pool import Slot, WorkerPool
 
@@ -47,7 +50,9 @@ def engine_command() -> list[str]:
 def check_engine(engine: list[str]) -> None:
     """One line and no traceback when no container engine is reachable."""
     try:
-        proc = subprocess.run([*engine, "info"], capture_output=True, text=True, timeout=30)
+        # 300 s: podman answers `info` only when its storage is free, and a commit of a large image layer (a build
+        # under way beside this plan) holds it for a minute or more; an engine that is not there answers at once
+        proc = subprocess.run([*engine, "info"], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UserError(f"container executor: no container engine reachable ({engine[0]}: {exc}); start Docker "
                         "or set LMMBENCH_CONTAINER_ENGINE, or pick another executor") from None
@@ -96,6 +101,10 @@ class ContainerExecutor:
         self.engine_checked = False
         self.images = ImageBuilder(self.engine)
         self.run_image: dict[str, str] = {}  # row -> the image it runs (its own, or the one built for it)
+        self.extras: dict[str, set[str]] = {}  # image a row names ("" none) -> the extras of the rows that name it
+        self.with_lmmbench: dict[str, str] = {}  # image a row names -> the image with lmmbench (itself, or built)
+        self.image_failed: dict[str, str] = {}  # image a row names -> why no image with lmmbench could be had
+        self.wheel: Wheel | None = None
         self.mounts: dict[str, list[Mount]] = {}  # row -> every mount beside the row folder and home
 
     def _fixed(self, job: Job) -> list[Mount]:
@@ -120,31 +129,70 @@ class ContainerExecutor:
             argv += ["-v", mount.flag()]
         argv += gpu_flags(self.engine, [g.index for g in (slot.gpu, *slot.more) if g is not None])
         inner = f"python -m lmmbench.executors.worker {RUN_MOUNT}/{job_path.name}"
-        return [*argv, self.run_image.get(job.name) or job.image or "", "sh", "-c", inner], {}
+        return [*argv, self.run_image[job.name], "sh", "-c", inner], {}
 
-    def _setup(self, job: Job) -> None:
-        """The image ``job`` runs: its own, or (with requirements) one built from it with them installed."""
+    def _constraints(self) -> Path:
         from lmmbench.executors.venvs import default_constraints
 
-        self.images.present(job.image or "")
+        return (self.settings.constraints or default_constraints()).absolute()
+
+    def _lmmbench_image(self, job: Job) -> str:
+        """The image with lmmbench that ``job`` runs from (before its requirements): the self-contained one when it
+        names no image, else its own, with lmmbench layered on when it lacks it."""
+        from lmmbench.executors.container_lmmbench import build_image, layer_lmmbench, probe
+        from lmmbench.executors.container_wheel import KIND_EXTRAS, lmmbench_wheel, reduce_extras
+
+        image, key = job.image or "", f"{job.image or ''}|{job.python or ''}"
+        if key in self.with_lmmbench:
+            return self.with_lmmbench[key]
+        if key in self.image_failed:
+            raise UserError(self.image_failed[key])
+        extras = self.extras.get(image) or set(KIND_EXTRAS.get(job.kind, ()))
+        try:
+            found = None
+            if image:
+                self.images.present(image)
+                found = probe(self.engine, image)
+                has = ".".join((found.python or "").split(".")[:2])
+                if job.python and found.python and has != job.python:
+                    raise UserError(f"python: the row asks for Python {job.python}; image {image} has {has} (name "
+                                    "no image to get one of the version asked for, or drop python)")  # fmt: skip
+            if found is not None and found.lmmbench is not None:
+                tag = image
+            else:
+                wheel = self.wheel = self.wheel or lmmbench_wheel()
+                wanted = reduce_extras(wheel, extras)
+                if found is None:
+                    tag = build_image(self.engine, wheel, wanted, self._constraints(), python=job.python)
+                else:
+                    tag = self.images.adopt(lambda: layer_lmmbench(self.engine, image, found, wheel, wanted,
+                                                                   self._constraints()))  # fmt: skip
+        except UserError as exc:
+            self.image_failed[key] = str(exc)
+            raise
+        self.with_lmmbench[key] = tag
+        return tag
+
+    def _setup(self, job: Job) -> None:
+        """The image ``job`` runs: the one with lmmbench, or (with requirements) one built from it with them
+        installed."""
+        image = self._lmmbench_image(job)
         if not job.requirements:
-            self.run_image[job.name] = job.image or ""
+            self.run_image[job.name] = image
             return
         reqs, added = container_paths({"requirements": job.requirements}, [], set())
-        constraints = (self.settings.constraints or default_constraints()).absolute()
         mounts = [m.flag() for m in (*check_mounts(job.mounts), *added)]  # the row's environment, its wheels
-        self.run_image[job.name] = self.images.build(job.image or "", reqs["requirements"], constraints, mounts)
+        self.run_image[job.name] = self.images.build(image, reqs["requirements"], self._constraints(), mounts)
 
     def prepare(self, jobs: list[Job], done: DoneCallback) -> list[Job]:
-        """Before any row of the plan runs: a row without an image fails alone; with no engine reachable
-        every container row fails with that cause (the plan's other rows still run); the images rows with
-        requirements need are built (a failed install fails the rows that need it)."""
-        ready = []
-        for job in jobs:
-            if job.image:
-                ready.append(job)
-            else:
-                done(_failed(job, "container executor: the row names no image (column 'image')"))
+        """Before any row of the plan runs: with no engine reachable every container row fails with that cause
+        (the plan's other rows still run); the images rows need are built: the self-contained one, lmmbench layered
+        on a row's image that lacks it, the rows' requirements (a failed build fails the rows that need it)."""
+        from lmmbench.executors.container_wheel import KIND_EXTRAS
+
+        ready = list(jobs)
+        for job in ready:
+            self.extras.setdefault(job.image or "", set()).update(KIND_EXTRAS.get(job.kind, ()))
         try:
             if ready:
                 check_engine(self.engine)
@@ -163,10 +211,7 @@ class ContainerExecutor:
         return built
 
     def run(self, jobs: list[Job], done: DoneCallback) -> None:
-        """Check the engine once, then run the rows; a row without an image is an error."""
-        missing = [j.name for j in jobs if not j.image]
-        if missing:
-            raise UserError(f"container executor: rows {', '.join(missing)} name no image (column 'image')")
+        """Check the engine once, then run the rows."""
         if not self.engine_checked:
             check_engine(self.engine)
             self.engine_checked = True

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from lmmbench.core.errors import UserError
@@ -89,6 +90,16 @@ class ImageBuilder:
                                 f"{_tail(proc)}")
             raise UserError(self.failed[key])
         self.built[key] = tag
+        return tag
+
+    def adopt(self, build: Callable[[], str]) -> str:
+        """The tag ``build`` returns (an image this plan builds, e.g. lmmbench layered on a row's image), counted
+        against ``built_images`` first and removed as the images this plan built are."""
+        from lmmbench.config.limits import check_limit
+
+        check_limit("built_images", len(self.built) + 1, "container executor: images this plan builds")
+        tag = build()
+        self.built[f"adopted:{tag}"] = tag
         return tag
 
     def present(self, image: str) -> None:

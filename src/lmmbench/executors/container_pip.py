@@ -6,8 +6,8 @@ certificate or a proxy gives the same to a container row's ``requirements`` inst
 - pip's configuration files as pip reads them (``/etc/pip.conf``, ``/etc/xdg/pip/pip.conf``, the user's
   ``$XDG_CONFIG_HOME/pip/pip.conf`` and ``~/.pip/pip.conf``, ``PIP_CONFIG_FILE``) and uv's (``/etc/uv/uv.toml``,
   ``$XDG_CONFIG_HOME/uv/uv.toml``), mounted read-only where the container's pip / uv (user root) reads them.
-- Every existing host path those values name (a certificate, a ``find-links`` folder, a ``file://`` index),
-  mounted read-only at the same path.
+- Every existing host path those values name (a certificate, a ``find-links`` folder, a ``file://`` index: the
+  folder above a ``simple/`` one, whose pages link to files beside it), mounted read-only at the same path.
 - uv does not read pip's files: an ``index-url``, ``extra-index-url``, ``find-links``, ``cert`` or ``no-index``
   pip's settings give, and no ``UV_*`` variable overrides, reaches uv as ``UV_INDEX_URL``, ``UV_EXTRA_INDEX_URL``,
   ``UV_FIND_LINKS``, ``SSL_CERT_FILE`` or ``UV_OFFLINE`` (no index: only the ``find-links`` and the cache).
@@ -58,9 +58,12 @@ def _paths_named(values: list[str]) -> set[Path]:
     found: set[Path] = set()
     for value in values:
         for word in value.split():
+            index = word.startswith("file://")
             word = word.removeprefix("file://")
             if word.startswith("/") and Path(word).exists():
-                found.add(Path(word).resolve())
+                path = Path(word).resolve()
+                # a local index's pages link to its files beside them (simple/x/ -> ../../files/x.whl)
+                found.add(path.parent if index and path.name == "simple" and path.parent != path else path)
     return found
 
 

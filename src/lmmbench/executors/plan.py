@@ -51,7 +51,9 @@ class PlanRow(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict, description="The run's options, as on its command line.")
     executor: str | None = Field(None, description="Executor of this row (default: the plan's).")
     requirements: list[str] = Field(default_factory=list, description="Packages installed for the row.")
-    image: str | None = Field(None, description="Container image (container executor).")
+    image: str | None = Field(None, description="Container image (container executor; default: the self-contained "
+                              "image of `lmmbench envs build-image` with the extras of the row's kind; lmmbench is "
+                              "layered on an image that lacks it).")  # fmt: skip
     python: str | None = Field(None, description="Python version of the row's venv (default: the running one).")
     num_cpus: float = Field(1.0, ge=0, le=MAX_CPUS, allow_inf_nan=False,
                             description="CPUs the row needs (ray; CPU slots of the local pool).")
