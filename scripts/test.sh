@@ -28,10 +28,10 @@ T_START=$SECONDS
 pytest_pass() {  # pytest_pass NAME ARGS...: fails on any failure and on "no tests collected"
   local name=$1; shift
   echo "== pytest: $name"
-  local t0=$SECONDS
-  "$@"
-  local rc=$?
-  echo "== $name: $((SECONDS - t0)) s"
+  local rc
+  # the pass's CPU seconds (its processes and their children) beside its wall time: how busy it kept the cores
+  local TIMEFORMAT="== $name: %0R s wall, %1U s user + %1S s system CPU"
+  time { "$@"; rc=$?; }
   if [ "$rc" -eq 5 ]; then
     echo "pytest collected no tests ($name): failing" >&2
     exit 1
