@@ -39,6 +39,7 @@ def test_container_row_runs_with_its_folder_mounted_fake_engine(write_plan: Any,
     run_argv = calls[3]
     row = str(tmp_path / "out" / "p" / "load")
     assert run_argv[:4] == ["run", "--rm", "--network", "host"] and f"{row}:/lmmbench/run" in run_argv
+    assert run_argv[run_argv.index("--entrypoint") + 1] == ""  # an image's own ENTRYPOINT would get `sh -c ...`
     assert "LMMBENCH_HOME=/lmmbench/home" in run_argv and "lmmbench:test" in run_argv
     assert run_argv[-1] == "python -m lmmbench.executors.worker /lmmbench/run/job.json"
     assert (Path(row) / "perf" / "run" / "records.jsonl").is_file()  # written through the mount

@@ -123,8 +123,10 @@ class ContainerExecutor:
         return job.model_copy(update={"config": config})
 
     def _launch(self, job: Job, job_path: Path, slot: Slot) -> tuple[list[str], dict[str, str]]:
-        argv = [*self.engine, "run", "--rm", "--network", "host", "-v", f"{job_path.parent}:{RUN_MOUNT}", "-v",
-                f"{self._fixed(job)[1].host}:{HOME_MOUNT}", "-e", f"LMMBENCH_HOME={HOME_MOUNT}", "-w", RUN_MOUNT]
+        # the image's own ENTRYPOINT cleared (a vLLM or SGLang image's would get `sh -c ...` as its arguments)
+        argv = [*self.engine, "run", "--rm", "--network", "host", "--entrypoint", "", "-v",
+                f"{job_path.parent}:{RUN_MOUNT}", "-v", f"{self._fixed(job)[1].host}:{HOME_MOUNT}", "-e",
+                f"LMMBENCH_HOME={HOME_MOUNT}", "-w", RUN_MOUNT]  # fmt: skip
         for mount in self.mounts.get(job.name, []):
             argv += ["-v", mount.flag()]
         argv += gpu_flags(self.engine, [g.index for g in (slot.gpu, *slot.more) if g is not None])

@@ -76,8 +76,8 @@ class ImageBuilder:
         env, pip_mounts = install_settings()  # the host's pip / uv settings, read-only
         volumes = [a for m in [f"{constraints}:{CONSTRAINTS_MOUNT}:ro", *pip_mounts, *mounts] for a in ("-v", m)]
         envs = [a for k, v in sorted(env.items()) for a in ("-e", f"{k}={v}")]
-        argv = [*self.engine, "run", "--name", box, "--network", "host", *volumes, *envs, image, "sh", "-c",
-                install_line(requirements)]  # fmt: skip
+        argv = [*self.engine, "run", "--name", box, "--network", "host", "--entrypoint", "", *volumes, *envs, image,
+                "sh", "-c", install_line(requirements)]  # fmt: skip
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, check=False)
             if proc.returncode == 0:
