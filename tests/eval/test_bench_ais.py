@@ -309,7 +309,6 @@ REFUSED = [
     (["--max-workers-per-gpu", "2"], "--max-workers-per-gpu"),
     (["--custom-dataset-path", "x.jsonl"], "--custom-dataset-path"),
     (["--mode", "judge"], "--mode judge"),
-    (["--mode", "perf"], "--mode perf"),
     (["--dump-extract-rate"], "--dump-extract-rate acts with --dump-eval-details"),
     (["--num-prompts", "0"], "`--num-prompts` must be >= 1"),
     (["--pressure-time", "30"], "--pressure-time"),
@@ -348,11 +347,6 @@ def test_unhonoured_model_field_and_computed_value_are_refused_without_running(
                      "type=MMLUDataset)]\n")  # fmt: skip
     assert _run(tmp_path, cfg, "--models", "vllm_api_general", "--datasets", "mmlu") == 2
     assert "data set type MMLUDataset is not supported" in capsys.readouterr().err
-    (cfg / "datasets" / "synthetic_gen.py").write_text(
-        "from ais_bench.benchmark.datasets import SyntheticDataset\nsynthetic_datasets = [dict(abbr='synthetic', "
-        "type=SyntheticDataset, config={'Type': 'string', 'RequestCount': 10})]\n")  # fmt: skip
-    assert _run(tmp_path, cfg, "--models", "vllm_api_general", "--datasets", "synthetic_gen") == 2
-    assert "SyntheticDataset is AISBench's perf-mode workload" in capsys.readouterr().err
 
 
 def test_bad_data_and_a_damaged_prediction_file_are_one_line(tmp_path: Path,
