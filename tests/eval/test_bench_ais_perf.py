@@ -49,7 +49,7 @@ DETAILS_KEYS = ["data_abbr", "id", "success", "error_info", "time_points", "inpu
 MODEL = '''from ais_bench.benchmark.models import {cls}
 
 models = [
-    dict(attr="service", type={cls}, abbr="{abbr}", path="", model="", stream={stream}, request_rate={rate},
+    dict(attr="service", type={cls}, abbr="{abbr}", path="{path}", model="", stream={stream}, request_rate={rate},
          retry=2, api_key="", host_ip="127.0.0.1", host_port={port}, url="", max_out_len={max_out},
          batch_size={batch}, trust_remote_code=False, generation_kwargs=dict(temperature=0.5))
 ]
@@ -112,7 +112,8 @@ def _configs(root: Path, port: int, count: int = 8) -> Path:
                                                     ("general_paced", "VLLMCustomAPI", False, 20, 6, 4),
                                                     ("general_closed", "VLLMCustomAPI", False, 0, 6, 4)):
         (cfg / "models" / "vllm_api" / f"{name}.py").write_text(MODEL.format(
-            cls=cls, abbr=name, stream=stream, rate=rate, port=port, batch=batch, max_out=max_out))
+            cls=cls, abbr=name, stream=stream, rate=rate, port=port, batch=batch, max_out=max_out,
+            path=root if name == "stream_chat" else ""))
     return cfg
 
 
@@ -194,7 +195,8 @@ def test_perf_on_synthetic_data_matches_the_injected_ttft_and_itl_and_perf_viz_r
         assert _ms(rows["ITL"]["Average"]) == pytest.approx(sum(pooled) / len(pooled), abs=1.0)
         assert _ms(rows["ITL"]["Median"]) == pytest.approx(ITL_MS, abs=1.0)
         assert _ms(rows["TPOT"]["Median"]) == pytest.approx(ITL_MS, abs=1.0)  # (E2EL - TTFT) / (out - 1)
-        assert _ms(rows["E2EL"]["Median"]) == pytest.approx(TTFT_MS + (N_OUT - 1) * ITL_MS, abs=1.0)
+        # E2EL spans the send and the last chunk: the client's delay on both ends, so twice the 1 ms
+        assert _ms(rows["E2EL"]["Median"]) == pytest.approx(TTFT_MS + (N_OUT - 1) * ITL_MS, abs=2.0)
         assert rows["InputTokens"]["Average"] == str(float(N_IN)) and rows["TTFT"]["N"] == "8"
         assert rows["OutputTokenThroughput"]["Average"].endswith(" token/s")
         common = json.loads((perf / "synthetic.json").read_text())
@@ -251,6 +253,8 @@ def test_perf_refusals_name_what_is_not_supported(tmp_path: Path, capsys: pytest
     base = ["--models", "stream_chat", "--datasets", "synthetic_gen"]
     assert _ais(tmp_path, cfg, *base) == 2
     assert "SyntheticDataset (synthetic) is a perf workload: run it with --mode perf" in capsys.readouterr().err
+    assert _ais(tmp_path, cfg, "--models", "general_closed", "--datasets", "synthetic_gen", "--mode", "perf") == 2
+    assert "model general_closed: [path] in model config is required" in capsys.readouterr().err
     assert _ais(tmp_path, cfg, *base, "--mode", "perf_viz") == 2
     assert "--mode perf_viz works on the outputs of an earlier run" in capsys.readouterr().err
     (cfg / "datasets" / "synthetic" / "synthetic_config.py").write_text(_synthetic_config(4, 1, 1, kind="tokenid"))

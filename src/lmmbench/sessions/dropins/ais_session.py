@@ -106,11 +106,15 @@ def _summarizer(args: AisArgs) -> list[Any] | None:
     return list(cfg.get("dataset_abbrs") or []) or None
 
 
-def _check_kinds(datasets: list[AisDataset], perf: bool) -> None:
-    """The synthetic data set is AISBench's perf workload (it has no answers to score)."""
+def _check_kinds(models: list[AisModel], datasets: list[AisDataset], perf: bool) -> None:
+    """The synthetic data set is AISBench's perf workload (it has no answers to score), and AISBench's
+    ``fill_model_path_if_datasets_need`` wants the first model's ``path`` with it (lmmbench loads no tokenizer)."""
     for d in datasets:
         if d.kind == "synthetic" and not perf:
             raise UserError(f"{d.file}: SyntheticDataset ({d.abbr}) is a perf workload: run it with --mode perf")
+        if d.kind == "synthetic" and models and not models[0].path:
+            raise UserError(f"model {models[0].abbr}: [path] in model config is required for the synthetic data set "
+                            f"{d.abbr} (AISBench's check; its tokenizer folder)")
 
 
 def _perf_stats(args: AisArgs) -> list[str] | None:
@@ -203,7 +207,7 @@ def run_bench_ais(argv: list[str]) -> AisRun:
         models = load_models(args.models, args.config_dir, args.aisbench_root)
         datasets = load_datasets(args.datasets, args.config_dir, args.aisbench_root)
     perf = args.mode in ("perf", "perf_viz")
-    _check_kinds(datasets, perf)
+    _check_kinds(models, datasets, perf)
     required = None if perf else _summarizer(args)
     stats = _perf_stats(args) if perf else None
     run_dir = _run_dir(args)
