@@ -248,6 +248,61 @@ def test_perf_unstreamed_request_rate_num_prompts_and_a_stats_list(tmp_path: Pat
         assert "Performance Results of task [general_closed/gsm8k]" in capsys.readouterr().out
 
 
+#: four requests (send, three data events), hand-made: TTFT 10/20/30/40 ms, every later gap 10 ms, 4 prompt and 3
+#: output tokens each; and one failed request
+HAND_POINTS = [[100.000, 100.010, 100.020, 100.030], [100.005, 100.025, 100.035, 100.045],
+               [100.010, 100.040, 100.050, 100.060], [100.015, 100.055, 100.065, 100.075]]  # fmt: skip
+
+
+def _write_aisbench_folder(perf: Path) -> None:
+    """``performances/<model>/`` as AISBench's base_handler / db_utils write it (np.save blobs in ``numpy_store``)."""
+    import io
+
+    import numpy as np
+
+    (perf / "db_data").mkdir(parents=True)
+    conn = sqlite3.connect(perf / "db_data" / "0a1b2c3d.db")
+    conn.execute("CREATE TABLE IF NOT EXISTS numpy_store (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                 "arr_blob BLOB NOT NULL)")
+    lines = []
+    for i, pts in enumerate([*HAND_POINTS, [100.02]]):
+        buf = io.BytesIO()
+        np.save(buf, np.array(pts, dtype=np.float64), allow_pickle=False)
+        rid = conn.execute("INSERT INTO numpy_store (arr_blob) VALUES (?)", (buf.getvalue(),)).lastrowid
+        ok = i < 4
+        lines.append({"data_abbr": "synthetic", "id": i, "success": ok, "error_info": "" if ok else "Bad Gateway",
+                      "time_points": {"__db_ref__": rid}, "input_tokens": 4 if ok else 0,
+                      "output_tokens": 3 if ok else 0, "extra_perf_data": {}, "extra_details_data": {},
+                      "input": [{"role": "user", "content": "A A A A"}], "uuid": f"u{i}", "turn_id": 0,
+                      "prediction": "a b c" if ok else "", "db_name": "0a1b2c3d.db"})  # fmt: skip
+    conn.commit()
+    conn.close()
+    (perf / "synthetic_details.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_perf_viz_over_an_aisbench_folder_computes_aisbenchs_metrics(tmp_path: Path) -> None:
+    """Ground truth by hand from AISBench's definitions (np.percentile, linear; 4-decimal rounding in seconds)."""
+    cfg = _configs(tmp_path, 9)
+    perf = tmp_path / "outputs" / "20260101_000000" / "performances" / "stream_chat"
+    _write_aisbench_folder(perf)
+    assert _ais(tmp_path, cfg, "--models", "stream_chat", "--datasets", "synthetic_gen", "--mode", "perf",
+                "--reuse", "20260101_000000") == 0  # AISBench: perf with --reuse is perf_viz  # fmt: skip
+    rows = _csv(perf / "synthetic.csv")
+    cells = {m: [rows[m][k] for k in CSV_HEADER[2:]] for m in rows}
+    assert cells["TTFT"] == ["25.0 ms", "10.0 ms", "40.0 ms", "25.0 ms", "32.5 ms", "37.0 ms", "39.7 ms", "4"]
+    assert cells["E2EL"] == ["45.0 ms", "30.0 ms", "60.0 ms", "45.0 ms", "52.5 ms", "57.0 ms", "59.7 ms", "4"]
+    assert cells["ITL"] == ["10.0 ms"] * 7 + ["4"] and cells["TPOT"] == ["10.0 ms"] * 7 + ["4"]
+    assert cells["OutputTokenThroughput"][:3] == ["71.25 token/s", "50.0 token/s", "100.0 token/s"]  # 3 / E2EL
+    assert cells["PrefillTokenThroughput"][1:3] == ["100.0 token/s", "400.0 token/s"]  # 4 / TTFT
+    assert cells["InputTokens"][0] == "4.0" and cells["OutputTokens"][0] == "3.0"
+    common = {k: v["total"] for k, v in json.loads((perf / "synthetic.json").read_text()).items()}
+    assert common == {"Benchmark Duration": "75.0 ms", "Total Requests": 5, "Failed Requests": 1,
+                      "Success Requests": 4, "Concurrency": 2.4, "Max Concurrency": 2,
+                      "Request Throughput": "53.3333 req/s", "Total Input Tokens": 16, "Total Generated Tokens": 12,
+                      "Input Token Throughput": "213.3333 token/s", "Output Token Throughput": "160.0 token/s",
+                      "Total Token Throughput": "373.3333 token/s"}  # fmt: skip
+
+
 def test_perf_refusals_name_what_is_not_supported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = _configs(tmp_path, 9)
     base = ["--models", "stream_chat", "--datasets", "synthetic_gen"]
