@@ -62,8 +62,8 @@ def _config(model: AisModel, n: int, closed: bool) -> Any:
         "url": model.base_url().rstrip("/"), "model": model.model, "endpoint": "chat" if model.chat else "completions",
         "api_key": model.api_key or None, "num_requests": n, "concurrency": model.batch_size, "rate": rate,
         "arrival": "poisson", "ignore_eos": False, "continuous_usage": False, "keep_text": True, "progress": False,
-        "plots": False, "insecure": model.enable_ssl,
-    })  # fmt: skip
+        "plots": False,
+    })  # fmt: skip  (https with enable_ssl: certificates checked, as aiohttp's default in AISBench)
 
 
 def _load(model: AisModel, requests: list[Any], n: int, closed: bool) -> list[Any]:
