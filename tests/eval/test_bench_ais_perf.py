@@ -178,6 +178,7 @@ def test_perf_on_synthetic_data_matches_the_injected_ttft_and_itl_and_perf_viz_r
         lines = [json.loads(x) for x in (perf / "synthetic_details.jsonl").read_text().splitlines()]
         assert len(lines) == 8 and all(list(line) == DETAILS_KEYS and line["success"] for line in lines)
         assert sorted(line["id"] for line in lines) == list(range(8))
+        assert not (perf / "tmp").exists()  # the journal kept while the load ran is gone, as AISBench's tmp/
         assert lines[0]["input"] == [{"role": "user", "content": " ".join(["A"] * N_IN)}]
         assert {(line["input_tokens"], line["output_tokens"]) for line in lines} == {(N_IN, N_OUT)}
         points = [_time_points(perf, line) for line in lines]

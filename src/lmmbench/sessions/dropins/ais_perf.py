@@ -66,11 +66,16 @@ def _config(model: AisModel, n: int, closed: bool) -> Any:
     })  # fmt: skip  (https with enable_ssl: certificates checked, as aiohttp's default in AISBench)
 
 
-def _load(model: AisModel, requests: list[Any], n: int, closed: bool) -> list[Any]:
+def _load(model: AisModel, requests: list[Any], n: int, closed: bool, journal: Path | None = None) -> list[Any]:
+    """The load generator's records. ``journal``: finished requests are appended there while the load runs (the
+    place of AISBench's ``tmp/tmp_<hex>.jsonl``), and it is removed once the details are written."""
     from lmmbench.loadgen.api import Preflight, run_benchmark
 
     pf = Preflight(model.model, False, 0.0, 0.0)  # no probe request: AISBench sends none
-    return list(run_benchmark(_config(model, n, closed), requests, pf=pf).records)
+    if journal is not None:
+        journal.parent.mkdir(parents=True, exist_ok=True)
+    where = (str(journal), {"model": model.abbr}) if journal is not None else None
+    return list(run_benchmark(_config(model, n, closed), requests, pf=pf, journal=where).records)
 
 
 def _points(rec: Any) -> list[float]:
@@ -125,11 +130,14 @@ def perf_infer(args: AisArgs, models: list[AisModel], datasets: list[AisDataset]
             if args.num_warmups:
                 _warm(model, items, args.num_warmups, log)
             requests = _requests(model, items)
-            records = sorted(_load(model, requests, len(items), closed=False), key=lambda r: r.end_ns)
+            journal = out_dir / "tmp" / f"tmp_{uuid.uuid4().hex[:8]}.jsonl"
+            records = sorted(_load(model, requests, len(items), False, journal), key=lambda r: r.end_ns)
             lines = [_line(items[r.request_id][0], items[r.request_id][1], requests[r.request_id].payload, r)
                      for r in records]  # fmt: skip
-            out_dir.mkdir(parents=True, exist_ok=True)
             write_details(out_dir, lines)
+            journal.unlink(missing_ok=True)
+            if not any(journal.parent.iterdir()):
+                journal.parent.rmdir()  # AISBench removes its emptied tmp/ folder too
             ok = sum(1 for line, _ in lines if line["success"])
             log(f"Task [{model.abbr}]: {ok} succeeded, {len(lines) - ok} failed")
             sent, good = sent + len(lines), good + ok
