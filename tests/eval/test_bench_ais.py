@@ -129,7 +129,10 @@ def _prompt(form: str, q: str) -> Any:
 def _expected_body(model: str, form: str, q: str) -> dict[str, Any]:
     """``get_request_body`` of VLLMCustomAPI / VLLMCustomAPIChat as read (key order included)."""
     prompt, chat, stream = _prompt(form, q), "chat" in model, "stream" in model
-    gen = {"temperature": 0.01, "ignore_eos": False, "max_tokens": 64, "model": "scripted"}
+    # generation_kwargs as AISBench's reloaded config dump holds them: mmengine's Config.pretty_text writes every
+    # dict sorted by key (mmengine/config/config.py _format_dict; ais_bench/benchmark/cli/config_manager.py
+    # _dump_and_reload_config), so ignore_eos comes before temperature whatever the config file's order
+    gen = {"ignore_eos": False, "temperature": 0.01, "max_tokens": 64, "model": "scripted"}
     if chat:
         turns = [("user", prompt)] if isinstance(prompt, str) else prompt
         body: dict[str, Any] = {"stream": stream, "messages": [{"content": c, "role": r} if not isinstance(prompt, str)

@@ -133,9 +133,21 @@ def load_items(ds: AisDataset, model: AisModel, root: Path | None, num_prompts: 
     return items
 
 
+def _sorted_keys(value: Any) -> Any:
+    """``value`` with every dict's keys in ``str`` order: AISBench dumps its config with mmengine's
+    ``Config.dump`` (``pretty_text`` writes each dict sorted by ``str(key)``) and runs from the reloaded dump
+    (``cli/config_manager.py`` ``_dump_and_reload_config``), so ``generation_kwargs`` reach the body sorted."""
+    if isinstance(value, dict):
+        return {k: _sorted_keys(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, list):
+        return [_sorted_keys(v) for v in value]
+    return value
+
+
 def request_body(model: AisModel, prompt: str | list[dict[str, str]], max_out_len: int) -> dict[str, Any]:
-    """The body AISBench's ``get_request_body`` posts (key order kept)."""
-    gen = {**model.generation_kwargs, "max_tokens": max_out_len, "model": model.model}
+    """The body AISBench's ``get_request_body`` posts (key order kept: ``generation_kwargs`` as its reloaded
+    config holds them, sorted)."""
+    gen = {**_sorted_keys(model.generation_kwargs), "max_tokens": max_out_len, "model": model.model}
     if model.chat:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [
             {"content": t["prompt"], "role": _ROLE_MAP.get(t["role"], t["role"])} for t in prompt]  # fmt: skip
