@@ -184,8 +184,10 @@ def test_perf_on_synthetic_data_matches_the_injected_ttft_and_itl_and_perf_viz_r
         points = [_time_points(perf, line) for line in lines]
         # the send, N_OUT content chunks, the finish chunk and the usage chunk ([DONE] has no time point)
         assert {len(p) for p in points} == {1 + N_OUT + 2}
-        median = [sorted(col)[len(col) // 2] for col in zip(*_gaps_ms(perf), strict=True)]  # per position
-        assert median == pytest.approx([TTFT_MS] + [ITL_MS] * (N_OUT - 1) + [0.0, 0.0], abs=1.0)
+        # the schedule's shape, gap by gap (median over requests): each gap carries the jitter of the server's timer
+        # and of the client at both of its ends, so 2 ms; the 1 ms agreement is asserted on AISBench's statistics
+        median = [sorted(col)[len(col) // 2] for col in zip(*_gaps_ms(perf), strict=True)]
+        assert median == pytest.approx([TTFT_MS] + [ITL_MS] * (N_OUT - 1) + [0.0, 0.0], abs=2.0)
         spans = [(p[0], p[-1]) for p in points]
         assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) <= 2  # batch_size = 2 in flight
         rows = _csv(perf / "synthetic.csv")
