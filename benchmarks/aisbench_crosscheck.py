@@ -9,8 +9,8 @@ AISBench needs a venv of its own (numpy < 2, datasets <= 3.6, torch, ~50 package
 For every supported pair (the four vllm_api model configs x the gsm8k forms) it compares, AISBench against lmmbench:
 the multiset of request bodies the server received, the predictions (id, origin_prompt, prediction, gold), the
 result file (accuracy, per-sample details) and the summary CSV (with the version column). It prints one JSON
-report and exits 1 when anything differs. Written for issue 54; AISBench could not be installed where it was
-written, so its first run is the check of this script too.
+report and exits 1 when anything differs. First run against AISBench 3.1.20260630 on 2026-11-28 (docs/benchmarks.md);
+run it from a scratch folder (AISBench writes a ``tmp/`` folder into its working folder).
 """
 
 from __future__ import annotations

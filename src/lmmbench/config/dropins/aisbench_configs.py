@@ -40,6 +40,9 @@ KNOWN_TYPES = {
     "gsm8k_postprocess": "ais_bench.benchmark.datasets.gsm8k",
     "gsm8k_dataset_postprocess": "ais_bench.benchmark.datasets.gsm8k",
     "extract_non_reasoning_content": "ais_bench.benchmark.utils.postprocess.model_postprocessors",
+    "SyntheticDataset": "ais_bench.benchmark.datasets.synthetic",
+    "MATHEvaluator": "ais_bench.benchmark.datasets.math",
+    "math_postprocess_v2": "ais_bench.benchmark.datasets.math",
 }
 
 
@@ -238,6 +241,7 @@ class AisDataset(BaseModel):
     test_range: str | None = None
     template: str | list[dict[str, str]]
     stopping_criteria: list[str] = Field(default_factory=list)
+    synthetic: dict[str, Any] | None = None  # SyntheticDataset's config (kind "synthetic")
     file: str
     raw: dict[str, Any] = Field(default_factory=dict)
 
@@ -334,11 +338,33 @@ def dataset_from_dict(cfg: Any, file: Path) -> AisDataset:
     if name == "GSM8KDataset":
         return _gsm8k(cfg, file)
     if name == "SyntheticDataset":
-        raise UserError(f"{file}: SyntheticDataset is AISBench's perf-mode workload, and --mode perf is not part of "
-                        "lmmbench's AISBench drop-in yet (`lmmbench perf --input-tokens/--output-tokens` is lmmbench's "
-                        "synthetic load)")
+        return _synthetic(cfg, file)
     raise UserError(f"{file}: data set type {name} is not supported by lmmbench's AISBench drop-in this round "
-                    "(supported: GSM8KDataset)")
+                    "(supported: GSM8KDataset, and SyntheticDataset in --mode perf)")
+
+
+def _synthetic(cfg: dict[str, Any], file: Path) -> AisDataset:
+    """``configs/datasets/synthetic/synthetic_gen*.py``: the string type, a ``{question}`` template."""
+    from lmmbench.config.dropins.aisbench_synthetic import check_synthetic_config
+
+    _only(cfg, {"abbr", "type", "config", "reader_cfg", "infer_cfg", "eval_cfg"}, file, "the data set")
+    reader = _need(cfg, "reader_cfg", file, "the data set")
+    _only(reader, {"input_columns", "output_column", "test_range"}, file, "reader_cfg")
+    infer = _need(cfg, "infer_cfg", file, "the data set")
+    _only(infer, {"prompt_template", "retriever", "inferencer"}, file, "infer_cfg")
+    pt = _typed(_need(infer, "prompt_template", file, "infer_cfg"), "PromptTemplate", file, "prompt_template")
+    _only(pt, {"type", "template"}, file, "prompt_template")
+    _only(_typed(infer.get("retriever"), "ZeroRetriever", file, "retriever"), {"type"}, file, "retriever")
+    _only(_typed(infer.get("inferencer"), "GenInferencer", file, "inferencer"), {"type"}, file, "inferencer")
+    ev = cfg.get("eval_cfg") or {}  # MATHEvaluator / math_postprocess_v2: not used in --mode perf
+    _only(ev, {"evaluator", "pred_postprocessor", "pred_role"}, file, "eval_cfg")
+    columns = _need(reader, "input_columns", file, "reader_cfg")
+    return AisDataset(abbr=str(cfg.get("abbr") or "synthetic"), kind="synthetic", path="",
+                      input_columns=[str(c) for c in (columns if isinstance(columns, list) else [columns])],
+                      output_column=str(_need(reader, "output_column", file, "reader_cfg")),
+                      test_range=reader.get("test_range"), template=_template(pt.get("template"), file),
+                      synthetic=check_synthetic_config(_need(cfg, "config", file, "the data set"), file),
+                      file=str(file), raw=plain(cfg))  # fmt: skip
 
 
 def prompt_version(ds: AisDataset) -> str:

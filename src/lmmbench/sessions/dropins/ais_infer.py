@@ -192,7 +192,8 @@ async def _run(job: InferJob, log: Callable[[str], None]) -> tuple[int, int]:
 
             async def warm_one(item: AisItem) -> bool:
                 async with sem:
-                    return (await send(session, model, request_body(model, item.prompt, model.max_out_len))).success
+                    body = request_body(model, item.prompt, item.max_out_len or model.max_out_len)
+                    return (await send(session, model, body)).success
 
             ok = sum(await asyncio.gather(*(warm_one(w) for w in warm)))
             log(f"Warmup finished Total Count: {job.warmups} Success Count: {ok} Failed Count: {job.warmups - ok}")
@@ -208,7 +209,7 @@ async def _run(job: InferJob, log: Callable[[str], None]) -> tuple[int, int]:
             if delay > 0:
                 await asyncio.sleep(delay)
             async with sem:
-                body = request_body(model, item.prompt, model.max_out_len)
+                body = request_body(model, item.prompt, item.max_out_len or model.max_out_len)
                 answer = await send(session, model, body)
             _record(job, abbr, item, answer)
             if job.on_answer is not None:

@@ -35,6 +35,7 @@ class AisItem:
     index: int
     prompt: str | list[dict[str, str]]
     gold: Any
+    max_out_len: int | None = None  # the data set's own (a synthetic row's): it wins over the model's
 
 
 def data_folder(ds: AisDataset, root: Path | None) -> Path:
@@ -111,7 +112,12 @@ def render(ds: AisDataset, model: AisModel, row: dict[str, Any], index: int) -> 
 def load_items(ds: AisDataset, model: AisModel, root: Path | None, num_prompts: int | None) -> list[AisItem]:
     """The prompts of ``ds`` for ``model`` (``--num-prompts`` keeps the first N unless the config sets a
     test_range, as AISBench's ``fill_test_range_use_num_prompts`` does)."""
-    rows = _rows(data_folder(ds, root))
+    if ds.kind == "synthetic" and ds.synthetic is not None:
+        from lmmbench.config.dropins.aisbench_synthetic import synthetic_rows
+
+        rows = synthetic_rows(ds.synthetic)
+    else:
+        rows = _rows(data_folder(ds, root))
     test_range = ds.test_range if ds.test_range else (f"[:{num_prompts}]" if num_prompts else None)
     keep = _test_range(test_range, len(rows))
     items = []
@@ -119,14 +125,29 @@ def load_items(ds: AisDataset, model: AisModel, root: Path | None, num_prompts: 
         row = rows[i]
         missing = [c for c in (*ds.input_columns, ds.output_column) if c not in row]
         if missing:
-            raise UserError(f"{data_folder(ds, root) / 'test.jsonl'}:{i + 1}: no column {missing[0]!r}")
-        items.append(AisItem(new_index, render(ds, model, row, new_index), row[ds.output_column]))
+            where = ds.file if ds.kind == "synthetic" else data_folder(ds, root) / "test.jsonl"
+            raise UserError(f"{where}:{i + 1}: no column {missing[0]!r}")
+        own = row.get("max_out_len")  # GenInferencer: the data set's max_out_len has the highest priority
+        items.append(AisItem(new_index, render(ds, model, row, new_index), row[ds.output_column],
+                             own if isinstance(own, int) and not isinstance(own, bool) and own else None))
     return items
 
 
+def _sorted_keys(value: Any) -> Any:
+    """``value`` with every dict's keys in ``str`` order: AISBench dumps its config with mmengine's
+    ``Config.dump`` (``pretty_text`` writes each dict sorted by ``str(key)``) and runs from the reloaded dump
+    (``cli/config_manager.py`` ``_dump_and_reload_config``), so ``generation_kwargs`` reach the body sorted."""
+    if isinstance(value, dict):
+        return {k: _sorted_keys(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, list):
+        return [_sorted_keys(v) for v in value]
+    return value
+
+
 def request_body(model: AisModel, prompt: str | list[dict[str, str]], max_out_len: int) -> dict[str, Any]:
-    """The body AISBench's ``get_request_body`` posts (key order kept)."""
-    gen = {**model.generation_kwargs, "max_tokens": max_out_len, "model": model.model}
+    """The body AISBench's ``get_request_body`` posts (key order kept: ``generation_kwargs`` as its reloaded
+    config holds them, sorted)."""
+    gen = {**_sorted_keys(model.generation_kwargs), "max_tokens": max_out_len, "model": model.model}
     if model.chat:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [
             {"content": t["prompt"], "role": _ROLE_MAP.get(t["role"], t["role"])} for t in prompt]  # fmt: skip

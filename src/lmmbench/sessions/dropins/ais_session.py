@@ -106,6 +106,57 @@ def _summarizer(args: AisArgs) -> list[Any] | None:
     return list(cfg.get("dataset_abbrs") or []) or None
 
 
+def _check_kinds(models: list[AisModel], datasets: list[AisDataset], perf: bool) -> None:
+    """The synthetic data set is AISBench's perf workload (it has no answers to score), and AISBench's
+    ``fill_model_path_if_datasets_need`` wants the first model's ``path`` with it (lmmbench loads no tokenizer)."""
+    for d in datasets:
+        if d.kind == "synthetic" and not perf:
+            raise UserError(f"{d.file}: SyntheticDataset ({d.abbr}) is a perf workload: run it with --mode perf")
+        if d.kind == "synthetic" and models and not models[0].path:
+            raise UserError(f"model {models[0].abbr}: [path] in model config is required for the synthetic data set "
+                            f"{d.abbr} (AISBench's check; its tokenizer folder)")
+
+
+def _perf_stats(args: AisArgs) -> list[str] | None:
+    """The statistics of a perf summarizer config (``configs/summarizers/perf/default_perf.py``: ``calculator=
+    dict(type=DefaultPerfMetricCalculator, stats_list=[...])``); None for AISBench's default. A summarizer whose
+    ``attr`` is not ``performance`` is replaced by the default perf summarizer, as ``PerfViz.update_cfg`` does."""
+    if args.summarizer is None:
+        return None
+    name, key = args.summarizer.split("/", 1) if "/" in args.summarizer else (args.summarizer, "summarizer")
+    file = find_config("summarizers", name, args.config_dir, args.aisbench_root)
+    cfg = read_config_file(file, args.aisbench_root).get(key)
+    if not isinstance(cfg, dict) or cfg.get("attr") != "performance" or cfg.get("type") is None:
+        return None
+    from lmmbench.config.dropins.aisbench_configs import type_name
+
+    calc = cfg.get("calculator") or {}
+    extra = sorted(set(cfg) - {"attr", "type", "calculator", "dataset_abbrs", "summary_groups", "prompt_db"})
+    bad = (type_name(cfg["type"]) != "DefaultPerfSummarizer" or not isinstance(calc, dict)
+           or type_name(calc.get("type", "DefaultPerfMetricCalculator")) != "DefaultPerfMetricCalculator"
+           or set(calc) - {"type", "stats_list"})  # fmt: skip
+    if extra or bad:
+        raise UserError(f"{file}: perf summarizer {extra[0] if extra else 'type/calculator'} is not honoured by "
+                        "lmmbench's AISBench drop-in (honoured: DefaultPerfSummarizer with DefaultPerfMetricCalculator "
+                        "and its stats_list; StablePerfMetricCalculator is not supported this round)")
+    stats = calc.get("stats_list")
+    return [str(s) for s in stats] if isinstance(stats, list) else None
+
+
+def _run_perf(args: AisArgs, models: list[AisModel], datasets: list[AisDataset], run_dir: Path, run: AisRun,
+              stats: list[str] | None) -> AisRun:  # fmt: skip
+    """``--mode perf``: the load, then the perf summary; ``perf_viz``: the summary of a --reuse folder."""
+    from lmmbench.sessions.dropins.ais_perf import perf_infer, perf_summarise
+    from lmmbench.sessions.dropins.ais_tasks import task_log
+
+    if args.mode == "perf":
+        run.inferred = True
+        run.sent, run.ok = perf_infer(args, models, datasets, run_dir,
+                                      lambda m, abbr: task_log(args, run_dir, "infer", m, abbr))  # fmt: skip
+    run.text = perf_summarise(models, datasets, run_dir, stats)
+    return run
+
+
 def _run_dir(args: AisArgs) -> Path:
     root = Path(args.work_dir or os.path.join("outputs", "default"))
     stamp = args.time_str
@@ -118,7 +169,7 @@ def _run_dir(args: AisArgs) -> Path:
             stamp = args.reuse
             if not (root / stamp).is_dir():
                 raise UserError(f"--reuse {stamp}: no folder {root / stamp}")
-    elif args.mode in ("eval", "viz"):
+    elif args.mode in ("eval", "viz", "perf_viz"):
         raise UserError(f"--mode {args.mode} works on the outputs of an earlier run: add --reuse (latest) or "
                         "--reuse TIMESTAMP")
     return root / stamp
@@ -144,9 +195,6 @@ def run_bench_ais(argv: list[str]) -> AisRun:
     args = parse_ais_args(argv)
     if args.search:
         return AisRun(text=_search(args))
-    if args.mode in ("perf", "perf_viz"):
-        raise UserError(f"--mode {args.mode}: AISBench's perf pipeline is not part of lmmbench's AISBench drop-in "
-                        "yet; `lmmbench perf --tasks` or `lmmbench eval --mode perf` runs tasks under load")
     if args.dump_extract_rate and not args.dump_eval_details:
         raise UserError("--dump-extract-rate acts with --dump-eval-details (AISBench computes it from the details)")
     if args.config:
@@ -158,7 +206,10 @@ def run_bench_ais(argv: list[str]) -> AisRun:
             raise UserError("give --models and --datasets (or a config file); custom data sets are not supported")
         models = load_models(args.models, args.config_dir, args.aisbench_root)
         datasets = load_datasets(args.datasets, args.config_dir, args.aisbench_root)
-    required = _summarizer(args)
+    perf = args.mode in ("perf", "perf_viz")
+    _check_kinds(models, datasets, perf)
+    required = None if perf else _summarizer(args)
+    stats = _perf_stats(args) if perf else None
     run_dir = _run_dir(args)
     _dump_config(run_dir, args, models, datasets)
     run = AisRun(run_dir=run_dir)
@@ -167,6 +218,8 @@ def run_bench_ais(argv: list[str]) -> AisRun:
     if args.dry_run:
         run.text = dry_run_text(args, models, datasets)
         return run
+    if perf:
+        return _run_perf(args, models, datasets, run_dir, run, stats)
     if args.mode in ("all", "infer"):
         run.inferred = True
         run.sent, run.ok = infer_all(args, models, datasets, run_dir)

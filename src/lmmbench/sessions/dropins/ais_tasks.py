@@ -14,7 +14,7 @@ from lmmbench.config.dropins.aisbench_configs import AisDataset, AisModel
 from lmmbench.core.errors import UserError
 from lmmbench.sessions.dropins.ais_requests import AisItem, load_items, request_body
 
-__all__ = ["dry_run_text", "evaluate_all", "infer_all", "summarise"]
+__all__ = ["dry_run_text", "evaluate_all", "infer_all", "summarise", "task_log"]
 
 
 class _Log:
@@ -34,7 +34,8 @@ class _Log:
             fh.write(line + "\n")
 
 
-def _log(args: AisArgs, run_dir: Path, stage: str, model: AisModel, abbr: str) -> _Log:
+def task_log(args: AisArgs, run_dir: Path, stage: str, model: AisModel, abbr: str) -> _Log:
+    """A task's log writer (``logs/<stage>/<model>/<abbr>.out``; the terminal with --debug)."""
     return _Log(None if args.debug else run_dir / "logs" / stage / model.abbr / f"{abbr}.out")
 
 
@@ -77,7 +78,7 @@ def infer_all(args: AisArgs, models: list[AisModel], datasets: list[AisDataset],
                           if i.index not in done]  # fmt: skip
                 (pred_dir / f"{ds.abbr}_failed.jsonl").unlink(missing_ok=True)  # retried now
             jobs.append((InferJob(model.model_copy(), items, pred_dir, args.num_warmups),
-                         _log(args, run_dir, "infer", model, group[0].abbr)))  # fmt: skip
+                         task_log(args, run_dir, "infer", model, group[0].abbr)))  # fmt: skip
 
     def run(job: tuple[Any, _Log]) -> tuple[int, int]:
         infer_job, log = job
@@ -101,7 +102,7 @@ def evaluate_all(args: AisArgs, models: list[AisModel], datasets: list[AisDatase
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for model in models:
         for ds in datasets:
-            log = _log(args, run_dir, "eval", model, ds.abbr)
+            log = task_log(args, run_dir, "eval", model, ds.abbr)
             items = load_items(ds, model, args.aisbench_root, args.num_prompts)
             result = score_task(model, ds, items, run_dir, args.dump_eval_details, args.dump_extract_rate)
             if result is None:
