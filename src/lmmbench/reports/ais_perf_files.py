@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lmmbench.core.errors import UserError
+from lmmbench.core.jsonl import jsonl_values
 
 __all__ = ["read_details", "write_details", "write_perf_results"]
 
@@ -85,13 +86,7 @@ def read_details(out_dir: Path, abbrs: list[str]) -> list[dict[str, Any]]:
         path = out_dir / f"{abbr}_details.jsonl"
         if not path.is_file():
             continue
-        for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not raw.strip():
-                continue
-            try:
-                lines.append(json.loads(raw))
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{n}: not JSON ({exc.msg})") from None
+        lines.extend(jsonl_values(path))
     if not lines:
         raise UserError(f"no {'/'.join(abbrs)}_details.jsonl under {out_dir}: nothing to summarise (run --mode perf "
                         "first, or --reuse the folder that holds it)")

@@ -286,8 +286,9 @@ def _template(tpl: Any, file: Path) -> str | list[dict[str, str]]:
     return rounds
 
 
-def _gsm8k(cfg: dict[str, Any], file: Path) -> AisDataset:
-    _only(cfg, {"abbr", "type", "path", "reader_cfg", "infer_cfg", "eval_cfg"}, file, "the data set")
+def _reader_and_prompt(cfg: dict[str, Any], file: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A data set's ``reader_cfg``, ``infer_cfg`` and its ``PromptTemplate``, checked (only the keys lmmbench acts
+    on; the zero-shot retriever, the only one supported)."""
     reader = _need(cfg, "reader_cfg", file, "the data set")
     _only(reader, {"input_columns", "output_column", "test_range"}, file, "reader_cfg")
     infer = _need(cfg, "infer_cfg", file, "the data set")
@@ -295,6 +296,12 @@ def _gsm8k(cfg: dict[str, Any], file: Path) -> AisDataset:
     pt = _typed(_need(infer, "prompt_template", file, "infer_cfg"), "PromptTemplate", file, "prompt_template")
     _only(pt, {"type", "template"}, file, "prompt_template")
     _only(_typed(infer.get("retriever"), "ZeroRetriever", file, "retriever"), {"type"}, file, "retriever")
+    return reader, infer, pt
+
+
+def _gsm8k(cfg: dict[str, Any], file: Path) -> AisDataset:
+    _only(cfg, {"abbr", "type", "path", "reader_cfg", "infer_cfg", "eval_cfg"}, file, "the data set")
+    reader, infer, pt = _reader_and_prompt(cfg, file)
     inferencer = _typed(infer.get("inferencer"), "GenInferencer", file, "inferencer")
     _only(inferencer, {"type", "stopping_criteria"}, file, "inferencer")  # AISBench sends no stop for API models
     ev = _need(cfg, "eval_cfg", file, "the data set")
@@ -348,13 +355,7 @@ def _synthetic(cfg: dict[str, Any], file: Path) -> AisDataset:
     from lmmbench.config.dropins.aisbench_synthetic import check_synthetic_config
 
     _only(cfg, {"abbr", "type", "config", "reader_cfg", "infer_cfg", "eval_cfg"}, file, "the data set")
-    reader = _need(cfg, "reader_cfg", file, "the data set")
-    _only(reader, {"input_columns", "output_column", "test_range"}, file, "reader_cfg")
-    infer = _need(cfg, "infer_cfg", file, "the data set")
-    _only(infer, {"prompt_template", "retriever", "inferencer"}, file, "infer_cfg")
-    pt = _typed(_need(infer, "prompt_template", file, "infer_cfg"), "PromptTemplate", file, "prompt_template")
-    _only(pt, {"type", "template"}, file, "prompt_template")
-    _only(_typed(infer.get("retriever"), "ZeroRetriever", file, "retriever"), {"type"}, file, "retriever")
+    reader, infer, pt = _reader_and_prompt(cfg, file)
     _only(_typed(infer.get("inferencer"), "GenInferencer", file, "inferencer"), {"type"}, file, "inferencer")
     ev = cfg.get("eval_cfg") or {}  # MATHEvaluator / math_postprocess_v2: not used in --mode perf
     _only(ev, {"evaluator", "pred_postprocessor", "pred_role"}, file, "eval_cfg")

@@ -15,6 +15,7 @@ from typing import Any
 
 from lmmbench.config.dropins.aisbench_configs import AisDataset, AisModel
 from lmmbench.core.errors import UserError
+from lmmbench.core.jsonl import jsonl_values
 from lmmbench.sessions.dropins.ais_requests import AisItem
 
 __all__ = ["extract_non_reasoning_content", "gsm8k_dataset_postprocess", "gsm8k_postprocess", "is_equal",
@@ -54,14 +55,7 @@ def is_equal(pred: str, refer: str) -> bool:
 
 
 def _predictions(path: Path, total: int) -> list[dict[str, Any]]:
-    preds = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            preds.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{n}: not JSON ({exc.msg}); fix or remove the line") from None
+    preds = jsonl_values(path)
     seen = {p.get("id") for p in preds}
     defaults = {list: [], dict: {}, str: "", int: 0, float: 0}
     template = preds[0] if preds else {"prediction": "", "origin_prompt": ""}
