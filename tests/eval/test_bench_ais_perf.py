@@ -330,3 +330,53 @@ def test_perf_refusals_name_what_is_not_supported(tmp_path: Path, capsys: pytest
     assert _ais(tmp_path, cfg, "--models", "stream_chat", "--datasets", "gsm8k_gen_0_shot_cot_str_perf", "--mode",
                 "perf", "--summarizer", "stable_stage") == 2  # fmt: skip
     assert "StablePerfMetricCalculator is not supported" in capsys.readouterr().err
+
+
+def test_perf_resends_a_dropped_request_up_to_the_models_retry(tmp_path: Path) -> None:
+    """``retry`` in perf mode, as ``base_api.py``'s ``generate``: a request whose connection drops (the test server's
+    ``disconnect`` fault: it closes the stream after the first chunk, ``TTFT_MS`` after the request) is sent again
+    while attempts are left; the time points are the last attempt's (``clear_time_points``), so a clean stream's
+    TTFT and E2EL, not the ``TTFT_MS`` or more the dropped attempt adds before them; when every attempt fails the
+    cause is kept. The fault fires on the server's 2nd, 4th, ... request (rate 0.5, deterministic)."""
+    import urllib.request
+
+    server = TestServerConfig(port=free_loopback_port(), ttft_ms=TTFT_MS, itl_ms=ITL_MS, role_chunk=False,
+                              faults={"disconnect": 0.5})  # fmt: skip
+    with running_testserver(server) as url:
+        with urllib.request.urlopen(url + "/v1/models", timeout=10) as resp:
+            served = json.loads(resp.read())["data"][0]["id"]
+        body = json.dumps({"model": served, "prompt": "A", "max_tokens": 1}).encode()
+        req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:  # the server's 1st request: no fault
+            assert resp.status == 200
+        cfg = _configs(tmp_path, server.port, count=1)
+        models = cfg / "models" / "vllm_api"
+        for name, retry, batch in (("retry_two", 2, 1), ("retry_one", 1, 2)):
+            (models / f"{name}.py").write_text(MODEL.format(
+                cls="VLLMCustomAPIChat", abbr=name, stream=True, rate=0, port=server.port, batch=batch, max_out=64,
+                path=tmp_path).replace("retry=2", f"retry={retry}"))  # fmt: skip
+        run = ["--datasets", "synthetic_gen", "--mode", "perf", "--num-warmups", "0"]
+        # retry=2, one prompt: the 2nd request drops, the 3rd (its second attempt) succeeds
+        assert _ais(tmp_path / "two", cfg, "--models", "retry_two", *run) == 0
+        assert server_stats(url)["requests"] == 3 and server_stats(url)["faults"]["disconnect"] == 1
+        perf = next((tmp_path / "two" / "outputs").iterdir()) / "performances" / "retry_two"
+        (line,) = [json.loads(x) for x in (perf / "synthetic_details.jsonl").read_text().splitlines()]
+        assert line["success"] and line["error_info"] == ""
+        (gaps,) = _gaps_ms(perf)
+        assert len(gaps) == N_OUT + 2  # a clean stream's points: N_OUT content, finish, usage; none of the drop's
+        assert gaps[0] == pytest.approx(TTFT_MS, abs=15.0)  # the dropped attempt would add >= TTFT_MS before it
+        assert sum(gaps) == pytest.approx(TTFT_MS + (N_OUT - 1) * ITL_MS, abs=15.0)
+        # retry=1, two prompts at once: the 4th request drops and is not sent again, the 5th succeeds
+        (cfg / "datasets" / "synthetic" / "synthetic_config.py").write_text(_synthetic_config(2, N_IN, N_OUT))
+        assert _ais(tmp_path / "one", cfg, "--models", "retry_one", *run) == 0
+        assert server_stats(url)["requests"] == 5 and server_stats(url)["faults"]["disconnect"] == 2
+        perf = next((tmp_path / "one" / "outputs").iterdir()) / "performances" / "retry_one"
+        lines = [json.loads(x) for x in (perf / "synthetic_details.jsonl").read_text().splitlines()]
+        assert sorted(x["success"] for x in lines) == [False, True]
+        (failed,) = [json.loads(x) for x in (perf / "synthetic_failed.jsonl").read_text().splitlines()]
+        assert failed["error_info"].startswith("After 1 retries, request failed with exception: disconnect: "
+                                               "connection closed by peer")  # fmt: skip
+        # retry=0: AISBench sends nothing, so there is nothing to measure
+        (models / "retry_one.py").write_text((models / "retry_one.py").read_text().replace("retry=1", "retry=0"))
+        assert _ais(tmp_path / "zero", cfg, "--models", "retry_one", *run) == 2
+        assert server_stats(url)["requests"] == 5

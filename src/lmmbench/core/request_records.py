@@ -45,6 +45,7 @@ class PerfRequest:
     follows_replies: bool = False  # multi-turn: this turn's messages go after the conversation so far, replies too
     headers: dict[str, str] = field(default_factory=dict)  # HTTP headers of this request only
     stream: bool = True  # False: asked for one whole response (its TTFT is its E2E latency: no token is seen earlier)
+    attempts: int = 1  # sends at most, the request sent again after a transport failure (connect, disconnect, timeout)
 
 
 @dataclass(slots=True)
@@ -85,6 +86,7 @@ class RequestRecord:
     cached_tokens: int | None = None  # prompt tokens the server says it served from its cache (SGLang's meta_info)
     cached_tokens_details: dict[str, Any] | None = None  # SGLang's per-tier split (device / host / storage)
     server_metrics: dict[str, Any] | None = None  # the response's own ``metrics`` (lmmbench serve / proxy), as sent
+    attempts: int = 1  # times sent (> 1 only for a PerfRequest with attempts > 1); the instants are the last send's
 
     @property
     def ok(self) -> bool:

@@ -21,7 +21,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from lmmbench.core.request_records import PerfRequest, RequestRecord
@@ -73,6 +73,20 @@ class WorkerResult:
     cpu_s: float = 0.0  # CPU time (user + system) of this process during the load itself
 
 
+#: failures of the transport, which aiohttp raises as exceptions in AISBench (an HTTP status is an answer, not resent)
+RESENT_ON = frozenset({"connect", "disconnect", "timeout", "malformed_sse"})
+_KEPT = frozenset({"request_id", "worker", "warmup", "scheduled_ns", "slot_ns", "labels", "input_tokens", "attempts"})
+
+
+def _clear_attempt(rec: RequestRecord) -> None:
+    """Reset what the failed attempt recorded (AISBench's ``Output.clear_time_points``), counting the next one."""
+    fresh = RequestRecord(rec.request_id)
+    for f in fields(RequestRecord):
+        if f.name not in _KEPT:
+            setattr(rec, f.name, getattr(fresh, f.name))
+    rec.attempts += 1
+
+
 class _Driver:
     def __init__(self, plan: WorkerPlan, client: StreamClient, encoded: list[bytes],
                  progress: Callable[[_Driver], None] | None, journal: Journal | None = None) -> None:  # fmt: skip
@@ -111,7 +125,22 @@ class _Driver:
         self.in_flight += 1
         self.issued += 1
         self.records.append(rec)
-        self.client.send(rec, data, self._on_done)
+        tries = self.plan.requests[rec.request_id % len(self.plan.requests)].attempts
+        self.client.send(rec, data, self._on_done if tries <= 1 else self._resending(data, tries))
+
+    def _resending(self, data: bytes, tries: int) -> Callable[[RequestRecord], None]:
+        """The done callback of a request sent at most ``tries`` times: after a transport failure (AISBench's
+        ``BaseAPIModel.generate`` retries on an exception) the record is cleared but for its identity and schedule
+        and sent again on the same slot; the last attempt's outcome is the record's."""
+
+        def done(rec: RequestRecord) -> None:
+            if rec.attempts < tries and rec.error_kind in RESENT_ON and not self.stopped:
+                _clear_attempt(rec)
+                self.client.send(rec, data, done)
+                return
+            self._on_done(rec)
+
+        return done
 
     def _on_done(self, rec: RequestRecord) -> None:
         self.in_flight -= 1

@@ -50,7 +50,8 @@ def _requests(model: AisModel, items: list[tuple[str, AisItem]]) -> list[Any]:
     for i, (_abbr, item) in enumerate(items):
         body = request_body(model, item.prompt, item.max_out_len or model.max_out_len)
         payload = {k: v for k, v in body.items() if k not in ("model", "stream", "stream_options")}
-        out.append(PerfRequest(i, payload, "chat" if model.chat else "completions", stream=model.stream))
+        out.append(PerfRequest(i, payload, "chat" if model.chat else "completions", stream=model.stream,
+                               attempts=model.retry))  # fmt: skip
     return out
 
 
@@ -87,9 +88,13 @@ def _points(rec: Any) -> list[float]:
 
 def _line(abbr: str, item: AisItem, body: dict[str, Any], rec: Any) -> tuple[dict[str, Any], list[float]]:
     """The details line of one request, in ``RequestOutput``'s field order, and its time points."""
+    from lmmbench.loadgen.driver import RESENT_ON
+
     points = _points(rec)
     ok = rec.status == 200 and rec.error_kind in ("", "empty_response") and len(points) > 1
     error = "" if ok else (rec.error_message or rec.error_kind or "chunk size is less than 2")
+    if not ok and rec.error_kind in RESENT_ON:  # base_api.py's words; lmmbench's failure kind for the exception type
+        error = f"After {rec.attempts} retries, request failed with exception: {rec.error_kind}: {error}"
     usage = rec.token_source == "usage"
     line: dict[str, Any] = {
         "data_abbr": abbr, "id": item.index, "success": ok, "error_info": error, "time_points": None,
@@ -118,6 +123,10 @@ def perf_infer(args: AisArgs, models: list[AisModel], datasets: list[AisDataset]
 
     sent = good = 0
     for base in models:
+        if base.retry < 1:
+            raise UserError(f"model {base.abbr}: retry={base.retry} in its model config makes AISBench send no "
+                            "request, so perf mode has nothing to measure; set retry to 1 or more (the most times a "
+                            "request is sent)")
         model = base.model_copy()
         model.model = served_model(model)
         out_dir = run_dir / "performances" / model.abbr
