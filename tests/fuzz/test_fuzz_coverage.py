@@ -103,7 +103,11 @@ INPUT_KINDS: dict[str, list[str]] = {
     "LMMBENCH_STORE_URL": ["tests/fuzz/test_fuzz_store.py::test_a_command_that_writes_a_run_keeps_it_and_says_"
                            "indexing_failed"],
     "LMMBENCH_CONSTRAINTS": ["tests/fuzz/test_fuzz_coverage.py::test_a_constraints_variable_naming_no_file"],
-    "LMMBENCH_CONTAINER_ENGINE": ["tests/plans/test_container.py::test_missing_engine_binary_and_missing_image"],
+    "LMMBENCH_CONTAINER_ENGINE": ["tests/plans/test_container.py::test_missing_engine_binary"],
+    "LMMBENCH_WHEEL": ["tests/fuzz/test_fuzz_env_files.py::test_a_wheel_or_container_cache_from_the_environment_"
+                       "that_is_not_one"],
+    "LMMBENCH_CONTAINER_CACHE": ["tests/fuzz/test_fuzz_env_files.py::test_a_wheel_or_container_cache_from_the_"
+                                 "environment_that_is_not_one"],
     "LMMBENCH_MLFLOW_URI": ["tests/runs/test_run_sinks.py::test_a_failing_sink_is_a_warning"],
     "LMMBENCH_WANDB_PROJECT": ["tests/runs/test_run_sinks.py::test_a_failing_sink_is_a_warning"],
     **{lim.env_var: ["tests/fuzz/test_fuzz_traces.py::test_bad_limit_values_and_dates_are_one_line_exit_2",

@@ -4,6 +4,7 @@ through the bounded readers: a bad one is one ``UserError`` naming the file, nev
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,3 +37,34 @@ def test_a_spelling_table_from_the_environment_that_is_not_one(
     with pytest.raises(UserError) as err:
         corpus_wer(["the colour red"], ["the color red"])
     assert "english.json" in str(err.value)
+
+
+def _zip_without_metadata(path: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("lmmbench/__init__.py", "")
+
+
+@pytest.mark.parametrize(("variable", "make", "says"), [
+    ("LMMBENCH_WHEEL", lambda p: None, "no such file"),
+    ("LMMBENCH_WHEEL", lambda p: p.write_bytes(b"\x00not a zip"), "not a wheel"),
+    ("LMMBENCH_WHEEL", _zip_without_metadata, "not a wheel"),
+    ("LMMBENCH_CONTAINER_CACHE", lambda p: p.write_text("a file"), "not a folder"),
+], ids=["wheel-missing", "wheel-not-a-zip", "wheel-without-metadata", "container-cache-a-file"])  # fmt: skip
+def test_a_wheel_or_container_cache_from_the_environment_that_is_not_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variable: str,
+    make: Any, says: str,
+) -> None:  # fmt: skip
+    """`envs build-image` checks what the environment names before it asks a container engine anything: one line
+    naming the variable or the file, exit 2 (no engine is needed to see it)."""
+    from lmmbench.cli.main import main
+
+    path = tmp_path / ("lmmbench-0.1.0-py3-none-any.whl" if variable == "LMMBENCH_WHEEL" else "cache")
+    make(path)
+    monkeypatch.setenv(variable, str(path))
+    monkeypatch.setenv("LMMBENCH_CONTAINER_ENGINE", "no-such-engine-binary")  # never reached
+    assert main(["envs", "build-image"]) == 2
+    text = capsys.readouterr().err
+    err = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and says in err[0] and str(path) in err[0] and "Traceback" not in text, text

@@ -84,14 +84,15 @@ def _build_image(cfg: EnvsBuildImageConfig) -> None:
     import time
 
     from lmmbench.executors.container import check_engine, engine_command
-    from lmmbench.executors.container_lmmbench import build_image
+    from lmmbench.executors.container_lmmbench import build_image, cache_dir
     from lmmbench.executors.container_wheel import lmmbench_wheel, reduce_extras
     from lmmbench.executors.venvs import default_constraints
 
-    engine = engine_command()
-    check_engine(engine)
+    cache_dir()  # what the environment names is checked before the engine is asked
     start_ns = time.perf_counter_ns()
     wheel = lmmbench_wheel()
+    engine = engine_command()
+    check_engine(engine)
     extras = reduce_extras(wheel, cfg.extras_list)
     typer.echo(f"lmmbench {wheel.version} wheel {wheel.path.name} sha256 {wheel.sha256[:16]}; extras "
                f"{','.join(extras) or '-'}", err=True)  # fmt: skip

@@ -59,8 +59,14 @@ _NO_PYTHON = 3  # exit code of an install line: the Python asked for is not ther
 
 def cache_dir() -> Path:
     """Where the root filesystem and the build locks are kept (not under $HOME: a test session has its own)."""
-    path = Path(os.environ.get("LMMBENCH_CONTAINER_CACHE") or f"/var/tmp/lmmbench-containers-{os.getuid()}")
-    path.mkdir(parents=True, exist_ok=True)
+    named = os.environ.get("LMMBENCH_CONTAINER_CACHE")
+    path = Path(named or f"/var/tmp/lmmbench-containers-{os.getuid()}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        where = f"LMMBENCH_CONTAINER_CACHE={named}" if named else str(path)
+        raise UserError(f"{where}: not a folder lmmbench can use for container builds ({exc.strerror}); name a "
+                        "writable folder") from None
     return path
 
 
