@@ -191,14 +191,15 @@ def _line_cost_s(n: int, piece: int = 65536) -> float:
 
 @pytest.mark.serial  # CPU time of a memory-bound loop: the other xdist worker's traffic moves it
 def test_the_sse_reader_is_linear_in_the_line_length() -> None:
-    """A 100 MB line costs at most 300x a 1 MB line (100x the bytes): each read is scanned once and the unfinished
+    """A 100 MB line costs at most 1,000x a 1 MB line (100x the bytes): each read is scanned once and the unfinished
     line grows in place, never copied or re-scanned whole per read (the old splitter: quadratic, ~10,000x here).
-    The bound is 3x linear, not the issue's "about 150x": the 100 MB buffer is fresh memory the kernel must fault
-    in page by page, where 1 MB lines reuse the allocator's pages; measured 110-138x on a quiet 2-core EPYC and
-    237x beside other work (the 1 MB median then ran twice as fast as on the quiet machine)."""
+    The bound sits an order of magnitude from both: 10x linear, 10x under the quadratic splitter. Linear is not a
+    tight ratio here: the 100 MB buffer is fresh memory the kernel must fault in page by page, where 1 MB lines
+    reuse the allocator's pages; measured 110-138x on a quiet 2-core EPYC, 237x beside other work, and over 300x
+    once in CI's serial pass on an otherwise idle machine (a 300x bound failed there)."""
     small = sorted(_line_cost_s(1_000_000) for _ in range(5))[2]  # medians: one 1 MB line is ~5 ms
     big = sorted(_line_cost_s(100_000_000) for _ in range(3))[1]
-    assert big <= 300 * small, (big, small)
+    assert big <= 1000 * small, (big, small)
 
 
 def test_an_over_long_line_ends_the_stream_with_its_cause(monkeypatch: Any) -> None:
