@@ -219,5 +219,8 @@ def test_mocked_gpu_breakdown_uses_events_and_one_sync(tiny_omni: Any, video_inp
         f["ttft_ms"])
     assert sum(f[p] for p in OTHERS_PARTS) == pytest.approx(f["others_ms"])
     assert sum(f[p] for p in PREFILL_PARTS) == pytest.approx(f["prefill_ms"])
-    # the study-style timer's own CUDA events (stand-ins here) were read after the one synchronisation
-    assert f["prefill_study_timer_ms"] == pytest.approx(f["prefill_ms"] - f["prefill_outside_forward_ms"], abs=0.5)
+    # the study-style timer's own CUDA events (stand-ins here) were read after the one synchronisation. The stand-ins
+    # are wall clocks on a shared CPU: a descheduling between two event records lands in one timer and not in the
+    # other (4.2 ms of 129 ms, 3.2 %, seen with five test processes on two cores), so 5 % or 0.5 ms, whichever is more
+    assert f["prefill_study_timer_ms"] == pytest.approx(f["prefill_ms"] - f["prefill_outside_forward_ms"], rel=0.05,
+                                                        abs=0.5)

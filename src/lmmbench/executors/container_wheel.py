@@ -83,11 +83,23 @@ def reduce_extras(wheel: Wheel, extras: list[str] | set[str] | tuple[str, ...]) 
 
 
 def find_uv() -> str:
-    """The uv binary beside this Python (a venv's), else on PATH; ``UserError`` when there is none."""
-    found = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    """The uv binary beside this Python (a venv's), else the one of the importable ``uv`` package (a venv that sees
+    another's packages: the docs test's), else on PATH; ``UserError`` when there is none."""
+    found = shutil.which("uv", path=str(Path(sys.executable).parent)) or _uv_package_binary() or shutil.which("uv")
     if found is None:
         raise UserError("building an image needs uv (pip install uv): it builds the wheel and installs it")
     return str(Path(found).resolve())
+
+
+def _uv_package_binary() -> str | None:
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return None
+    try:
+        return str(find_uv_bin())
+    except FileNotFoundError:
+        return None
 
 
 def _checkout() -> Path:
