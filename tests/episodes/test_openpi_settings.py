@@ -34,9 +34,9 @@ def _options(**kwargs: Any) -> Any:
 @pytest.mark.parametrize("openpi_name", sorted(OPENPI_MAX_STEPS))
 def test_task_suite_name_picks_the_suite_with_every_task_and_openpis_max_steps(openpi_name: str) -> None:
     from lmmbench.episodes.envs.libero_suites import LIBERO_SUITES
-    from lmmbench.specs.episodic_eval import _suite_and_env
+    from lmmbench.specs.episodic_build import suite_and_env
 
-    suite, num_tasks, kwargs, info = _suite_and_env(_options(task_suite_name=openpi_name))
+    suite, num_tasks, kwargs, info = suite_and_env(_options(task_suite_name=openpi_name))
     assert LIBERO_SUITES[suite.name][0] == openpi_name
     assert num_tasks == (90 if openpi_name == "libero_90" else 10)  # every task of the suite, as openpi's loop
     assert suite.default_max_steps == OPENPI_MAX_STEPS[openpi_name]
@@ -53,15 +53,15 @@ def test_defaults_of_the_other_openpi_settings_are_openpis() -> None:
 
 
 def test_suites_without_a_task_count_keep_eight_tasks_and_a_conflicting_env_is_refused() -> None:
-    from lmmbench.specs.episodic_eval import _suite_and_env
+    from lmmbench.specs.episodic_build import suite_and_env
 
-    assert _suite_and_env(_options(env="toy-waypoints"))[1] == 8
+    assert suite_and_env(_options(env="toy-waypoints"))[1] == 8
     with pytest.raises(UserError, match="--task-suite-name libero_goal is --env libero-goal"):
-        _suite_and_env(_options(env="pusht", task_suite_name="libero_goal"))
+        suite_and_env(_options(env="pusht", task_suite_name="libero_goal"))
     with pytest.raises(UserError, match="not a LIBERO suite"):
-        _suite_and_env(_options(task_suite_name="libero_99"))
+        suite_and_env(_options(task_suite_name="libero_99"))
     with pytest.raises(UserError, match="--resize-size 128: --env pusht does not take it"):
-        _suite_and_env(_options(env="pusht", resize_size=128))
+        suite_and_env(_options(env="pusht", resize_size=128))
 
 
 def test_resize_with_pad_follows_openpis_image_tools() -> None:

@@ -46,7 +46,7 @@ def _serve_policy(cfg: ServePolicyConfig) -> None:
     from lmmbench.episodes.custom import close_env
     from lmmbench.episodes.policies.remote import is_remote
     from lmmbench.episodes.served.server import PolicyServer
-    from lmmbench.specs.episodic_eval import _device
+    from lmmbench.specs.episodic_build import resolve_device
 
     if is_remote(cfg.policy):
         raise UserError(f"--policy {cfg.policy}: serve-policy serves a policy lmmbench runs in this process; a served "
@@ -55,7 +55,7 @@ def _serve_policy(cfg: ServePolicyConfig) -> None:
         from lmmbench.config.input_files import check_output_file
 
         check_output_file(cfg.metrics_out, "--metrics-out")
-    device = _device(cfg.device)
+    device = resolve_device(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     suite = resolve_suite(cfg.env)
