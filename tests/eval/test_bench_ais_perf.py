@@ -151,30 +151,38 @@ def _gaps_ms(perf: Path) -> list[list[float]]:
     return [[(b - a) * 1e3 for a, b in itertools.pairwise(p)] for p in (_time_points(perf, x) for x in lines)]
 
 
-def _quiet_perf(tmp: Path, cfg: Path, url: str, attempts: int = 4) -> Path:
-    """Run ``--mode perf`` again (at most ``attempts`` times) while the machine was visibly busy: on this shared
-    machine a descheduled server or client moves a chunk by milliseconds (seen as a TTFT spread, or a content gap
-    off the server's schedule, far beyond its timer's); such a run measures the machine. The last attempt is
-    asserted on whatever it shows."""
-    for attempt in range(attempts):
-        out = tmp / f"try{attempt}"
-        before = server_stats(url)["requests"]
-        assert _ais(out, cfg, "--models", "stream_chat", "--datasets", "synthetic_gen", "--mode", "perf") == 0
-        assert server_stats(url)["requests"] - before == 8 + 1  # the load and the default warm-up; no probe
-        perf = next((out / "outputs").iterdir()) / "performances" / "stream_chat"
-        gaps = _gaps_ms(perf)
-        ttfts = [g[0] for g in gaps]
-        if max(ttfts) - min(ttfts) < 1.5 and all(abs(x - ITL_MS) < 1.5 for g in gaps for x in g[1:N_OUT]):
-            break
-    return perf
+def _perf_run(tmp: Path, cfg: Path, url: str) -> Path:
+    """One ``--mode perf`` run of 8 requests; the folder of its performance files."""
+    before = server_stats(url)["requests"]
+    assert _ais(tmp, cfg, "--models", "stream_chat", "--datasets", "synthetic_gen", "--mode", "perf") == 0
+    assert server_stats(url)["requests"] - before == 8 + 1  # the load and the default warm-up; no probe
+    return next((tmp / "outputs").iterdir()) / "performances" / "stream_chat"
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _ttft_floor_ms(tmp: Path) -> float:
+    """The median TTFT of the same perf run against a test server that injects no delay: this machine's loopback +
+    HTTP + SSE round trip and the client's own work (0.5-1.5 ms on the shared CI machines), measured in the same
+    test rather than assumed. The injected schedule sits on top of it."""
+    server = TestServerConfig(port=free_loopback_port(), ttft_ms=0, itl_ms=0, role_chunk=False)
+    with running_testserver(server) as url:
+        perf = _perf_run(tmp, _configs(tmp, server.port), url)
+    return _median([g[0] for g in _gaps_ms(perf)])
 
 
 @pytest.mark.serial
 def test_perf_on_synthetic_data_matches_the_injected_ttft_and_itl_and_perf_viz_resummarises(tmp_path: Path) -> None:
     server = TestServerConfig(port=free_loopback_port(), ttft_ms=TTFT_MS, itl_ms=ITL_MS, role_chunk=False)
+    floor = _ttft_floor_ms(tmp_path / "floor")
+    assert floor <= 5.0, f"the zero-delay round trip alone takes {floor:.3f} ms"  # the client adds little itself
     with running_testserver(server) as url:
         cfg = _configs(tmp_path, server.port)
-        perf = _quiet_perf(tmp_path, cfg, url)
+        perf = _perf_run(tmp_path, cfg, url)
         lines = [json.loads(x) for x in (perf / "synthetic_details.jsonl").read_text().splitlines()]
         assert len(lines) == 8 and all(list(line) == DETAILS_KEYS and line["success"] for line in lines)
         assert sorted(line["id"] for line in lines) == list(range(8))
@@ -184,22 +192,33 @@ def test_perf_on_synthetic_data_matches_the_injected_ttft_and_itl_and_perf_viz_r
         points = [_time_points(perf, line) for line in lines]
         # the send, N_OUT content chunks, the finish chunk and the usage chunk ([DONE] has no time point)
         assert {len(p) for p in points} == {1 + N_OUT + 2}
-        # the schedule's shape, gap by gap (median over requests): each gap carries the jitter of the server's timer
-        # and of the client at both of its ends, so 2 ms; the 1 ms agreement is asserted on AISBench's statistics
-        median = [sorted(col)[len(col) // 2] for col in zip(*_gaps_ms(perf), strict=True)]
-        assert median == pytest.approx([TTFT_MS] + [ITL_MS] * (N_OUT - 1) + [0.0, 0.0], abs=2.0)
+        # One run, no retry: a descheduled server or client moves single gaps by milliseconds on a shared machine, so
+        # the schedule is checked on medians (robust to a few such requests) and AISBench's statistics are checked
+        # against the time points they summarise. Each gap carries the jitter of the server's timer and of the
+        # client at both of its ends: 2 ms; the TTFT is compared on top of the zero-delay floor measured above.
+        gaps = _gaps_ms(perf)
+        ttfts = [g[0] for g in gaps]
+        assert min(ttfts) >= TTFT_MS - 0.1, ttfts  # never below the injected value (the server's timer is exact)
+        median = [_median(list(col)) for col in zip(*gaps, strict=True)]
+        assert median == pytest.approx([TTFT_MS + floor] + [ITL_MS] * (N_OUT - 1) + [0.0, 0.0], abs=2.0), floor
         spans = [(p[0], p[-1]) for p in points]
         assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) <= 2  # batch_size = 2 in flight
         rows = _csv(perf / "synthetic.csv")
         assert list(rows) == METRICS and {r["Stage"] for r in rows.values()} == {"total"}
-        assert _ms(rows["TTFT"]["Median"]) == pytest.approx(TTFT_MS, abs=1.0)
-        assert _ms(rows["TTFT"]["Average"]) == pytest.approx(TTFT_MS, abs=1.0)
-        pooled = [ITL_MS] * (N_OUT - 1) + [0.0, 0.0]  # AISBench pools every gap of every request
-        assert _ms(rows["ITL"]["Average"]) == pytest.approx(sum(pooled) / len(pooled), abs=1.0)
+        # AISBench's statistics of the time points (seconds rounded to 4 decimals: 0.1 ms, so 0.05 ms either way)
+        assert _ms(rows["TTFT"]["Median"]) == pytest.approx(_median(ttfts), abs=0.051)
+        assert _ms(rows["TTFT"]["Average"]) == pytest.approx(sum(ttfts) / len(ttfts), abs=0.051)
+        assert _ms(rows["TTFT"]["Min"]) == pytest.approx(min(ttfts), abs=0.051)
+        e2els = [sum(g) for g in gaps]  # latency: the last time point - the first
+        assert _ms(rows["E2EL"]["Median"]) == pytest.approx(_median(e2els), abs=0.051)
+        # ... and the injected schedule, 1 ms on top of the floor
+        assert _ms(rows["TTFT"]["Median"]) - floor == pytest.approx(TTFT_MS, abs=1.0), floor
         assert _ms(rows["ITL"]["Median"]) == pytest.approx(ITL_MS, abs=1.0)
         assert _ms(rows["TPOT"]["Median"]) == pytest.approx(ITL_MS, abs=1.0)  # (E2EL - TTFT) / (out - 1)
+        pooled = [x for g in gaps for x in g[1:]]  # AISBench pools every gap of every request
+        assert _ms(rows["ITL"]["Average"]) == pytest.approx(sum(pooled) / len(pooled), abs=0.051)
         # E2EL spans the send and the last chunk: the client's delay on both ends, so twice the 1 ms
-        assert _ms(rows["E2EL"]["Median"]) == pytest.approx(TTFT_MS + (N_OUT - 1) * ITL_MS, abs=2.0)
+        assert _ms(rows["E2EL"]["Median"]) - floor == pytest.approx(TTFT_MS + (N_OUT - 1) * ITL_MS, abs=2.0)
         assert rows["InputTokens"]["Average"] == str(float(N_IN)) and rows["TTFT"]["N"] == "8"
         assert rows["OutputTokenThroughput"]["Average"].endswith(" token/s")
         common = json.loads((perf / "synthetic.json").read_text())

@@ -32,19 +32,14 @@ def _cfg(url: str, **kw: object) -> PerfConfig:
     return PerfConfig.model_validate(base)
 
 
-def _quiet_run(cfg: PerfConfig, attempts: int = 3) -> LoadResult:
-    """Run; run again (at most ``attempts`` times) while the machine was visibly busy.
+def _mean_tolerance_ms(stat: dict[str, float], base_ms: float) -> float:
+    """``base_ms`` plus three standard errors of the mean (std / sqrt(count)), from the run's own spread.
 
-    The machine is shared: when another process takes the CPU, single requests are delayed by
-    milliseconds (seen as a TTFT spread far beyond the timer's). Such a run measures the machine,
-    not the client, so it is repeated; the last attempt is asserted on whatever it shows.
+    One run, never a retry that keeps the quietest: on a shared machine a descheduled client or server delays single
+    requests by milliseconds, which moves a mean by its standard error; a bias in the client's timing does not
+    shrink with the count and still fails the bound on a quiet run.
     """
-    res = run_benchmark(cfg)
-    for _ in range(attempts - 1):
-        if res.summary["metrics"]["ttft_send_ms"]["std"] < 1.0:
-            break
-        res = run_benchmark(cfg)
-    return res
+    return base_ms + 3.0 * stat["std"] / max(stat["count"], 1.0) ** 0.5
 
 
 def _round_trip_floor_ms() -> float:
@@ -59,16 +54,19 @@ def _round_trip_floor_ms() -> float:
 def test_mean_ttft_and_itl_within_1ms_of_injected_at_low_load(server: str) -> None:
     floor = _round_trip_floor_ms()
     assert floor <= 2.0, f"the zero-delay round trip alone takes {floor:.3f} ms"  # the client adds little itself
-    res = _quiet_run(_cfg(server, rate=25, arrival="constant", num_requests=40, output_tokens=8))
+    res = run_benchmark(_cfg(server, rate=25, arrival="constant", num_requests=40, output_tokens=8))
     m = res.summary["metrics"]
     assert res.summary["ok"] == 40
     # from the send time: the client's own lateness (charged to the server in ttft_ms) is not part
     # of the injected value; the median from the scheduled time must agree too. Both are compared
     # with the injected delay on top of the machine's measured zero-delay round trip.
-    assert abs(m["ttft_send_ms"]["mean"] - 20.0 - floor) <= 1.0, (floor, m["ttft_send_ms"])
+    ttft_send = m["ttft_send_ms"]
+    assert abs(ttft_send["mean"] - 20.0 - floor) <= _mean_tolerance_ms(ttft_send, 1.0), (floor, ttft_send)
+    assert abs(ttft_send["p50"] - 20.0 - floor) <= 1.0, (floor, ttft_send)
     assert abs(m["ttft_ms"]["p50"] - 20.0 - floor) <= 1.0, (floor, m["ttft_ms"])
-    assert abs(m["itl_ms"]["mean"] - 5.0) <= 1.0, m["itl_ms"]
-    assert abs(m["tpot_ms"]["mean"] - 5.0) <= 1.0
+    assert abs(m["itl_ms"]["p50"] - 5.0) <= 1.0, m["itl_ms"]
+    assert abs(m["itl_ms"]["mean"] - 5.0) <= _mean_tolerance_ms(m["itl_ms"], 1.0), m["itl_ms"]
+    assert abs(m["tpot_ms"]["mean"] - 5.0) <= _mean_tolerance_ms(m["tpot_ms"], 1.0), m["tpot_ms"]
     assert m["ttft_ms"]["min"] >= 19.9  # never below the injected value (the server's timerfd is exact)
     assert res.summary["new_connections"] == 0  # connections were opened before the load
     assert res.summary["token_sources"] == {"continuous_usage": 40}
@@ -78,13 +76,15 @@ def test_exact_itl_with_four_tokens_per_chunk_and_local_tokenizer(tmp_path: Path
     tok_dir = build_word_tokenizer(tmp_path / "tok")
     scfg = TestServerConfig(port=free_port(), ttft_ms=10, itl_ms=5, tokens_per_chunk=4, continuous_usage=False)
     with running_testserver(scfg) as url:
-        res = _quiet_run(_cfg(url, rate=20, arrival="constant", num_requests=20, output_tokens=16,
-                              tokenizer=tok_dir))  # fmt: skip
+        res = run_benchmark(_cfg(url, rate=20, arrival="constant", num_requests=20, output_tokens=16,
+                                 tokenizer=tok_dir))  # fmt: skip
     m = res.summary["metrics"]
     assert res.summary["token_sources"] == {"tokenizer": 20}
     assert all(r.chunk_tokens == [4, 4, 4, 4] for r in res.records)
-    assert abs(m["itl_ms"]["mean"] - 5.0) <= 0.5, m["itl_ms"]  # per token, not per chunk
-    assert abs(m["inter_chunk_ms"]["mean"] - 20.0) <= 1.0, m["inter_chunk_ms"]
+    assert abs(m["itl_ms"]["p50"] - 5.0) <= 0.5, m["itl_ms"]  # per token, not per chunk
+    assert abs(m["itl_ms"]["mean"] - 5.0) <= _mean_tolerance_ms(m["itl_ms"], 0.5), m["itl_ms"]
+    chunk = m["inter_chunk_ms"]
+    assert abs(chunk["p50"] - 20.0) <= 1.0 and abs(chunk["mean"] - 20.0) <= _mean_tolerance_ms(chunk, 1.0), chunk
     assert m["itl_ms"]["count"] == 20 * 12
 
 
