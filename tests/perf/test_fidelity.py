@@ -14,7 +14,7 @@ import pytest
 from lmmbench.config.perf.options import PerfConfig
 from lmmbench.config.perf.testserver import TestServerConfig
 from lmmbench.core.net import free_loopback_port as free_port
-from lmmbench.loadgen import LoadResult, run_benchmark
+from lmmbench.loadgen import run_benchmark
 from lmmbench.loadgen.arrivals import arrival_offsets_ns
 from lmmbench.testing import build_word_tokenizer, running_testserver
 from lmmbench.testing.fixtures import server_stats
