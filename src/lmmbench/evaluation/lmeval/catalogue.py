@@ -45,9 +45,9 @@ def catalogue_available() -> bool:
 
 @lru_cache(maxsize=4)
 def _task_manager(include_path: tuple[str, ...]) -> Any:
-    from lm_eval.tasks import TaskManager
+    from lmmbench.evaluation.lmeval.task_index_cache import cached_task_manager
 
-    return TaskManager(include_path=list(include_path) or None)
+    return cached_task_manager(include_path)
 
 
 def catalogue_knows(name: str, include_path: list[Path]) -> bool:
