@@ -37,6 +37,7 @@ def test_the_catalogue_is_indexed_once_and_a_second_run_gets_lm_evals_own_entrie
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import lm_eval.tasks as lm_tasks
+    from lm_eval.tasks import TaskManager
     from lm_eval.tasks import _index as lm_index
 
     from lmmbench.evaluation.lmeval.task_index_cache import cached_task_manager
@@ -54,7 +55,7 @@ def test_the_catalogue_is_indexed_once_and_a_second_run_gets_lm_evals_own_entrie
     monkeypatch.setattr(lm_index.TaskIndex, "build", staticmethod(counting))
     mine = _folder(tmp_path / "mine", "my_task", "gsm8k")  # gsm8k: the include folder's wins, as in lm-eval
     first = cached_task_manager((str(mine),))
-    assert built == [[own], [mine.resolve()]]  # the catalogue and the include folder, each on its own
+    assert built == [[mine.resolve()], [own]]  # the include folder (by lm-eval's manager), then the catalogue
     assert len(list((tmp_path / "home" / "cache").glob("lmeval_task_index-*.pkl"))) == 1
     built.clear()
     second = cached_task_manager((str(mine),))
@@ -65,17 +66,22 @@ def test_the_catalogue_is_indexed_once_and_a_second_run_gets_lm_evals_own_entrie
     assert second.task_index["my_task"].kind == lm_index.Kind.TASK
     assert first.task_index["gsm8k_cot"].yaml_path.is_relative_to(own)
     monkeypatch.undo()
-    assert lm_index.TaskIndex.__dict__["build"] is descriptor  # lm-eval's own build is back
+    assert lm_index.TaskIndex.__dict__["build"] is descriptor
+    # the name lists lm-eval derives from its index, against lm-eval's own manager on the same folders
+    theirs = TaskManager(include_path=[str(mine)])
+    assert second.task_index == theirs.task_index
+    for names in ("all_tasks", "all_subtasks", "all_groups", "all_tags"):
+        assert getattr(second, names) == getattr(theirs, names), names
 
 
 def test_merging_folder_by_folder_is_lm_evals_merge(tmp_path: Path) -> None:
     from lm_eval.tasks._index import TaskIndex
 
-    from lmmbench.evaluation.lmeval.task_index_cache import merged_build
+    from lmmbench.evaluation.lmeval.task_index_cache import merge_entries
 
     a = _folder(tmp_path / "a", "alpha", "shared")
     b = _folder(tmp_path / "b", "beta", "shared")
-    ours = merged_build(TaskIndex.build, tmp_path / "not-the-catalogue", "x")([a, b])
+    ours = merge_entries([TaskIndex.build([a]), TaskIndex.build([b])])
     theirs = TaskIndex.build([a, b])
     assert ours == theirs and ours["shared"].yaml_path == b / "shared.yaml"
 

@@ -8,7 +8,8 @@ of lm-eval's installed folder are the same for every run with that installation,
 (a pickle, 16 MB, 1.4 s to load) under ``$LMMBENCH_HOME/cache``, keyed by lm-eval's version, the folder's path and
 its files' count, total size and newest modification time (an edited or reinstalled catalogue is indexed again).
 ``--include-path`` folders (the user's, small, edited often) are indexed afresh on every run, as lm-eval does.
-The merged index is handed to lm-eval's own ``TaskManager``, which builds everything else from it as it would.
+lm-eval's own ``TaskManager`` is made for the include folders alone and given the merged index (see
+``cached_task_manager``); lm-eval's classes are not changed (tests/test_no_dependency_patches.py).
 """
 
 from __future__ import annotations
@@ -17,14 +18,12 @@ import hashlib
 import logging
 import os
 import pickle
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cached_task_manager", "folder_fingerprint", "merged_build"]
+__all__ = ["cached_task_manager", "folder_fingerprint", "merge_entries"]
 
-_SWAP_LOCK = threading.Lock()
 _log = logging.getLogger("lm_eval.tasks._index")  # lm-eval's own logger for this warning
 _IGNORED_DIRS = {"__pycache__", ".ipynb_checkpoints"}
 
@@ -71,44 +70,52 @@ def _installed_entries(root: Path, version: str, build: Callable[..., dict[str, 
     return entries
 
 
-def merged_build(original: Callable[..., dict[str, Any]], own: Path, installed: str) -> Callable[..., dict[str, Any]]:
-    """``TaskIndex.build`` folder by folder, lm-eval's ``own`` folder from the cache, merged as ``build`` merges."""
+def merge_entries(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Folders' entries merged in order, a later folder's name replacing an earlier one's (with lm-eval's warning),
+    as ``TaskIndex.build`` merges them."""
+    merged: dict[str, Any] = {}
+    for part in parts:
+        for name, entry in part.items():
+            if name in merged:
+                _log.warning("Task '%s' from %s overrides existing task from %s", name, entry.yaml_path,
+                             merged[name].yaml_path)  # fmt: skip
+            merged[name] = entry
+    return merged
 
-    def build(paths: Iterable[Path], *, resolve_includes: bool = True) -> dict[str, Any]:
-        roots = [Path(p) for p in paths]
-        if not resolve_includes:
-            return dict(original(roots, resolve_includes=resolve_includes))
-        merged: dict[str, Any] = {}
-        for root in roots:  # in order: a later folder's name replaces an earlier one's, as TaskIndex.build merges
-            part = _installed_entries(root, installed, original) if root.resolve() == own else original([root])
-            for name, entry in part.items():
-                if name in merged:
-                    _log.warning("Task '%s' from %s overrides existing task from %s", name, entry.yaml_path,
-                                 merged[name].yaml_path)  # fmt: skip
-                merged[name] = entry
-        return merged
 
-    return build
+#: What ``TaskManager.__init__`` (lm-eval 0.4.13) sets on the instance; another set means another lm-eval, whose
+#: manager is then built as it builds itself.
+_MANAGER_FIELDS = {"include_path", "metadata", "_factory", "_index", "_all_tasks", "_all_subtasks", "_all_groups",
+                   "_all_tags"}  # fmt: skip
 
 
 def cached_task_manager(include_path: tuple[str, ...]) -> Any:
-    """``lm_eval.tasks.TaskManager(include_path=...)`` whose index of lm-eval's own folder comes from the cache."""
+    """``lm_eval.tasks.TaskManager(include_path=...)``, its index of lm-eval's own folder from the cache: the
+    manager is made by lm-eval for the include folders alone (``include_defaults=False``), and the catalogue's
+    entries go under them, with the name lists ``__init__`` derives from the index. Nothing of lm-eval's classes
+    is changed; an lm-eval whose manager has other fields gets its own full build."""
     from importlib.metadata import PackageNotFoundError, version
 
     import lm_eval.tasks as lm_tasks
     from lm_eval.tasks import TaskManager
-    from lm_eval.tasks import _index as lm_index
+    from lm_eval.tasks._index import Kind, TaskIndex
 
+    paths = list(include_path) or None
     try:
         installed = version("lm_eval")
-    except PackageNotFoundError:
-        installed = "unknown"
-    own = Path(lm_tasks.__file__).parent.resolve()
-    descriptor = lm_index.TaskIndex.__dict__["build"]  # the staticmethod itself, put back as it was
-    build = merged_build(lm_index.TaskIndex.build, own, installed)
-    with _SWAP_LOCK:  # TaskManager calls TaskIndex().build(all_paths) in its __init__
-        lm_index.TaskIndex.build = staticmethod(build)
-        try:
-            return TaskManager(include_path=list(include_path) or None)
-        finally:
-            lm_index.TaskIndex.build = descriptor
+        manager = TaskManager(include_path=paths, include_defaults=False)
+    except (PackageNotFoundError, TypeError):
+        return TaskManager(include_path=paths)
+    if set(vars(manager)) != _MANAGER_FIELDS:
+        return TaskManager(include_path=paths)
+    own = _installed_entries(Path(lm_tasks.__file__).parent.resolve(), installed, TaskIndex.build)
+    index = merge_entries([own, manager.task_index])  # defaults first, then include_path, as __init__ orders them
+    kinds: dict[Any, list[str]] = {}
+    for name, entry in index.items():
+        kinds.setdefault(entry.kind, []).append(name)
+    manager._index = index
+    manager._all_tasks = sorted(index)
+    manager._all_subtasks = sorted(kinds.get(Kind.TASK, []) + kinds.get(Kind.PY_TASK, []))
+    manager._all_groups = sorted(kinds.get(Kind.GROUP, []))
+    manager._all_tags = sorted(kinds.get(Kind.TAG, []))
+    return manager
