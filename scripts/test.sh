@@ -2,18 +2,18 @@
 # Lint, type-check and test. pytest's exit code 5 (no tests collected) is a failure in every pass.
 #  1. ruff and mypy --strict;
 #  2. the tests not marked serial, on two pytest-xdist workers (tests/conftest.py says which are serial: those
-#     that time something against a ground truth);
-#  3. the serial ones, one at a time; then the numerics ones (floats across batch sizes and kernels) again with
-#     torch's CPU kernels held to AVX2, as an AVX2-only CPU runs them (tests/conftest.py: NUMERICS_HOLDS), on a CPU
-#     with AVX-512 (elsewhere the passes above ran them on AVX2 kernels already);
-#  4. from the start of 3, beside it at idle priority (SCHED_IDLE: they get only the CPU 3 leaves; they time
+#     that time something against a ground truth); beside them, from their start, the background jobs (they time
 #     nothing): the docs leg, every bash block of README.md and docs/*.md run as pasted, in order (tests/docs), as
-#     two shards by doc file; SKIP_DOCS=1 skips it;
-#     and the version legs (scripts/setup.sh --dev creates their venvs; SKIP_LEGS=1 skips them): the install smoke
-#     (tests/install: every command's --help, perf, ttft-breakdown, eval, serve) and the in-process subset
-#     (breakdown, serve engine, eval scoring) on a stock GPU image's versions (.venv-gpuimage) and on the lowest
-#     versions pyproject admits (.venv-floor); the smoke's torch-free part on the base package's floors. Their
-#     output is printed, with each one's wall and CPU time and verdict, when 3 is done.
+#     two shards by doc file (SKIP_DOCS=1 skips it), and the version legs (scripts/setup.sh --dev creates their
+#     venvs; SKIP_LEGS=1 skips them): the install smoke (tests/install: every command's --help, perf,
+#     ttft-breakdown, eval, serve) and the in-process subset (breakdown, serve engine, eval scoring) on a stock GPU
+#     image's versions (.venv-gpuimage) and on the lowest versions pyproject admits (.venv-floor); the smoke's
+#     torch-free part on the base package's floors. Their output is printed, with each one's wall and CPU time and
+#     verdict, once 2 and all of them are done;
+#  3. then, with nothing beside them, the serial ones, one at a time; then the numerics ones (floats across batch
+#     sizes and kernels) again with torch's CPU kernels held to AVX2, as an AVX2-only CPU runs them
+#     (tests/conftest.py: NUMERICS_HOLDS), on a CPU with AVX-512 (elsewhere the passes above ran them on AVX2
+#     kernels already).
 # Every pass prints its time and its 15 slowest tests; every ending prints the total. Tests marked peer_heavy (a
 # peer's venv of gigabytes: lerobot's) are in no pass: run them by hand (tests/conftest.py says how).
 # With arguments (test paths, -k ...), one plain pytest run of those instead of passes 2 and 3.
@@ -74,19 +74,12 @@ numerics_pass() {  # the numerics tests again, one at a time (serial ones among 
 }
 
 # The background jobs: the docs leg (two shards by doc file, each in its own fresh folder: tests/docs/doc_blocks.py
-# FIRST_SHARD_FILES) and the version legs, side by side with the serial (and numerics) pass, at idle priority. None
-# of them times anything. At normal priority, even at nice 10, they moved the serial pass's timings (a 30 ms injected
-# TTFT measured 41.6 ms); a SCHED_IDLE task is preempted the moment a normal one wakes, and the serial pass passed
-# whole (195 tests, 754 s against 706 s alone) beside two SCHED_IDLE busy loops on a 2-core EPYC. The serial pass
-# keeps one of two cores busy; the background gets the rest, then all of it. They do not start with the parallel
-# pass, which leaves them a fifth of the machine: their blocks and tests would run ten times slower than alone.
+# FIRST_SHARD_FILES) and the version legs, beside the parallel pass, which times nothing either: together they keep
+# both cores busy. Never beside the serial pass: at nice 10 they moved a 30 ms injected TTFT to 41.6 ms there, and
+# even at idle priority (SCHED_IDLE, which passed beside two busy loops) a plan's 20 ms TTFT was measured 23-25 ms
+# and the pass took 937 s instead of 750 (memory, disk and the kernel's own work are not scheduled by priority).
 # Each job runs in a process group of its own (so a failing script stops its servers too); its output is kept in
 # a file and printed, with its wall and CPU time and verdict, once all are done.
-go_idle() {  # the calling (sub)shell and everything it starts from now on: SCHED_IDLE, else nice 19
-  chrt -i -p 0 "$BASHPID" > /dev/null 2>&1 || renice -n 19 -p "$BASHPID" > /dev/null 2>&1 || true
-}
-command -v chrt > /dev/null && chrt -i 0 true 2> /dev/null ||
-  echo "== (no chrt -i here: the background jobs run at nice 19, which moves the serial pass's timings more)"
 BG_NAMES=()
 BG_PIDS=()
 BG_LOGS=()
@@ -96,7 +89,7 @@ bg_start() {  # bg_start NAME COMMAND...: COMMAND (or a function of this script)
   log=$(mktemp)
   set -m
   # shellcheck disable=SC2034  # TIMEFORMAT is read by `time`
-  ( TIMEFORMAT="== $name: %0R s wall, %1U s user + %1S s system CPU"; go_idle; time { "$@"; rc=$?; }
+  ( TIMEFORMAT="== $name: %0R s wall, %1U s user + %1S s system CPU"; time { "$@"; rc=$?; }
     exit $rc ) > "$log" 2>&1 &
   BG_PIDS+=($!)
   set +m
@@ -182,11 +175,12 @@ if [ "$#" -gt 0 ]; then
   start_background
 else
   echo "== leg: main ($(versions .venv))"
+  start_background
   pytest_pass "parallel ($WORKERS workers)" .venv/bin/python -m pytest -q -rs -n "$WORKERS" \
     -m "not serial and not docs and not peer_heavy" -p no:cacheprovider --durations=15
-  start_background
+  bg_finish
   pytest_pass "serial" .venv/bin/python -m pytest -q -m "serial and not docs and not peer_heavy" -p no:cacheprovider \
     --durations=15
   numerics_pass
 fi
-bg_finish
+bg_finish  # with arguments: the background jobs started after the selected tests

@@ -35,8 +35,8 @@ BLOCK_TIMEOUT_S = 420.0
 #: ... and grows with what the block does and how loaded the machine is: this many of this run's calibration
 #: (one ``lmmbench --help`` in the docs venv: 0.7-1.5 s on a 2-core EPYC, quiet to load 12) per command line of the
 #: block. docs/shapes.md:9 (3 commands) was killed at a bare 420 s at load 3-6. The calibration is timed again just
-#: before each block (the larger of it and the folder's): scripts/test.sh runs this leg at idle priority beside the
-#: serial pass, so the CPU left to it changes while the leg runs.
+#: before each block (the larger of it and the folder's): scripts/test.sh runs this leg beside the parallel pass and
+#: the version legs, so the CPU left to it changes while the leg runs.
 CALIBRATIONS_PER_COMMAND = 150
 
 
