@@ -79,7 +79,9 @@ def scan_task_names(root: Path) -> tuple[set[str], dict[str, str]]:
 
 
 def _cache_file(version: str) -> Path:
-    home = Path(os.environ.get("LMMBENCH_HOME") or Path.home() / ".cache" / "lmmbench")
+    from lmmbench.models.tiny import lmmbench_home
+
+    home = lmmbench_home()
     return home / "cache" / f"lmeval_index-{re.sub(r'[^A-Za-z0-9._-]', '_', version)}.json"
 
 

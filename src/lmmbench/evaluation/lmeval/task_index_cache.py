@@ -43,7 +43,9 @@ def folder_fingerprint(root: Path) -> str:
 
 
 def _cache_file(root: Path, version: str) -> Path:
-    home = Path(os.environ.get("LMMBENCH_HOME") or Path.home() / ".cache" / "lmmbench")
+    from lmmbench.models.tiny import lmmbench_home
+
+    home = lmmbench_home()
     key = hashlib.sha256(f"{version}\0{root.resolve()}\0{folder_fingerprint(root)}".encode()).hexdigest()[:16]
     return home / "cache" / f"lmeval_task_index-{key}.pkl"
 
